@@ -1,0 +1,99 @@
+//! `GET /v1/connections?subject=`, `DELETE /v1/connections/{id}`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+
+use super::{ApiClient, ApiQuery, validate_subject};
+use crate::AppState;
+use crate::db::connections::{Connection, ConnectionStatus};
+use crate::elicitations::{is_valid_id, rfc3339};
+use crate::error::{Error, Result};
+use crate::middleware::request_id;
+use crate::tokens::RevocationReport;
+
+/// A connection's metadata. Never carries a token.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ConnectionView {
+    pub id: String,
+    pub subject: String,
+    pub provider: String,
+    pub status: ConnectionStatus,
+    pub scopes: Vec<String>,
+    pub account_label: Option<String>,
+    /// When the access token expires (RFC 3339), if it does.
+    pub expires_at: Option<String>,
+    pub has_refresh_token: bool,
+    pub created_at: String,
+    pub updated_at: String,
+    pub last_refresh_at: Option<String>,
+    /// The last refresh error, without secrets.
+    pub last_error: Option<String>,
+}
+
+impl From<&Connection> for ConnectionView {
+    fn from(c: &Connection) -> Self {
+        Self {
+            id: c.id.clone(),
+            subject: c.subject.clone(),
+            provider: c.provider.clone(),
+            status: c.status,
+            scopes: c.scopes.clone(),
+            account_label: c.account_label.clone(),
+            expires_at: c.expires_at.map(rfc3339),
+            has_refresh_token: c.has_refresh_token(),
+            created_at: rfc3339(c.created_at),
+            updated_at: rfc3339(c.updated_at),
+            last_refresh_at: c.last_refresh_at.map(rfc3339),
+            last_error: c.last_error.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    subject: Option<String>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ConnectionList {
+    pub connections: Vec<ConnectionView>,
+}
+
+#[utoipa::path(get, path = "/v1/connections", params(("subject" = String, Query)),
+    responses((status = 200, body = ConnectionList), (status = 400), (status = 401)),
+    security(("api_key" = [])))]
+pub async fn list(State(state): State<AppState>, client: ApiClient, ApiQuery(q): ApiQuery<ListQuery>) -> Result<Json<ConnectionList>> {
+    let subject = q.subject.ok_or_else(|| Error::invalid("the subject query parameter is required"))?;
+    validate_subject(&subject)?;
+    let all = state.db.list_connections(state.identity.issuer(), &subject).await?;
+    let connections = all
+        .iter()
+        .filter(|c| client.0.providers.contains(&c.provider))
+        .map(ConnectionView::from)
+        .collect();
+    Ok(Json(ConnectionList { connections }))
+}
+
+#[utoipa::path(delete, path = "/v1/connections/{id}", params(("id" = String, Path)),
+    responses((status = 200, body = RevocationReport), (status = 404)),
+    security(("api_key" = [])))]
+pub async fn revoke(
+    State(state): State<AppState>,
+    client: ApiClient,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<RevocationReport>> {
+    let not_found = || Error::not_found("no such connection");
+    if !is_valid_id(&id) {
+        return Err(not_found());
+    }
+    let c = state.db.get_connection(&id).await?.ok_or_else(not_found)?;
+    if !client.0.providers.contains(&c.provider) {
+        return Err(not_found());
+    }
+    let report = state.revoke_connection(&c, &client.0.id, request_id(&headers).as_deref()).await?;
+    Ok(Json(report))
+}

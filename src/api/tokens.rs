@@ -1,0 +1,112 @@
+//! `POST /v1/tokens`: a valid access token for a user's connection, or what to do instead.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use secrecy::ExposeSecret;
+use serde::{Deserialize, Serialize};
+
+use super::elicitations::MAX_WAIT_SECONDS;
+use super::{ApiClient, ApiJson, validate_subject};
+use crate::AppState;
+use crate::db::connections::ConnectionStatus;
+use crate::elicitations::rfc3339;
+use crate::error::{Error, Result};
+use crate::middleware::request_id;
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    pub subject: String,
+    pub provider: String,
+    /// Refresh first when the token expires within this many seconds (default 60).
+    pub min_ttl_seconds: Option<i64>,
+    /// Refresh even if the token looks valid (e.g. the provider just refused it).
+    #[serde(default)]
+    pub force_refresh: bool,
+    /// When not connected, answer `authorization_required` with a ready elicitation.
+    #[serde(default)]
+    pub elicit: bool,
+    /// Wait for this elicitation to finish first (with `wait_seconds`).
+    pub elicitation_id: Option<String>,
+    pub wait_seconds: Option<u64>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TokenResponse {
+    pub access_token: String,
+    pub token_type: String,
+    /// RFC 3339; absent when the provider's token does not expire.
+    pub expires_at: Option<String>,
+    pub scopes: Vec<String>,
+    pub connection_id: String,
+}
+
+#[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest,
+    responses((status = 200, body = TokenResponse),
+        (status = 404, description = "`not_connected`"),
+        (status = 409, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set")),
+    security(("api_key" = [])))]
+pub async fn fetch(
+    State(state): State<AppState>,
+    client: ApiClient,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<TokenRequest>,
+) -> Result<Json<TokenResponse>> {
+    validate_subject(&req.subject)?;
+    let provider = client.provider(&state, &req.provider)?.clone();
+    let min_ttl = req.min_ttl_seconds.unwrap_or(60);
+    if !(0..=86_400).contains(&min_ttl) {
+        return Err(Error::invalid("min_ttl_seconds must be between 0 and 86400"));
+    }
+    let rid = request_id(&headers);
+
+    if let Some(eid) = &req.elicitation_id {
+        let e = state.client_elicitation(&client.0, eid).await?;
+        if e.subject != req.subject || e.provider != req.provider {
+            return Err(Error::invalid("the elicitation was made for another subject or provider"));
+        }
+        match req.wait_seconds {
+            Some(w) if w > MAX_WAIT_SECONDS => {
+                return Err(Error::invalid(format!("wait_seconds must be at most {MAX_WAIT_SECONDS}")));
+            }
+            Some(w) if w > 0 => {
+                state.waiters.wait(&state.db, &e.id, Duration::from_secs(w)).await?;
+            }
+            _ => {}
+        }
+    } else if req.wait_seconds.is_some() {
+        return Err(Error::invalid("wait_seconds needs elicitation_id"));
+    }
+
+    let connection = state
+        .db
+        .find_connection(state.identity.issuer(), &req.subject, &req.provider)
+        .await?
+        .filter(|c| c.status != ConnectionStatus::Revoked);
+    let Some(connection) = connection else {
+        if req.elicit {
+            let e = state.create_or_reuse_elicitation(&client.0, &req.subject, &provider, None, rid.as_deref()).await?;
+            let view = serde_json::to_value(state.elicitation_view(&e)).map_err(Error::internal)?;
+            return Err(Error::AuthorizationRequired { provider: provider.name.clone(), elicitation: Box::new(view) });
+        }
+        return Err(Error::NotConnected { subject: req.subject, provider: req.provider });
+    };
+    match state.fresh_token(connection, provider.clone(), min_ttl, req.force_refresh, rid.clone()).await {
+        Ok(t) => Ok(Json(TokenResponse {
+            access_token: t.access_token.expose_secret().to_owned(),
+            token_type: t.token_type,
+            expires_at: t.expires_at.map(rfc3339),
+            scopes: t.scopes,
+            connection_id: t.connection_id,
+        })),
+        Err(Error::ReauthorizationRequired { provider: p, .. }) if req.elicit => {
+            let e = state.create_or_reuse_elicitation(&client.0, &req.subject, &provider, None, rid.as_deref()).await?;
+            let view = serde_json::to_value(state.elicitation_view(&e)).map_err(Error::internal)?;
+            Err(Error::ReauthorizationRequired { provider: p, elicitation: Some(Box::new(view)) })
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,691 @@
+//! Configuration: one TOML file, `MCP_CONNECT_*` environment overrides, `*_file` secrets, and
+//! validation that stops start-up with a message naming the bad key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use url::Url;
+
+use crate::crypto::KeyRing;
+
+const ENV_PREFIX: &str = "MCP_CONNECT_";
+/// Environment variables with the prefix that are not config keys.
+const ENV_NOT_KEYS: &[&str] = &["MCP_CONNECT_CONFIG", "MCP_CONNECT_LOG"];
+
+/// A configuration problem, always naming the key it is about.
+#[derive(Debug, thiserror::Error)]
+#[error("config key `{key}`: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// All problems found in one configuration, so an operator can fix them in one go.
+#[derive(Debug)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl From<ConfigError> for ConfigErrors {
+    fn from(e: ConfigError) -> Self {
+        Self(vec![e])
+    }
+}
+
+/// The file as written, before validation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    public_url: Option<String>,
+    listen: Option<String>,
+    database_url: Option<String>,
+    #[serde(default)]
+    encryption_keys: Vec<SecretString>,
+    elicitation_ttl_seconds: Option<u64>,
+    session_ttl_seconds: Option<u64>,
+    log_format: Option<String>,
+    identity: Option<RawIdentity>,
+    #[serde(default)]
+    clients: Vec<RawClient>,
+    #[serde(default)]
+    admin: AdminConfig,
+    #[serde(default)]
+    providers: BTreeMap<String, ProviderConfig>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdentity {
+    issuer: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<SecretString>,
+    #[serde(default)]
+    scopes: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClient {
+    id: Option<String>,
+    name: Option<String>,
+    api_key: Option<SecretString>,
+    api_key_sha256: Option<String>,
+    #[serde(default)]
+    providers: Vec<String>,
+}
+
+/// Who may use `/admin`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    #[serde(default)]
+    pub subjects: Vec<String>,
+    pub claim: Option<String>,
+    #[serde(default)]
+    pub claim_values: Vec<String>,
+}
+
+/// One upstream provider as configured. Endpoints not given come from the built-in catalog
+/// (`kind`) or from discovery (`issuer`).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub kind: Option<String>,
+    pub display_name: Option<String>,
+    /// Issuer for discovery and the RFC 9207 `iss` check, exactly as the provider spells it.
+    pub issuer: Option<String>,
+    pub authorization_url: Option<Url>,
+    pub token_url: Option<Url>,
+    pub revocation_url: Option<Url>,
+    pub userinfo_url: Option<Url>,
+    pub client_id: String,
+    pub client_secret: Option<SecretString>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// `false` for providers that reject PKCE.
+    pub pkce: Option<bool>,
+    /// How the client authenticates at the token endpoint: `basic` or `post`.
+    pub token_auth: Option<String>,
+    /// Extra parameters added to the authorization URL, e.g. `access_type = "offline"`.
+    #[serde(default)]
+    pub authorize_params: BTreeMap<String, String>,
+    /// Message shown to the user by the MCP client; `{provider}` is replaced by the display name.
+    pub message: Option<String>,
+}
+
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("kind", &self.kind)
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "[redacted]"))
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The identity issuer (the MCP authorization server).
+#[derive(Clone)]
+pub struct IdentityConfig {
+    /// Exactly as the issuer spells it (compared verbatim with `iss`).
+    pub issuer: String,
+    pub client_id: String,
+    pub client_secret: Option<SecretString>,
+    pub scopes: Vec<String>,
+}
+
+impl fmt::Debug for IdentityConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdentityConfig")
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
+}
+
+/// An MCP server allowed to call the API. Only the SHA-256 of its key is kept.
+#[derive(Clone)]
+pub struct ClientConfig {
+    pub id: String,
+    pub name: String,
+    pub api_key_sha256: [u8; 32],
+    pub providers: Vec<String>,
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("id", &self.id)
+            .field("providers", &self.providers)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The validated configuration.
+#[derive(Clone)]
+pub struct Config {
+    pub public_url: Url,
+    pub listen: SocketAddr,
+    pub database_url: String,
+    pub keys: KeyRing,
+    pub elicitation_ttl_seconds: u64,
+    pub session_ttl_seconds: u64,
+    pub log_format: LogFormat,
+    pub identity: IdentityConfig,
+    pub clients: Vec<ClientConfig>,
+    pub admin: AdminConfig,
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("public_url", &self.public_url.as_str())
+            .field("listen", &self.listen)
+            .field("database_url", &redact_url(&self.database_url))
+            .field("keys", &self.keys)
+            .field("identity", &self.identity)
+            .field("clients", &self.clients)
+            .field("providers", &self.providers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The database URL with any password removed, for logs.
+pub fn redact_url(raw: &str) -> String {
+    match Url::parse(raw) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("redacted"));
+            u.to_string()
+        }
+        _ => raw.to_owned(),
+    }
+}
+
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/mcp-connect.db";
+
+impl Config {
+    /// Reads the file (if any), applies environment overrides and `*_file` secrets, validates.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigErrors> {
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p).map_err(|e| {
+                ConfigError::new("--config", format!("cannot read {}: {e}", p.display()))
+            })?,
+            None => String::new(),
+        };
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        Self::from_parts(&text, &env)
+    }
+
+    /// Builds a config from TOML text and a list of environment variables (tests pass their own).
+    pub fn from_parts(toml_text: &str, env: &[(String, String)]) -> Result<Self, ConfigErrors> {
+        let mut root: toml::Table = toml::from_str(toml_text)
+            .map_err(|e| ConfigError::new(toml_error_key(&e), e.message().to_owned()))?;
+        apply_env(&mut root, env)?;
+        resolve_files(&mut root, "")?;
+        let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(root))
+            .map_err(|e| {
+                let key = e.path().to_string();
+                ConfigError::new(if key == "." { "(top level)".into() } else { key }, e.inner().to_string())
+            })?;
+        validate(raw)
+    }
+
+    pub fn is_https(&self) -> bool {
+        self.public_url.scheme() == "https"
+    }
+
+    /// An absolute URL under `public_url`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.public_url.as_str().trim_end_matches('/'), path)
+    }
+}
+
+fn toml_error_key(e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => format!("(file, bytes {}..{})", span.start, span.end),
+        None => "(file)".into(),
+    }
+}
+
+/// `MCP_CONNECT_IDENTITY__CLIENT_SECRET=x` sets `identity.client_secret = "x"`. Values that look
+/// like TOML arrays, booleans or integers are parsed as such; everything else is a string.
+fn apply_env(root: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
+    for (name, value) in env {
+        let Some(rest) = name.strip_prefix(ENV_PREFIX) else { continue };
+        if ENV_NOT_KEYS.contains(&name.as_str()) || rest.is_empty() {
+            continue;
+        }
+        let path: Vec<String> = rest.split("__").map(|s| s.to_ascii_lowercase()).collect();
+        let parsed = parse_env_value(value)
+            .map_err(|m| ConfigError::new(format!("{name} ({})", path.join(".")), m))?;
+        set_path(root, &path, parsed).map_err(|m| ConfigError::new(name.clone(), m))?;
+    }
+    Ok(())
+}
+
+fn parse_env_value(value: &str) -> Result<toml::Value, String> {
+    let t = value.trim();
+    if t.starts_with('[') || t.starts_with('{') {
+        let doc: toml::Table =
+            toml::from_str(&format!("v = {t}")).map_err(|e| format!("not valid TOML: {}", e.message()))?;
+        return Ok(doc.get("v").cloned().unwrap_or(toml::Value::String(value.into())));
+    }
+    if t == "true" || t == "false" {
+        return Ok(toml::Value::Boolean(t == "true"));
+    }
+    if let Ok(n) = t.parse::<i64>() {
+        if !t.starts_with('0') || t == "0" {
+            return Ok(toml::Value::Integer(n));
+        }
+    }
+    Ok(toml::Value::String(value.to_owned()))
+}
+
+fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
+    let (first, rest) = path.split_first().ok_or("empty key")?;
+    if rest.is_empty() {
+        table.insert(first.clone(), value);
+        return Ok(());
+    }
+    let entry = table
+        .entry(first.clone())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    match entry {
+        toml::Value::Table(t) => set_path(t, rest, value),
+        toml::Value::Array(items) => {
+            let (idx, rest2) = rest.split_first().ok_or("empty key")?;
+            let i: usize = idx.parse().map_err(|_| format!("`{idx}` is not an array index"))?;
+            while items.len() <= i {
+                items.push(toml::Value::Table(toml::Table::new()));
+            }
+            match &mut items[i] {
+                toml::Value::Table(t) if !rest2.is_empty() => set_path(t, rest2, value),
+                slot if rest2.is_empty() => {
+                    *slot = value;
+                    Ok(())
+                }
+                _ => Err(format!("`{first}` entry {i} is not a table")),
+            }
+        }
+        _ => Err(format!("`{first}` is not a table")),
+    }
+}
+
+/// Replaces every `foo_file = "/path"` with `foo = <file contents, trailing newline removed>`.
+fn resolve_files(table: &mut toml::Table, prefix: &str) -> Result<(), ConfigError> {
+    let file_keys: Vec<String> = table
+        .keys()
+        .filter(|k| k.ends_with("_file"))
+        .cloned()
+        .collect();
+    for fk in file_keys {
+        let key = fk.trim_end_matches("_file").to_owned();
+        let full = format!("{prefix}{fk}");
+        if table.contains_key(&key) {
+            return Err(ConfigError::new(full, format!("give either `{key}` or `{fk}`, not both")));
+        }
+        let value = table.remove(&fk).unwrap_or(toml::Value::Boolean(false));
+        let path = value
+            .as_str()
+            .ok_or_else(|| ConfigError::new(&full, "must be a file path"))?;
+        let content = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(&full, format!("cannot read {path}: {e}")))?;
+        let content = content.trim_end_matches(['\n', '\r']).to_owned();
+        let v = if key == "encryption_keys" {
+            toml::Value::Array(
+                content
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(|l| toml::Value::String(l.into()))
+                    .collect(),
+            )
+        } else {
+            toml::Value::String(content)
+        };
+        table.insert(key, v);
+    }
+    for (k, v) in table.iter_mut() {
+        match v {
+            toml::Value::Table(t) => resolve_files(t, &format!("{prefix}{k}."))?,
+            toml::Value::Array(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    if let toml::Value::Table(t) = item {
+                        resolve_files(t, &format!("{prefix}{k}[{i}]."))?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut err = |k: &str, m: String| errors.push(ConfigError::new(k, m));
+
+    let public_url = match raw.public_url.as_deref() {
+        None => {
+            err("public_url", "is required (the origin of every URL handed out, e.g. https://connect.example.com)".into());
+            None
+        }
+        Some(s) => match Url::parse(s) {
+            Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+                err("public_url", "must be an http(s) URL".into());
+                None
+            }
+            Ok(u) if u.path() != "/" || u.query().is_some() || u.fragment().is_some() => {
+                err("public_url", "must be an origin without path, query or fragment".into());
+                None
+            }
+            Ok(u) => Some(u),
+            Err(e) => {
+                err("public_url", format!("is not a URL: {e}"));
+                None
+            }
+        },
+    };
+    let listen = match raw.listen.as_deref().unwrap_or("127.0.0.1:8080").parse::<SocketAddr>() {
+        Ok(a) => Some(a),
+        Err(e) => {
+            err("listen", format!("must be an address like 0.0.0.0:8080: {e}"));
+            None
+        }
+    };
+    let database_url = raw.database_url.unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
+    if !(database_url.starts_with("postgres://")
+        || database_url.starts_with("postgresql://")
+        || database_url.starts_with("sqlite:"))
+    {
+        err("database_url", "must start with postgres:// or sqlite:".into());
+    }
+    let keys = if raw.encryption_keys.is_empty() {
+        err("encryption_keys", "at least one key is required (create one with `mcp-connect gen-key`)".into());
+        None
+    } else {
+        match KeyRing::parse(&raw.encryption_keys) {
+            Ok(k) => Some(k),
+            Err(m) => {
+                err("encryption_keys", m);
+                None
+            }
+        }
+    };
+    let log_format = match raw.log_format.as_deref().unwrap_or("text") {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        other => {
+            err("log_format", format!("must be \"text\" or \"json\", not {other:?}"));
+            LogFormat::Text
+        }
+    };
+    let elicitation_ttl_seconds = raw.elicitation_ttl_seconds.unwrap_or(900);
+    if !(60..=86_400).contains(&elicitation_ttl_seconds) {
+        err("elicitation_ttl_seconds", "must be between 60 and 86400".into());
+    }
+    let session_ttl_seconds = raw.session_ttl_seconds.unwrap_or(8 * 3600);
+    if !(300..=30 * 86_400).contains(&session_ttl_seconds) {
+        err("session_ttl_seconds", "must be between 300 and 2592000".into());
+    }
+
+    let identity = match raw.identity {
+        None => {
+            err("identity", "the [identity] section is required".into());
+            None
+        }
+        Some(id) => {
+            let issuer = match id.issuer.as_deref().map(Url::parse) {
+                None => {
+                    err("identity.issuer", "is required".into());
+                    None
+                }
+                Some(Err(e)) => {
+                    err("identity.issuer", format!("is not a URL: {e}"));
+                    None
+                }
+                Some(Ok(u)) if !matches!(u.scheme(), "http" | "https") => {
+                    err("identity.issuer", "must be an http(s) URL".into());
+                    None
+                }
+                Some(Ok(_)) => id.issuer.clone(),
+            };
+            let client_id = id.client_id.filter(|c| !c.is_empty());
+            if client_id.is_none() {
+                err("identity.client_id", "is required".into());
+            }
+            match (issuer, client_id) {
+                (Some(issuer), Some(client_id)) => Some(IdentityConfig {
+                    issuer,
+                    client_id,
+                    client_secret: id.client_secret,
+                    scopes: if id.scopes.is_empty() { vec!["openid".into()] } else { id.scopes },
+                }),
+                _ => None,
+            }
+        }
+    };
+
+    for (name, p) in &raw.providers {
+        let key = format!("providers.{name}");
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') || name.is_empty() {
+            err(&key, "provider names may only use letters, digits, - and _".into());
+        }
+        if let Some(kind) = &p.kind {
+            if crate::providers::catalog::lookup(kind).is_none() {
+                err(&format!("{key}.kind"), format!("unknown kind {kind:?}; known: {}", crate::providers::catalog::names().join(", ")));
+            }
+        } else if p.issuer.is_none() && (p.authorization_url.is_none() || p.token_url.is_none()) {
+            err(&key, "needs `kind`, or `issuer` (discovery), or both `authorization_url` and `token_url`".into());
+        }
+        if let Some(i) = &p.issuer {
+            if Url::parse(i).is_err() {
+                err(&format!("{key}.issuer"), "is not a URL".into());
+            }
+        }
+        if p.client_id.is_empty() {
+            err(&format!("{key}.client_id"), "must not be empty".into());
+        }
+        if let Some(a) = &p.token_auth {
+            if a != "basic" && a != "post" {
+                err(&format!("{key}.token_auth"), "must be \"basic\" or \"post\"".into());
+            }
+        }
+    }
+
+    let mut clients = Vec::new();
+    for (i, c) in raw.clients.into_iter().enumerate() {
+        let key = format!("clients[{i}]");
+        let Some(id) = c.id.filter(|s| !s.is_empty()) else {
+            err(&format!("{key}.id"), "is required".into());
+            continue;
+        };
+        if clients.iter().any(|x: &ClientConfig| x.id == id) {
+            err(&format!("{key}.id"), format!("{id:?} is listed twice"));
+        }
+        let hash = match (&c.api_key, &c.api_key_sha256) {
+            (Some(k), None) => {
+                if k.expose_secret().len() < 24 {
+                    err(&format!("{key}.api_key"), "must be at least 24 characters (use a random value)".into());
+                }
+                Some(crate::crypto::sha256(k.expose_secret().as_bytes()))
+            }
+            (None, Some(h)) => match hex::decode(h).ok().and_then(|b| <[u8; 32]>::try_from(b).ok()) {
+                Some(b) => Some(b),
+                None => {
+                    err(&format!("{key}.api_key_sha256"), "must be 64 hex characters".into());
+                    None
+                }
+            },
+            (Some(_), Some(_)) => {
+                err(&key, "give either `api_key` or `api_key_sha256`, not both".into());
+                None
+            }
+            (None, None) => {
+                err(&key, "needs `api_key` or `api_key_sha256`".into());
+                None
+            }
+        };
+        for p in &c.providers {
+            if !raw.providers.contains_key(p) {
+                err(&format!("{key}.providers"), format!("unknown provider {p:?}"));
+            }
+        }
+        if let Some(h) = hash {
+            clients.push(ClientConfig {
+                name: c.name.unwrap_or_else(|| id.clone()),
+                id,
+                api_key_sha256: h,
+                providers: c.providers,
+            });
+        }
+    }
+
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    match (public_url, listen, keys, identity) {
+        (Some(public_url), Some(listen), Some(keys), Some(identity)) => Ok(Config {
+            public_url,
+            listen,
+            database_url,
+            keys,
+            elicitation_ttl_seconds,
+            session_ttl_seconds,
+            log_format,
+            identity,
+            clients,
+            admin: raw.admin,
+            providers: raw.providers,
+        }),
+        _ => Err(ConfigErrors(vec![ConfigError::new("(config)", "incomplete")])),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+    fn base() -> String {
+        format!(
+            r#"
+public_url = "https://connect.example.com"
+encryption_keys = ["{KEY}"]
+[identity]
+issuer = "https://auth.example.com"
+client_id = "mcp-connect"
+client_secret = "identity-super-secret"
+[[clients]]
+id = "github-mcp"
+api_key = "abcdefghijklmnopqrstuvwxyz0123"
+providers = ["github"]
+[providers.github]
+kind = "github"
+client_id = "gh"
+client_secret = "gh-super-secret"
+"#
+        )
+    }
+
+    #[test]
+    fn a_full_config_loads() {
+        let c = Config::from_parts(&base(), &[]).unwrap();
+        assert!(c.is_https());
+        assert_eq!(c.database_url, DEFAULT_DATABASE_URL);
+        assert_eq!(c.clients[0].providers, vec!["github"]);
+    }
+
+    #[test]
+    fn debug_output_leaks_no_secret() {
+        let c = Config::from_parts(&base(), &[]).unwrap();
+        let dbg = format!("{c:?}");
+        for s in ["identity-super-secret", "gh-super-secret", "abcdefghijklmnopqrstuvwxyz0123", "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"] {
+            assert!(!dbg.contains(s), "{s} leaked in {dbg}");
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let text = base().replace("client_id = \"mcp-connect\"", "client_id = \"mcp-connect\"\nclient_secrt = \"x\"");
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(e.contains("identity.client_secrt") || e.contains("client_secrt"), "{e}");
+    }
+
+    #[test]
+    fn env_overrides_nested_keys_and_arrays() {
+        let env = vec![
+            ("MCP_CONNECT_IDENTITY__CLIENT_SECRET".to_string(), "from-env".to_string()),
+            ("MCP_CONNECT_LISTEN".to_string(), "127.0.0.1:9999".to_string()),
+            ("MCP_CONNECT_CLIENTS__0__PROVIDERS".to_string(), "[\"github\"]".to_string()),
+        ];
+        let c = Config::from_parts(&base(), &env).unwrap();
+        assert_eq!(c.identity.client_secret.unwrap().expose_secret(), "from-env");
+        assert_eq!(c.listen.port(), 9999);
+    }
+
+    #[test]
+    fn secrets_can_come_from_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("secret");
+        std::fs::write(&p, "file-secret\n").unwrap();
+        let text = base().replace(
+            "client_secret = \"identity-super-secret\"",
+            &format!("client_secret_file = {:?}", p.to_str().unwrap()),
+        );
+        let c = Config::from_parts(&text, &[]).unwrap();
+        assert_eq!(c.identity.client_secret.unwrap().expose_secret(), "file-secret");
+    }
+
+    #[test]
+    fn bad_values_name_their_keys() {
+        let text = base()
+            .replace("https://connect.example.com", "not a url")
+            .replace(KEY, "k1:short");
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(e.contains("`public_url`"), "{e}");
+        assert!(e.contains("`encryption_keys`"), "{e}");
+    }
+
+    #[test]
+    fn client_with_unknown_provider_is_refused() {
+        let text = base().replace("providers = [\"github\"]", "providers = [\"gitlab\"]");
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(e.contains("clients[0].providers"), "{e}");
+    }
+}

@@ -1,0 +1,206 @@
+//! All cryptography lives here: the encryption key ring (AES-256-GCM with a key id in every
+//! stored value and associated data binding it to its place), random identifiers, hashing.
+
+use std::fmt;
+use std::sync::Arc;
+
+use aes_gcm::aead::{Aead, KeyInit, OsRng, Payload};
+use aes_gcm::{AeadCore, Aes256Gcm, Nonce};
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use rand::RngCore;
+use secrecy::{ExposeSecret, SecretString};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// Why a stored value could not be opened. Deliberately vague: the caller logs it, never shows it.
+#[derive(Debug, thiserror::Error)]
+pub enum CryptoError {
+    #[error("stored value is malformed")]
+    Malformed,
+    #[error("stored value was sealed with key `{0}`, which is not in the key ring")]
+    UnknownKey(String),
+    #[error("stored value failed authentication (wrong key, or moved from another row or field)")]
+    Authentication,
+}
+
+struct Key {
+    id: String,
+    cipher: Aes256Gcm,
+}
+
+/// The configured keys: the first seals, all open.
+#[derive(Clone)]
+pub struct KeyRing {
+    keys: Arc<Vec<Key>>,
+}
+
+impl fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ids: Vec<&str> = self.keys.iter().map(|k| k.id.as_str()).collect();
+        f.debug_struct("KeyRing").field("key_ids", &ids).finish()
+    }
+}
+
+impl KeyRing {
+    /// Parses `"id:base64-of-32-bytes"` entries.
+    pub fn parse(entries: &[SecretString]) -> Result<Self, String> {
+        let mut keys = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let e = e.expose_secret();
+            let (id, b64) = e
+                .split_once(':')
+                .ok_or_else(|| format!("entry {i} must look like \"id:BASE64\""))?;
+            if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err(format!("entry {i}: the key id may only use letters, digits, - and _"));
+            }
+            let raw = STANDARD
+                .decode(b64.trim())
+                .or_else(|_| URL_SAFE_NO_PAD.decode(b64.trim()))
+                .map_err(|_| format!("entry {i} (id {id}): the key is not valid base64"))?;
+            if raw.len() != 32 {
+                return Err(format!("entry {i} (id {id}): the key must be 32 bytes, got {}", raw.len()));
+            }
+            if keys.iter().any(|k: &Key| k.id == id) {
+                return Err(format!("key id {id:?} is used twice"));
+            }
+            let cipher = Aes256Gcm::new_from_slice(&raw).map_err(|_| "bad key length".to_string())?;
+            keys.push(Key { id: id.to_owned(), cipher });
+        }
+        if keys.is_empty() {
+            return Err("at least one key is required".into());
+        }
+        Ok(Self { keys: Arc::new(keys) })
+    }
+
+    /// The id of the key that seals new values.
+    pub fn current_id(&self) -> &str {
+        &self.keys[0].id
+    }
+
+    /// Seals `plaintext` under the current key. The result is `keyid.base64url(nonce || ct)`;
+    /// `aad` names where the value lives, so a value copied elsewhere will not open.
+    pub fn seal(&self, plaintext: &[u8], aad: &str) -> String {
+        let key = &self.keys[0];
+        let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
+        // Encryption with a valid key and in-memory buffers cannot fail.
+        let ct = key
+            .cipher
+            .encrypt(&nonce, Payload { msg: plaintext, aad: aad.as_bytes() })
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(12 + ct.len());
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&ct);
+        format!("{}.{}", key.id, URL_SAFE_NO_PAD.encode(out))
+    }
+
+    pub fn open(&self, sealed: &str, aad: &str) -> Result<Vec<u8>, CryptoError> {
+        let (id, body) = sealed.split_once('.').ok_or(CryptoError::Malformed)?;
+        let key = self
+            .keys
+            .iter()
+            .find(|k| k.id == id)
+            .ok_or_else(|| CryptoError::UnknownKey(id.to_owned()))?;
+        let raw = URL_SAFE_NO_PAD.decode(body).map_err(|_| CryptoError::Malformed)?;
+        if raw.len() < 12 + 16 {
+            return Err(CryptoError::Malformed);
+        }
+        let (nonce, ct) = raw.split_at(12);
+        key.cipher
+            .decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad: aad.as_bytes() })
+            .map_err(|_| CryptoError::Authentication)
+    }
+
+    pub fn open_string(&self, sealed: &str, aad: &str) -> Result<SecretString, CryptoError> {
+        let bytes = self.open(sealed, aad)?;
+        String::from_utf8(bytes)
+            .map(SecretString::from)
+            .map_err(|_| CryptoError::Malformed)
+    }
+
+    /// The key id a sealed value was made with.
+    pub fn key_id_of(sealed: &str) -> Option<&str> {
+        sealed.split_once('.').map(|(id, _)| id)
+    }
+}
+
+/// Associated data for a token field of a connection.
+pub fn connection_aad(connection_id: &str, field: &str) -> String {
+    format!("mcp-connect/v1/connection/{connection_id}/{field}")
+}
+
+/// `n` random bytes from the OS, base64url without padding.
+pub fn random_token(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    OsRng.fill_bytes(&mut b);
+    URL_SAFE_NO_PAD.encode(b)
+}
+
+pub fn sha256(data: &[u8]) -> [u8; 32] {
+    Sha256::digest(data).into()
+}
+
+pub fn sha256_b64(data: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(sha256(data))
+}
+
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.ct_eq(b).into()
+}
+
+/// A new key in the `id:base64` form used by `encryption_keys`.
+pub fn generate_key(id: &str) -> String {
+    let mut b = [0u8; 32];
+    OsRng.fill_bytes(&mut b);
+    format!("{id}:{}", STANDARD.encode(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(entries: &[&str]) -> KeyRing {
+        let e: Vec<SecretString> = entries.iter().map(|s| SecretString::from(s.to_string())).collect();
+        KeyRing::parse(&e).unwrap()
+    }
+
+    #[test]
+    fn sealed_value_opens_with_its_aad_only() {
+        let k = generate_key("k1");
+        let r = ring(&[&k]);
+        let s = r.seal(b"gho_secret", &connection_aad("c1", "access_token"));
+        assert!(s.starts_with("k1."));
+        assert!(!s.contains("gho_secret"));
+        assert_eq!(r.open(&s, &connection_aad("c1", "access_token")).unwrap(), b"gho_secret");
+        assert!(matches!(r.open(&s, &connection_aad("c2", "access_token")), Err(CryptoError::Authentication)));
+        assert!(matches!(r.open(&s, &connection_aad("c1", "refresh_token")), Err(CryptoError::Authentication)));
+    }
+
+    #[test]
+    fn old_keys_open_and_the_first_seals() {
+        let old = generate_key("old");
+        let new = generate_key("new");
+        let sealed_old = ring(&[&old]).seal(b"x", "a");
+        let both = ring(&[&new, &old]);
+        assert_eq!(both.open(&sealed_old, "a").unwrap(), b"x");
+        assert!(both.seal(b"x", "a").starts_with("new."));
+        assert!(matches!(ring(&[&new]).open(&sealed_old, "a"), Err(CryptoError::UnknownKey(_))));
+    }
+
+    #[test]
+    fn tampering_is_detected() {
+        let r = ring(&[&generate_key("k")]);
+        let mut s = r.seal(b"value", "a").into_bytes();
+        let last = s.len() - 2;
+        s[last] = if s[last] == b'A' { b'B' } else { b'A' };
+        assert!(r.open(std::str::from_utf8(&s).unwrap(), "a").is_err());
+        assert!(matches!(r.open("garbage", "a"), Err(CryptoError::Malformed)));
+    }
+
+    #[test]
+    fn bad_keys_are_refused_with_reason() {
+        let e = KeyRing::parse(&[SecretString::from("k1:c2hvcnQ=".to_string())]).unwrap_err();
+        assert!(e.contains("32 bytes"), "{e}");
+        assert!(format!("{:?}", ring(&[&generate_key("kid")])).contains("kid"));
+    }
+}

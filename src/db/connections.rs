@@ -1,0 +1,305 @@
+//! Connection rows: one user's grant at one provider. Token columns are sealed with associated
+//! data naming the connection and the field, so a value copied to another row does not open.
+
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::FromRow;
+
+use super::{Db, now};
+use crate::crypto::{CryptoError, KeyRing, connection_aad, random_token};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionStatus {
+    Active,
+    NeedsReauth,
+    Revoked,
+}
+
+impl ConnectionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::NeedsReauth => "needs_reauth",
+            Self::Revoked => "revoked",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "needs_reauth" => Self::NeedsReauth,
+            "revoked" => Self::Revoked,
+            _ => Self::Active,
+        }
+    }
+}
+
+#[derive(Debug, Clone, FromRow)]
+struct Row {
+    id: String,
+    issuer: String,
+    subject: String,
+    provider: String,
+    status: String,
+    scopes: String,
+    token_type: String,
+    access_token: Option<String>,
+    refresh_token: Option<String>,
+    expires_at: Option<i64>,
+    account_label: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+    last_refresh_at: Option<i64>,
+    last_error: Option<String>,
+    token_version: i64,
+}
+
+/// A connection as stored: token fields are still sealed.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    pub id: String,
+    pub issuer: String,
+    pub subject: String,
+    pub provider: String,
+    pub status: ConnectionStatus,
+    pub scopes: Vec<String>,
+    pub token_type: String,
+    sealed_access_token: Option<String>,
+    sealed_refresh_token: Option<String>,
+    pub expires_at: Option<i64>,
+    pub account_label: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub last_refresh_at: Option<i64>,
+    pub last_error: Option<String>,
+    pub token_version: i64,
+}
+
+impl From<Row> for Connection {
+    fn from(r: Row) -> Self {
+        Self {
+            id: r.id,
+            issuer: r.issuer,
+            subject: r.subject,
+            provider: r.provider,
+            status: ConnectionStatus::parse(&r.status),
+            scopes: super::elicitations::split_scopes(&r.scopes),
+            token_type: r.token_type,
+            sealed_access_token: r.access_token,
+            sealed_refresh_token: r.refresh_token,
+            expires_at: r.expires_at,
+            account_label: r.account_label,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            last_refresh_at: r.last_refresh_at,
+            last_error: r.last_error,
+            token_version: r.token_version,
+        }
+    }
+}
+
+impl Connection {
+    pub fn access_token(&self, keys: &KeyRing) -> Result<Option<SecretString>, CryptoError> {
+        self.sealed_access_token
+            .as_deref()
+            .map(|s| keys.open_string(s, &connection_aad(&self.id, "access_token")))
+            .transpose()
+    }
+
+    pub fn refresh_token(&self, keys: &KeyRing) -> Result<Option<SecretString>, CryptoError> {
+        self.sealed_refresh_token
+            .as_deref()
+            .map(|s| keys.open_string(s, &connection_aad(&self.id, "refresh_token")))
+            .transpose()
+    }
+
+    pub fn has_refresh_token(&self) -> bool {
+        self.sealed_refresh_token.is_some()
+    }
+
+    /// The ids of the keys that sealed this row's values.
+    pub fn key_ids(&self) -> Vec<&str> {
+        [&self.sealed_access_token, &self.sealed_refresh_token]
+            .into_iter()
+            .flatten()
+            .filter_map(|s| KeyRing::key_id_of(s))
+            .collect()
+    }
+}
+
+/// Tokens to store, in clear until sealed here.
+pub struct NewTokens<'a> {
+    pub access_token: &'a SecretString,
+    /// `None` keeps the refresh token already stored (providers that do not rotate).
+    pub refresh_token: Option<&'a SecretString>,
+    pub token_type: &'a str,
+    pub expires_at: Option<i64>,
+    pub scopes: &'a [String],
+    pub account_label: Option<&'a str>,
+}
+
+const COLUMNS: &str = "id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, expires_at, \
+                       account_label, created_at, updated_at, last_refresh_at, last_error, token_version";
+
+fn seal(keys: &KeyRing, id: &str, field: &str, value: &SecretString) -> String {
+    keys.seal(value.expose_secret().as_bytes(), &connection_aad(id, field))
+}
+
+impl Db {
+    pub async fn get_connection(&self, id: &str) -> Result<Option<Connection>, sqlx::Error> {
+        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM connections WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+
+    pub async fn find_connection(&self, issuer: &str, subject: &str, provider: &str) -> Result<Option<Connection>, sqlx::Error> {
+        let row: Option<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
+        ))
+        .bind(issuer)
+        .bind(subject)
+        .bind(provider)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(Into::into))
+    }
+
+    pub async fn list_connections(&self, issuer: &str, subject: &str) -> Result<Vec<Connection>, sqlx::Error> {
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 ORDER BY provider"
+        ))
+        .bind(issuer)
+        .bind(subject)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    /// Stores the tokens of a completed connect flow: a new connection, or the existing one for
+    /// `(issuer, subject, provider)` replaced in place (same id). Returns `(id, reconnected)`.
+    pub async fn save_connected_tokens(
+        &self,
+        keys: &KeyRing,
+        issuer: &str,
+        subject: &str,
+        provider: &str,
+        t: &NewTokens<'_>,
+    ) -> Result<(String, bool), sqlx::Error> {
+        let now = now();
+        let id = random_token(16);
+        let inserted = sqlx::query(
+            "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
+             expires_at, account_label, created_at, updated_at, last_refresh_at) \
+             VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11) \
+             ON CONFLICT (issuer, subject, provider) DO NOTHING",
+        )
+        .bind(&id)
+        .bind(issuer)
+        .bind(subject)
+        .bind(provider)
+        .bind(t.scopes.join(" "))
+        .bind(t.token_type)
+        .bind(seal(keys, &id, "access_token", t.access_token))
+        .bind(t.refresh_token.map(|r| seal(keys, &id, "refresh_token", r)))
+        .bind(t.expires_at)
+        .bind(t.account_label)
+        .bind(now)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if inserted == 1 {
+            return Ok((id, false));
+        }
+        let existing = self
+            .find_connection(issuer, subject, provider)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?;
+        let id = existing.id;
+        // A reconnect is a fresh grant: the old refresh token is replaced, or dropped if the
+        // provider issued none this time.
+        sqlx::query(
+            "UPDATE connections SET status = 'active', scopes = $2, token_type = $3, access_token = $4, refresh_token = $5, \
+             expires_at = $6, account_label = COALESCE($7, account_label), updated_at = $8, last_refresh_at = $8, \
+             last_error = NULL, refresh_failures = 0, token_version = token_version + 1 WHERE id = $1",
+        )
+        .bind(&id)
+        .bind(t.scopes.join(" "))
+        .bind(t.token_type)
+        .bind(seal(keys, &id, "access_token", t.access_token))
+        .bind(t.refresh_token.map(|r| seal(keys, &id, "refresh_token", r)))
+        .bind(t.expires_at)
+        .bind(t.account_label)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok((id, true))
+    }
+
+    /// Stores refreshed tokens, only if nobody else stored newer ones since `expected_version`
+    /// was read (a fencing check). Returns false when the row had moved on.
+    pub async fn save_refreshed_tokens(
+        &self,
+        keys: &KeyRing,
+        id: &str,
+        expected_version: i64,
+        t: &NewTokens<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        let now = now();
+        let refresh = t.refresh_token.map(|r| seal(keys, id, "refresh_token", r));
+        let r = sqlx::query(
+            "UPDATE connections SET status = 'active', scopes = $3, token_type = $4, access_token = $5, \
+             refresh_token = COALESCE($6, refresh_token), expires_at = $7, updated_at = $8, last_refresh_at = $8, \
+             last_error = NULL, refresh_failures = 0, token_version = token_version + 1 \
+             WHERE id = $1 AND token_version = $2",
+        )
+        .bind(id)
+        .bind(expected_version)
+        .bind(t.scopes.join(" "))
+        .bind(t.token_type)
+        .bind(seal(keys, id, "access_token", t.access_token))
+        .bind(refresh)
+        .bind(t.expires_at)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Records a failed refresh. `needs_reauth` marks the grant dead; the identity is kept.
+    pub async fn record_refresh_failure(&self, id: &str, error: &str, needs_reauth: bool) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE connections SET last_error = $2, refresh_failures = refresh_failures + 1, updated_at = $3, \
+             status = CASE WHEN $4 = 1 THEN 'needs_reauth' ELSE status END WHERE id = $1",
+        )
+        .bind(id)
+        .bind(error)
+        .bind(now())
+        .bind(i64::from(needs_reauth))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes the tokens and marks the connection revoked (the row stays for its history).
+    pub async fn mark_revoked(&self, id: &str, note: Option<&str>) -> Result<bool, sqlx::Error> {
+        let r = sqlx::query(
+            "UPDATE connections SET status = 'revoked', access_token = NULL, refresh_token = NULL, expires_at = NULL, \
+             updated_at = $2, last_error = $3, token_version = token_version + 1 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(now())
+        .bind(note)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Test and operator helper: the raw sealed columns of a row.
+    pub async fn raw_connection_secrets(&self, id: &str) -> Result<(Option<String>, Option<String>), sqlx::Error> {
+        sqlx::query_as("SELECT access_token, refresh_token FROM connections WHERE id = $1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+    }
+}

@@ -1,0 +1,178 @@
+//! Elicitation rows.
+
+use sqlx::FromRow;
+
+use super::{Db, now};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ElicitationStatus {
+    Pending,
+    Completed,
+    Declined,
+    Expired,
+    Failed,
+}
+
+impl ElicitationStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Completed => "completed",
+            Self::Declined => "declined",
+            Self::Expired => "expired",
+            Self::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "completed" => Self::Completed,
+            "declined" => Self::Declined,
+            "expired" => Self::Expired,
+            "failed" => Self::Failed,
+            _ => Self::Pending,
+        }
+    }
+}
+
+#[derive(Debug, Clone, FromRow)]
+struct Row {
+    id: String,
+    client_id: String,
+    issuer: String,
+    subject: String,
+    provider: String,
+    scopes: String,
+    status: String,
+    connection_id: Option<String>,
+    failure: Option<String>,
+    created_at: i64,
+    expires_at: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Elicitation {
+    pub id: String,
+    pub client_id: String,
+    pub issuer: String,
+    pub subject: String,
+    pub provider: String,
+    pub scopes: Vec<String>,
+    pub status: ElicitationStatus,
+    pub connection_id: Option<String>,
+    pub failure: Option<String>,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+impl Elicitation {
+    /// The status as callers should see it: a pending elicitation past its expiry is expired.
+    pub fn effective_status(&self, now: i64) -> ElicitationStatus {
+        if self.status == ElicitationStatus::Pending && now >= self.expires_at {
+            ElicitationStatus::Expired
+        } else {
+            self.status
+        }
+    }
+}
+
+impl From<Row> for Elicitation {
+    fn from(r: Row) -> Self {
+        Self {
+            id: r.id,
+            client_id: r.client_id,
+            issuer: r.issuer,
+            subject: r.subject,
+            provider: r.provider,
+            scopes: split_scopes(&r.scopes),
+            status: ElicitationStatus::parse(&r.status),
+            connection_id: r.connection_id,
+            failure: r.failure,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+        }
+    }
+}
+
+pub fn split_scopes(s: &str) -> Vec<String> {
+    s.split(' ').filter(|x| !x.is_empty()).map(str::to_owned).collect()
+}
+
+const COLUMNS: &str = "id, client_id, issuer, subject, provider, scopes, status, connection_id, failure, created_at, expires_at";
+
+impl Db {
+    pub async fn insert_elicitation(&self, e: &Elicitation) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8)",
+        )
+        .bind(&e.id)
+        .bind(&e.client_id)
+        .bind(&e.issuer)
+        .bind(&e.subject)
+        .bind(&e.provider)
+        .bind(e.scopes.join(" "))
+        .bind(e.created_at)
+        .bind(e.expires_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// A still-pending, unexpired elicitation for the same request, to hand out again.
+    pub async fn find_reusable_elicitation(
+        &self,
+        client_id: &str,
+        issuer: &str,
+        subject: &str,
+        provider: &str,
+        scopes: &[String],
+        min_remaining: i64,
+    ) -> Result<Option<Elicitation>, sqlx::Error> {
+        let row: Option<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM elicitations WHERE client_id = $1 AND issuer = $2 AND subject = $3 \
+             AND provider = $4 AND scopes = $5 AND status = 'pending' AND expires_at > $6 \
+             ORDER BY created_at DESC LIMIT 1"
+        ))
+        .bind(client_id)
+        .bind(issuer)
+        .bind(subject)
+        .bind(provider)
+        .bind(scopes.join(" "))
+        .bind(now() + min_remaining)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(Into::into))
+    }
+
+    pub async fn get_elicitation(&self, id: &str) -> Result<Option<Elicitation>, sqlx::Error> {
+        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM elicitations WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+
+    /// Moves a pending elicitation to a final status. Returns false if it was no longer pending.
+    pub async fn finish_elicitation(
+        &self,
+        id: &str,
+        status: ElicitationStatus,
+        connection_id: Option<&str>,
+        failure: Option<&str>,
+    ) -> Result<bool, sqlx::Error> {
+        let r = sqlx::query(
+            "UPDATE elicitations SET status = $2, connection_id = $3, failure = $4, finished_at = $5 \
+             WHERE id = $1 AND status = 'pending'",
+        )
+        .bind(id)
+        .bind(status.as_str())
+        .bind(connection_id)
+        .bind(failure)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+}

@@ -1,0 +1,129 @@
+//! Storage: one data-access layer over Postgres and SQLite (sqlx's `Any` driver with portable
+//! SQL; times are Unix seconds), migrations for each engine, and the session store.
+
+pub mod audit;
+pub mod connections;
+pub mod elicitations;
+pub mod flows;
+pub mod refresh_lock;
+pub mod sessions;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::migrate::{MigrateDatabase, Migrator};
+use sqlx::{Any, AnyPool};
+
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Postgres,
+    Sqlite,
+}
+
+#[derive(Clone)]
+pub struct Db {
+    pub pool: AnyPool,
+    pub engine: Engine,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("engine", &self.engine).finish()
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+impl Db {
+    /// Connects (creating the database or SQLite file when missing) without migrating.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        install_default_drivers();
+        let engine = if url.starts_with("sqlite:") { Engine::Sqlite } else { Engine::Postgres };
+        let url = match engine {
+            Engine::Sqlite => prepare_sqlite_url(url)?,
+            Engine::Postgres => url.to_owned(),
+        };
+        if !Any::database_exists(&url).await.unwrap_or(false) {
+            Any::create_database(&url).await.context("creating the database")?;
+        }
+        let mut opts = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(5));
+        opts = match engine {
+            Engine::Postgres => opts.max_connections(16).min_connections(1),
+            Engine::Sqlite => opts
+                .max_connections(8)
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        use sqlx::Executor;
+                        conn.execute("PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+                            .await?;
+                        Ok(())
+                    })
+                }),
+        };
+        let pool = opts.connect(&url).await.context("connecting to the database")?;
+        Ok(Self { pool, engine })
+    }
+
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        let m = match self.engine {
+            Engine::Postgres => &POSTGRES_MIGRATIONS,
+            Engine::Sqlite => &SQLITE_MIGRATIONS,
+        };
+        m.run(&self.pool).await.context("running migrations")?;
+        Ok(())
+    }
+
+    pub async fn ping(&self) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ())
+    }
+
+    /// Deletes expired sessions, auth flows and long-finished elicitations.
+    pub async fn delete_expired(&self) -> Result<u64, sqlx::Error> {
+        let now = now();
+        let mut n = 0;
+        n += sqlx::query("DELETE FROM sessions WHERE expires_at < $1")
+            .bind(now)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        // Keep used states a while so a replay is recognised as such.
+        n += sqlx::query("DELETE FROM auth_flows WHERE expires_at < $1")
+            .bind(now - 3600)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        n += sqlx::query("UPDATE elicitations SET status = 'expired', finished_at = $1 WHERE status = 'pending' AND expires_at < $1")
+            .bind(now)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n)
+    }
+}
+
+/// Makes sure a SQLite file can be created: `mode=rwc` and an existing parent folder.
+fn prepare_sqlite_url(url: &str) -> anyhow::Result<String> {
+    let opts = sqlx::sqlite::SqliteConnectOptions::from_str(url).context("parsing the SQLite URL")?;
+    let path = opts.get_filename();
+    if let Some(parent) = path.parent() {
+        if !parent.as_os_str().is_empty() && path.as_os_str() != ":memory:" {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating the folder {}", parent.display()))?;
+        }
+    }
+    Ok(if url.contains("mode=") {
+        url.to_owned()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    })
+}

@@ -1,0 +1,77 @@
+//! The tower-sessions store, in the same database as everything else (no Redis needed).
+
+use async_trait::async_trait;
+use tower_sessions::session::{Id, Record};
+use tower_sessions::session_store::{self, SessionStore};
+
+use super::Db;
+
+#[derive(Debug, Clone)]
+pub struct DbSessionStore {
+    db: Db,
+}
+
+impl DbSessionStore {
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+}
+
+fn backend(e: impl std::fmt::Display) -> session_store::Error {
+    session_store::Error::Backend(e.to_string())
+}
+
+#[async_trait]
+impl SessionStore for DbSessionStore {
+    async fn create(&self, record: &mut Record) -> session_store::Result<()> {
+        let data = serde_json::to_string(record).map_err(|e| session_store::Error::Encode(e.to_string()))?;
+        loop {
+            let r = sqlx::query("INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING")
+                .bind(record.id.to_string())
+                .bind(&data)
+                .bind(record.expiry_date.unix_timestamp())
+                .execute(&self.db.pool)
+                .await
+                .map_err(backend)?;
+            if r.rows_affected() == 1 {
+                return Ok(());
+            }
+            record.id = Id::default();
+        }
+    }
+
+    async fn save(&self, record: &Record) -> session_store::Result<()> {
+        let data = serde_json::to_string(record).map_err(|e| session_store::Error::Encode(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (id) DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at",
+        )
+        .bind(record.id.to_string())
+        .bind(data)
+        .bind(record.expiry_date.unix_timestamp())
+        .execute(&self.db.pool)
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
+        let row: Option<(String,)> = sqlx::query_as("SELECT data FROM sessions WHERE id = $1 AND expires_at > $2")
+            .bind(id.to_string())
+            .bind(super::now())
+            .fetch_optional(&self.db.pool)
+            .await
+            .map_err(backend)?;
+        row.map(|(d,)| serde_json::from_str(&d).map_err(|e| session_store::Error::Decode(e.to_string())))
+            .transpose()
+    }
+
+    async fn delete(&self, id: &Id) -> session_store::Result<()> {
+        sqlx::query("DELETE FROM sessions WHERE id = $1")
+            .bind(id.to_string())
+            .execute(&self.db.pool)
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,200 @@
+//! Elicitations as the API hands them out: creation (or reuse of a pending one), the view with
+//! ready-to-send MCP payloads for both protocol eras, and completion.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::AppState;
+use crate::config::ClientConfig;
+use crate::crypto::random_token;
+use crate::db::audit::AuditEvent;
+use crate::db::elicitations::{Elicitation, ElicitationStatus};
+use crate::db::now;
+use crate::error::{Error, Result};
+use crate::providers::Provider;
+
+/// Bytes of randomness in an elicitation id (144 bits).
+const ID_BYTES: usize = 18;
+/// A reused elicitation must have at least this long left to live.
+const REUSE_MIN_REMAINING: i64 = 120;
+/// The JSON-RPC error code of URLElicitationRequiredError (2025-11-25).
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+
+/// Checks the shape of an id from a URL or body before it reaches the database.
+pub fn is_valid_id(id: &str) -> bool {
+    (16..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+pub fn rfc3339(unix: i64) -> String {
+    OffsetDateTime::from_unix_timestamp(unix)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_default()
+}
+
+/// The elicitation as the API returns it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ElicitationView {
+    pub id: String,
+    /// The connect URL to hand to the MCP client. Carries no personal data.
+    pub url: String,
+    /// What the MCP client shows the user.
+    pub message: String,
+    pub status: ElicitationStatus,
+    pub subject: String,
+    pub provider: String,
+    pub scopes: Vec<String>,
+    /// RFC 3339.
+    pub expires_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_id: Option<String>,
+    /// Ready-to-send payloads, keyed by MCP protocol version.
+    #[schema(value_type = Object)]
+    pub mcp: Value,
+}
+
+impl AppState {
+    pub fn connect_url(&self, id: &str) -> String {
+        self.config.url(&format!("/connect/{id}"))
+    }
+
+    pub fn elicitation_message(&self, client: &ClientConfig, provider: &Provider) -> String {
+        let template = provider
+            .message
+            .as_deref()
+            .unwrap_or("{client} needs access to your {provider} account. Open the link to sign in and connect it.");
+        template.replace("{client}", &client.name).replace("{provider}", &provider.display_name)
+    }
+
+    pub fn elicitation_view(&self, e: &Elicitation) -> ElicitationView {
+        let url = self.connect_url(&e.id);
+        let message = match (self.clients.iter().find(|c| c.id == e.client_id), self.providers.get(&e.provider)) {
+            (Some(c), Some(p)) => self.elicitation_message(c, p),
+            _ => format!("Open the link to connect your {} account.", e.provider),
+        };
+        let params_2025 = json!({ "mode": "url", "elicitationId": e.id, "url": url, "message": message });
+        let mcp = json!({
+            "2026-07-28": {
+                "method": "elicitation/create",
+                "params": { "mode": "url", "message": message, "url": url }
+            },
+            "2025-11-25": {
+                "params": params_2025,
+                "error": {
+                    "code": URL_ELICITATION_REQUIRED,
+                    "message": message,
+                    "data": { "elicitations": [params_2025] }
+                }
+            }
+        });
+        ElicitationView {
+            id: e.id.clone(),
+            url,
+            message,
+            status: e.effective_status(now()),
+            subject: e.subject.clone(),
+            provider: e.provider.clone(),
+            scopes: e.scopes.clone(),
+            expires_at: rfc3339(e.expires_at),
+            connection_id: e.connection_id.clone(),
+            mcp,
+        }
+    }
+
+    /// Creates an elicitation, or hands out the still-pending one for the same request.
+    pub async fn create_or_reuse_elicitation(
+        &self,
+        client: &ClientConfig,
+        subject: &str,
+        provider: &Provider,
+        scopes: Option<Vec<String>>,
+        request_id: Option<&str>,
+    ) -> Result<Elicitation> {
+        let mut scopes = scopes.unwrap_or_else(|| provider.scopes.clone());
+        scopes.sort();
+        scopes.dedup();
+        let issuer = self.identity.issuer();
+        if let Some(e) = self
+            .db
+            .find_reusable_elicitation(&client.id, issuer, subject, &provider.name, &scopes, REUSE_MIN_REMAINING)
+            .await?
+        {
+            return Ok(e);
+        }
+        let now = now();
+        let e = Elicitation {
+            id: random_token(ID_BYTES),
+            client_id: client.id.clone(),
+            issuer: issuer.to_owned(),
+            subject: subject.to_owned(),
+            provider: provider.name.clone(),
+            scopes,
+            status: ElicitationStatus::Pending,
+            connection_id: None,
+            failure: None,
+            created_at: now,
+            expires_at: now + self.config.elicitation_ttl_seconds as i64,
+        };
+        self.db.insert_elicitation(&e).await?;
+        self.db
+            .audit(AuditEvent {
+                event: "elicitation.created",
+                actor: Some(&client.id),
+                issuer: Some(issuer),
+                subject: Some(subject),
+                provider: Some(&provider.name),
+                client_id: Some(&client.id),
+                elicitation_id: Some(&e.id),
+                request_id,
+                ..Default::default()
+            })
+            .await;
+        Ok(e)
+    }
+
+    /// Moves an elicitation to its final status, records it and wakes its waiters.
+    pub async fn finish_elicitation(
+        &self,
+        e: &Elicitation,
+        status: ElicitationStatus,
+        connection_id: Option<&str>,
+        failure: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<bool> {
+        let changed = self.db.finish_elicitation(&e.id, status, connection_id, failure).await?;
+        if changed {
+            let event = format!("elicitation.{}", status.as_str());
+            self.db
+                .audit(AuditEvent {
+                    event: &event,
+                    actor: Some(&e.subject),
+                    issuer: Some(&e.issuer),
+                    subject: Some(&e.subject),
+                    provider: Some(&e.provider),
+                    client_id: Some(&e.client_id),
+                    connection_id,
+                    elicitation_id: Some(&e.id),
+                    request_id,
+                    detail: failure,
+                })
+                .await;
+            self.waiters.notify(&self.db, &e.id).await;
+        }
+        Ok(changed)
+    }
+
+    /// The elicitation if it exists and belongs to `client`; otherwise `not_found` (never
+    /// revealing that another client's elicitation exists).
+    pub async fn client_elicitation(&self, client: &ClientConfig, id: &str) -> Result<Elicitation> {
+        let not_found = || Error::not_found("no such elicitation");
+        if !is_valid_id(id) {
+            return Err(not_found());
+        }
+        match self.db.get_elicitation(id).await? {
+            Some(e) if e.client_id == client.id => Ok(e),
+            _ => Err(not_found()),
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The one error type. Callers get a stable code and a human sentence; the log gets the cause
+//! chain. API routes render it as JSON; browser routes turn the same error into a page
+//! (see `web::pages::render_error_pages`).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("missing or invalid API key")]
+    Unauthorized,
+    #[error("{0}")]
+    ForbiddenProvider(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{subject} has no {provider} connection")]
+    NotConnected { subject: String, provider: String },
+    /// The user must open the elicitation's URL; the body carries the ready elicitation.
+    #[error("the user must connect {provider} first")]
+    AuthorizationRequired { provider: String, elicitation: Box<Value> },
+    /// The connection exists but its grant no longer works; the user must connect again.
+    #[error("the {provider} connection needs the user to connect again")]
+    ReauthorizationRequired { provider: String, elicitation: Option<Box<Value>> },
+    /// A browser-facing refusal with its own title, status and advice.
+    #[error("{message}")]
+    Page { status: StatusCode, code: &'static str, title: String, message: String },
+    #[error("a dependency is unavailable")]
+    Unavailable(#[source] anyhow::Error),
+    #[error("the provider failed")]
+    Upstream(#[source] anyhow::Error),
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a response carries so the browser layer can render it as a page.
+#[derive(Debug, Clone)]
+pub struct RenderedError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub title: String,
+    pub message: String,
+}
+
+impl Error {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Self::InvalidRequest(msg.into())
+    }
+
+    pub fn not_found(msg: impl Into<String>) -> Self {
+        Self::NotFound(msg.into())
+    }
+
+    pub fn page(status: StatusCode, code: &'static str, title: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Page { status, code, title: title.into(), message: message.into() }
+    }
+
+    pub fn internal(e: impl Into<anyhow::Error>) -> Self {
+        Self::Internal(e.into())
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::ForbiddenProvider(_) => StatusCode::FORBIDDEN,
+            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::NotFound(_) | Self::NotConnected { .. } => StatusCode::NOT_FOUND,
+            Self::AuthorizationRequired { .. } | Self::ReauthorizationRequired { .. } => StatusCode::CONFLICT,
+            Self::Page { status, .. } => *status,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Upstream(_) => StatusCode::BAD_GATEWAY,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unauthorized => "unauthorized",
+            Self::ForbiddenProvider(_) => "forbidden_provider",
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::NotFound(_) => "not_found",
+            Self::NotConnected { .. } => "not_connected",
+            Self::AuthorizationRequired { .. } => "authorization_required",
+            Self::ReauthorizationRequired { .. } => "reauthorization_required",
+            Self::Page { code, .. } => code,
+            Self::Unavailable(_) => "unavailable",
+            Self::Upstream(_) => "upstream_error",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    /// The sentence shown to the caller. Never includes causes of server-side failures.
+    pub fn message(&self) -> String {
+        match self {
+            Self::Unavailable(_) => "The service cannot reach its database right now. Try again shortly.".into(),
+            Self::Upstream(_) => "The provider did not answer as expected. Try again shortly.".into(),
+            Self::Internal(_) => "Something went wrong on our side.".into(),
+            other => other.to_string(),
+        }
+    }
+
+    fn title(&self) -> String {
+        match self {
+            Self::Page { title, .. } => title.clone(),
+            Self::NotFound(_) => "Not found".into(),
+            Self::InvalidRequest(_) => "This request cannot be handled".into(),
+            Self::Unavailable(_) => "Temporarily unavailable".into(),
+            Self::Upstream(_) => "The provider did not answer".into(),
+            _ => "Something went wrong".into(),
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        match &self {
+            Self::Unavailable(e) => tracing::warn!(error = format!("{e:#}"), "dependency unavailable"),
+            Self::Upstream(e) => tracing::warn!(error = format!("{e:#}"), "upstream failure"),
+            Self::Internal(e) => tracing::error!(error = format!("{e:#}"), "internal error"),
+            _ => {}
+        }
+        let mut body = json!({ "error": self.code(), "message": self.message() });
+        match &self {
+            Self::AuthorizationRequired { elicitation, .. } => body["elicitation"] = (**elicitation).clone(),
+            Self::ReauthorizationRequired { elicitation: Some(e), .. } => body["elicitation"] = (**e).clone(),
+            _ => {}
+        }
+        let rendered = RenderedError {
+            status,
+            code: self.code(),
+            title: self.title(),
+            message: self.message(),
+        };
+        let mut resp = (status, Json(body)).into_response();
+        resp.extensions_mut().insert(rendered);
+        resp
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
+                Self::Unavailable(e.into())
+            }
+            sqlx::Error::Database(ref d) if is_transient_db_error(d.message()) => Self::Unavailable(e.into()),
+            other => Self::Internal(other.into()),
+        }
+    }
+}
+
+fn is_transient_db_error(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    m.contains("database is locked") || m.contains("terminating connection") || m.contains("shutting down")
+}
+
+impl From<crate::crypto::CryptoError> for Error {
+    fn from(e: crate::crypto::CryptoError) -> Self {
+        Self::Internal(e.into())
+    }
+}

@@ -1,0 +1,76 @@
+//! Operations routes: liveness, readiness, metrics, and the OpenAPI document.
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+use utoipa::OpenApi;
+
+use crate::AppState;
+use crate::api;
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.db.ping().await {
+        Ok(()) => Json(json!({"status": "ready"})).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready: database unreachable");
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unavailable", "error": "unavailable", "message": "the database is unreachable"}))).into_response()
+        }
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let pool = &state.db.pool;
+    let body = format!(
+        "# HELP mcp_connect_db_pool_connections Database pool connections.\n\
+         # TYPE mcp_connect_db_pool_connections gauge\n\
+         mcp_connect_db_pool_connections{{state=\"open\"}} {}\n\
+         mcp_connect_db_pool_connections{{state=\"idle\"}} {}\n",
+        pool.size(),
+        pool.num_idle(),
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some("An API key from [[clients]]")).build()),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "mcp-connect", description = "Third-party OAuth for MCP servers through URL-mode elicitation. Errors are `{\"error\": code, \"message\": text}`."),
+    paths(api::elicitations::create, api::elicitations::show, api::tokens::fetch, api::connections::list, api::connections::revoke),
+    components(schemas(
+        api::elicitations::CreateElicitation,
+        crate::elicitations::ElicitationView,
+        crate::db::elicitations::ElicitationStatus,
+        api::tokens::TokenRequest,
+        api::tokens::TokenResponse,
+        api::connections::ConnectionView,
+        api::connections::ConnectionList,
+        crate::db::connections::ConnectionStatus,
+        crate::tokens::RevocationReport,
+    )),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;

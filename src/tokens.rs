@@ -1,0 +1,285 @@
+//! Handing out fresh access tokens: refresh when close to expiry, with at most one redemption
+//! of a refresh token at a time across every replica, `invalid_grant` handled without losing a
+//! good token, and revocation on disconnect.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Serialize;
+
+use crate::AppState;
+use crate::db::audit::AuditEvent;
+use crate::db::connections::{Connection, ConnectionStatus, NewTokens};
+use crate::db::now;
+use crate::error::{Error, Result};
+use crate::providers::{Provider, TokenError};
+
+/// How long a request waits for another redemption of the same refresh token to finish.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+/// Attempts at a refresh that fails transiently (timeouts, 5xx), with backoff between.
+const REFRESH_ATTEMPTS: u32 = 3;
+
+/// A token ready to hand to an MCP server.
+pub struct FreshToken {
+    pub access_token: SecretString,
+    pub token_type: String,
+    pub expires_at: Option<i64>,
+    pub scopes: Vec<String>,
+    pub connection_id: String,
+}
+
+/// Serialises refreshes of one connection inside this process, so only one request per
+/// replica queues on the database lock.
+#[derive(Default)]
+pub struct RefreshCoordinator {
+    inflight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl RefreshCoordinator {
+    fn slot(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, v| Arc::strong_count(v) > 1);
+        m.entry(id.to_owned()).or_default().clone()
+    }
+}
+
+fn expires_within(c: &Connection, seconds: i64) -> bool {
+    c.expires_at.is_some_and(|e| e - now() <= seconds)
+}
+
+fn is_expired(c: &Connection) -> bool {
+    c.expires_at.is_some_and(|e| e <= now())
+}
+
+impl AppState {
+    /// The connection's access token, refreshed first if it expires within `min_ttl` seconds
+    /// (or regardless, with `force`).
+    pub async fn fresh_token(&self, c: Connection, provider: Arc<Provider>, min_ttl: i64, force: bool, request_id: Option<String>) -> Result<FreshToken> {
+        match c.status {
+            ConnectionStatus::Active => {}
+            ConnectionStatus::NeedsReauth => return Err(reauth(&provider)),
+            ConnectionStatus::Revoked => {
+                return Err(Error::NotConnected { subject: c.subject.clone(), provider: c.provider.clone() });
+            }
+        }
+        if !force && !expires_within(&c, min_ttl) {
+            return self.token_of(&c);
+        }
+        // The refresh runs in its own task: if the caller goes away mid-redemption, the rotated
+        // refresh token must still be stored, or the grant would be lost.
+        let state = self.clone();
+        let task = tokio::spawn(async move {
+            let slot = state.refresh.slot(&c.id);
+            let _local = tokio::time::timeout(LOCK_WAIT, slot.lock())
+                .await
+                .map_err(|_| Error::Unavailable(anyhow::anyhow!("timed out waiting for a refresh in this process")))?;
+            let lock = crate::db::refresh_lock::acquire(&state.db, &c.id, LOCK_WAIT).await?;
+            let result = state
+                .refresh_locked(&c.id, &provider, min_ttl, force, c.token_version, request_id.as_deref())
+                .await;
+            lock.release().await;
+            result
+        });
+        task.await.map_err(|e| Error::internal(anyhow::anyhow!("refresh task failed: {e}")))?
+    }
+
+    async fn refresh_locked(&self, id: &str, provider: &Provider, min_ttl: i64, force: bool, seen_version: i64, request_id: Option<&str>) -> Result<FreshToken> {
+        // Re-read under the lock: another request or replica may have refreshed already.
+        let c = self.db.get_connection(id).await?.ok_or_else(|| Error::not_found("the connection was removed"))?;
+        match c.status {
+            ConnectionStatus::Active => {}
+            ConnectionStatus::NeedsReauth => return Err(reauth(provider)),
+            ConnectionStatus::Revoked => return Err(Error::NotConnected { subject: c.subject, provider: c.provider }),
+        }
+        let someone_refreshed = c.token_version != seen_version;
+        if (someone_refreshed || !force) && !expires_within(&c, min_ttl) {
+            return self.token_of(&c);
+        }
+        let Some(refresh_token) = c.refresh_token(&self.config.keys)? else {
+            if is_expired(&c) {
+                self.db.record_refresh_failure(&c.id, "the access token expired and the provider issued no refresh token", true).await?;
+                self.audit_conn("connection.needs_reauth", &c, request_id, Some("expired without refresh token")).await;
+                return Err(reauth(provider));
+            }
+            return self.token_of(&c);
+        };
+        let endpoints = provider.endpoints(&self.http).await.map_err(Error::Upstream)?;
+        let mut attempt = 0;
+        let outcome = loop {
+            attempt += 1;
+            match provider.refresh(&self.http, &endpoints, &refresh_token).await {
+                Err(TokenError::Transient(e)) if attempt < REFRESH_ATTEMPTS => {
+                    tracing::info!(connection_id = %c.id, attempt, error = format!("{e:#}"), "transient refresh failure; retrying");
+                    tokio::time::sleep(Duration::from_millis(250 * 4u64.pow(attempt - 1))).await;
+                }
+                other => break other,
+            }
+        };
+        match outcome {
+            Ok(t) => {
+                let scopes = t.scopes.clone().unwrap_or_else(|| c.scopes.clone());
+                let expires_at = t.expires_in.map(|s| now() + s);
+                let stored = self
+                    .db
+                    .save_refreshed_tokens(
+                        &self.config.keys,
+                        &c.id,
+                        c.token_version,
+                        &NewTokens {
+                            access_token: &t.access_token,
+                            refresh_token: t.refresh_token.as_ref(),
+                            token_type: &t.token_type,
+                            expires_at,
+                            scopes: &scopes,
+                            account_label: None,
+                        },
+                    )
+                    .await?;
+                if !stored {
+                    // Cannot happen while we hold the lock; if it does, the row is newer.
+                    tracing::warn!(connection_id = %c.id, "refreshed tokens lost a fencing check; using the stored ones");
+                    let latest = self.db.get_connection(&c.id).await?.ok_or_else(|| Error::not_found("the connection was removed"))?;
+                    return self.token_of(&latest);
+                }
+                self.audit_conn("connection.refreshed", &c, request_id, None).await;
+                Ok(FreshToken {
+                    access_token: t.access_token,
+                    token_type: t.token_type,
+                    expires_at,
+                    scopes,
+                    connection_id: c.id,
+                })
+            }
+            Err(e) if e.is_invalid_grant() => {
+                let latest = self.db.get_connection(&c.id).await?.ok_or_else(|| Error::not_found("the connection was removed"))?;
+                if latest.token_version != c.token_version && latest.status == ConnectionStatus::Active {
+                    return self.token_of(&latest);
+                }
+                let summary = e.summary();
+                self.db.record_refresh_failure(&c.id, &summary, true).await?;
+                self.audit_conn("connection.needs_reauth", &c, request_id, Some(&summary)).await;
+                Err(reauth(provider))
+            }
+            Err(e) => {
+                let summary = e.summary();
+                tracing::warn!(connection_id = %c.id, provider = %c.provider, error = %summary, "refresh failed");
+                self.db.record_refresh_failure(&c.id, &summary, false).await?;
+                if !is_expired(&c) {
+                    // The current token still works; hand it out rather than fail.
+                    return self.token_of(&c);
+                }
+                Err(Error::Upstream(anyhow::anyhow!(summary)))
+            }
+        }
+    }
+
+    fn token_of(&self, c: &Connection) -> Result<FreshToken> {
+        let access_token = c
+            .access_token(&self.config.keys)?
+            .ok_or_else(|| Error::NotConnected { subject: c.subject.clone(), provider: c.provider.clone() })?;
+        if is_expired(c) {
+            return Err(Error::ReauthorizationRequired { provider: c.provider.clone(), elicitation: None });
+        }
+        Ok(FreshToken {
+            access_token,
+            token_type: c.token_type.clone(),
+            expires_at: c.expires_at,
+            scopes: c.scopes.clone(),
+            connection_id: c.id.clone(),
+        })
+    }
+
+    async fn audit_conn(&self, event: &str, c: &Connection, request_id: Option<&str>, detail: Option<&str>) {
+        self.db
+            .audit(AuditEvent {
+                event,
+                issuer: Some(&c.issuer),
+                subject: Some(&c.subject),
+                provider: Some(&c.provider),
+                connection_id: Some(&c.id),
+                request_id,
+                detail,
+                ..Default::default()
+            })
+            .await;
+    }
+
+    /// Revokes a connection upstream (refresh token first, then access token) and removes its
+    /// tokens here even when the provider cannot be reached.
+    pub async fn revoke_connection(&self, c: &Connection, actor: &str, request_id: Option<&str>) -> Result<RevocationReport> {
+        let provider = self.providers.get(&c.provider);
+        let mut report = RevocationReport { connection_id: c.id.clone(), refresh_token: "none", access_token: "none", tokens_deleted: true, message: String::new() };
+        let mut problems = Vec::new();
+        if let Some(provider) = provider {
+            let tokens = [("refresh_token", c.refresh_token(&self.config.keys)), ("access_token", c.access_token(&self.config.keys))];
+            let endpoints = provider.endpoints(&self.http).await;
+            for (hint, token) in tokens {
+                let outcome = match (token, &endpoints) {
+                    (Ok(None), _) => "none",
+                    (Err(e), _) => {
+                        tracing::warn!(connection_id = %c.id, error = %e, "cannot open a stored token to revoke it");
+                        "failed"
+                    }
+                    (Ok(Some(_)), Err(e)) => {
+                        problems.push(format!("provider unreachable: {e:#}"));
+                        "failed"
+                    }
+                    (Ok(Some(t)), Ok(ep)) => match provider.revoke(&self.http, ep, &t, hint).await {
+                        Ok(true) => "revoked",
+                        Ok(false) => "not_supported",
+                        Err(e) => {
+                            problems.push(e.summary());
+                            "failed"
+                        }
+                    },
+                };
+                match hint {
+                    "refresh_token" => report.refresh_token = outcome,
+                    _ => report.access_token = outcome,
+                }
+            }
+        }
+        self.db.mark_revoked(&c.id, problems.first().map(String::as_str)).await?;
+        report.message = if problems.is_empty() {
+            match (report.refresh_token, report.access_token) {
+                ("not_supported", _) | (_, "not_supported") => "The provider offers no revocation endpoint; the tokens were deleted here. Revoke the grant in the provider's settings to cut it there too.".into(),
+                _ => "The grant was revoked at the provider and the tokens were deleted.".into(),
+            }
+        } else {
+            format!("The tokens were deleted here, but revocation at the provider failed ({}).", problems.join("; "))
+        };
+        let detail = format!("refresh_token={} access_token={}", report.refresh_token, report.access_token);
+        self.db
+            .audit(AuditEvent {
+                event: "connection.revoked",
+                actor: Some(actor),
+                issuer: Some(&c.issuer),
+                subject: Some(&c.subject),
+                provider: Some(&c.provider),
+                connection_id: Some(&c.id),
+                request_id,
+                detail: Some(&detail),
+                ..Default::default()
+            })
+            .await;
+        Ok(report)
+    }
+}
+
+fn reauth(provider: &Provider) -> Error {
+    Error::ReauthorizationRequired { provider: provider.name.clone(), elicitation: None }
+}
+
+/// What `DELETE /v1/connections/{id}` did.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct RevocationReport {
+    pub connection_id: String,
+    /// `revoked`, `not_supported` (no revocation endpoint), `failed`, or `none` (nothing stored).
+    pub refresh_token: &'static str,
+    pub access_token: &'static str,
+    /// Always true: local tokens are removed even when the provider is down.
+    pub tokens_deleted: bool,
+    pub message: String,
+}

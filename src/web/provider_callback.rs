@@ -1,0 +1,190 @@
+//! `/oauth/{provider}/callback`: the redirect URI registered at each provider. Checks the state
+//! and the signed-in user again, exchanges the code, stores the tokens sealed.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use secrecy::ExposeSecret;
+use serde::Deserialize;
+
+use super::connect::{open_elicitation, same_user, shown_name};
+use super::flow::take_flow;
+use super::pages::MessagePage;
+use super::session::BrowserSession;
+use crate::AppState;
+use crate::db::audit::AuditEvent;
+use crate::db::connections::NewTokens;
+use crate::db::elicitations::ElicitationStatus;
+use crate::db::flows::FlowKind;
+use crate::db::now;
+use crate::error::{Error, Result};
+use crate::middleware::request_id;
+
+#[derive(Debug, Deserialize, Default)]
+pub struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    iss: Option<String>,
+    error: Option<String>,
+}
+
+fn page_err(status: StatusCode, title: &str, message: String) -> Error {
+    Error::page(status, "connect_failed", title, message)
+}
+
+/// An OAuth error code as shown to the user: only its safe characters, bounded.
+fn clean_code(s: &str) -> String {
+    s.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect()
+}
+
+pub async fn callback(
+    State(state): State<AppState>,
+    session: BrowserSession,
+    headers: HeaderMap,
+    Path(provider_name): Path<String>,
+    q: Result<Query<CallbackQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response> {
+    let rid = request_id(&headers);
+    let provider = state
+        .providers
+        .get(&provider_name)
+        .cloned()
+        .ok_or_else(|| Error::page(StatusCode::NOT_FOUND, "not_found", "Unknown provider", "This address does not belong to a provider we know.".to_owned()))?;
+    let Query(q) = q.map_err(|_| page_err(StatusCode::BAD_REQUEST, "This answer is malformed", "Go back to your app and open its link again.".into()))?;
+    let (flow, verifier) = take_flow(&state, &session, q.state.as_deref(), FlowKind::Provider, rid.as_deref()).await?;
+    if flow.provider.as_deref() != Some(provider.name.as_str()) {
+        return Err(page_err(StatusCode::BAD_REQUEST, "This answer came to the wrong place", "Nothing was changed. Go back to your app and open its link again.".into()));
+    }
+    let user = session.user().await?.ok_or_else(|| {
+        page_err(StatusCode::UNAUTHORIZED, "You are no longer signed in", "Your session ended before the provider sent you back. Nothing was changed. Go back to your app and open its link again.".into())
+    })?;
+    let e = open_elicitation(&state, flow.elicitation_id.as_deref().unwrap_or_default()).await?;
+    if !same_user(&user, &e) {
+        tracing::warn!(target: "security", elicitation_id = %e.id, signed_in_subject = %user.subject, "provider callback for another user's elicitation; refused");
+        state
+            .db
+            .audit(AuditEvent {
+                event: "elicitation.subject_mismatch_refused",
+                actor: Some(&user.subject),
+                issuer: Some(&user.issuer),
+                subject: Some(&e.subject),
+                provider: Some(&e.provider),
+                client_id: Some(&e.client_id),
+                connection_id: None,
+                elicitation_id: Some(&e.id),
+                request_id: rid.as_deref(),
+                detail: Some("callback"),
+            })
+            .await;
+        return Err(page_err(StatusCode::FORBIDDEN, "This link is for a different account", "You are signed in as a different user than the one this request was made for. Nothing was connected.".into()));
+    }
+    let client = state.clients.iter().find(|c| c.id == e.client_id).map(|c| c.name.clone()).unwrap_or(e.client_id.clone());
+    let pname = provider.display_name.clone();
+    let endpoints = provider.endpoints(&state.http).await.map_err(|err| {
+        tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
+        page_err(StatusCode::BAD_GATEWAY, "The provider is unavailable", format!("{pname} did not answer. Wait a moment and try again from your app."))
+    })?;
+
+    // RFC 9207: a provider that sends `iss` must send its own.
+    match (&q.iss, &endpoints.issuer) {
+        (Some(iss), Some(expected)) if iss != expected => {
+            tracing::warn!(target: "security", provider = %provider.name, "authorization response with a foreign iss; refused");
+            return Err(page_err(StatusCode::BAD_REQUEST, "This answer came from the wrong service", "The answer did not come from the provider it should have. Nothing was connected.".into()));
+        }
+        (None, _) if endpoints.iss_required => {
+            return Err(page_err(StatusCode::BAD_REQUEST, "This answer is incomplete", "The provider's answer lacks its issuer. Nothing was connected.".into()));
+        }
+        _ => {}
+    }
+
+    if let Some(err) = &q.error {
+        let code = clean_code(err);
+        if code == "access_denied" {
+            state.finish_elicitation(&e, ElicitationStatus::Declined, None, Some("access_denied"), rid.as_deref()).await?;
+            let lead = format!("You did not approve access at {pname}. Nothing was connected, and {client} has been told.");
+            return Ok(MessagePage {
+                signed_in_as: Some(shown_name(&user)),
+                request_id: rid.as_deref(),
+                tone: "info",
+                title: "You declined",
+                lead: &lead,
+                next: Some("You can close this tab and return to your app."),
+                sign_out: None,
+            }
+            .response(StatusCode::OK));
+        }
+        let failure = format!("provider answered {code}");
+        state.finish_elicitation(&e, ElicitationStatus::Failed, None, Some(&failure), rid.as_deref()).await?;
+        return Err(page_err(
+            StatusCode::BAD_GATEWAY,
+            "Connecting failed",
+            format!("{pname} answered with the error \"{code}\", so nothing was connected. Go back to your app and try again; if it keeps failing, tell the app's operator."),
+        ));
+    }
+    let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 4096).ok_or_else(|| {
+        page_err(StatusCode::BAD_REQUEST, "This answer is incomplete", "The provider's answer has no authorization code. Go back to your app and try again.".into())
+    })?;
+    let redirect_uri = state.config.url(&format!("/oauth/{}/callback", provider.name));
+    let tokens = match provider
+        .exchange_code(&state.http, &endpoints, code, &redirect_uri, verifier.as_ref().map(|v| v.expose_secret()))
+        .await
+    {
+        Ok(t) => t,
+        Err(err) => {
+            let summary = err.summary();
+            tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %summary, "code exchange failed");
+            state.finish_elicitation(&e, ElicitationStatus::Failed, None, Some(&summary), rid.as_deref()).await?;
+            return Err(page_err(
+                StatusCode::BAD_GATEWAY,
+                "Connecting failed",
+                format!("{pname} did not accept the sign-in ({summary}). Nothing was connected. Go back to your app and try again."),
+            ));
+        }
+    };
+    let scopes = tokens.scopes.clone().unwrap_or_else(|| e.scopes.clone());
+    let (connection_id, reconnected) = state
+        .db
+        .save_connected_tokens(
+            &state.config.keys,
+            &e.issuer,
+            &e.subject,
+            &e.provider,
+            &NewTokens {
+                access_token: &tokens.access_token,
+                refresh_token: tokens.refresh_token.as_ref(),
+                token_type: &tokens.token_type,
+                expires_at: tokens.expires_in.map(|s| now() + s),
+                scopes: &scopes,
+                account_label: None,
+            },
+        )
+        .await?;
+    state
+        .db
+        .audit(AuditEvent {
+            event: if reconnected { "connection.reconnected" } else { "connection.created" },
+            actor: Some(&user.subject),
+            issuer: Some(&e.issuer),
+            subject: Some(&e.subject),
+            provider: Some(&e.provider),
+            client_id: Some(&e.client_id),
+            connection_id: Some(&connection_id),
+            elicitation_id: Some(&e.id),
+            request_id: rid.as_deref(),
+            detail: None,
+        })
+        .await;
+    state.finish_elicitation(&e, ElicitationStatus::Completed, Some(&connection_id), None, rid.as_deref()).await?;
+    let title = format!("{pname} is connected");
+    let lead = format!("{client} can now use your {pname} account.");
+    Ok(MessagePage {
+        signed_in_as: Some(shown_name(&user)),
+        request_id: rid.as_deref(),
+        tone: "success",
+        title: &title,
+        lead: &lead,
+        next: Some("Close this tab and return to your app. You can disconnect at any time on your connections page (/account)."),
+        sign_out: None,
+    }
+    .response(StatusCode::OK))
+}
