@@ -144,7 +144,10 @@ impl fmt::Debug for ProviderConfig {
             .field("kind", &self.kind)
             .field("issuer", &self.issuer)
             .field("client_id", &self.client_id)
-            .field("client_secret", &self.client_secret.as_ref().map(|_| "[redacted]"))
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "[redacted]"),
+            )
             .field("scopes", &self.scopes)
             .finish_non_exhaustive()
     }
@@ -165,7 +168,10 @@ impl fmt::Debug for IdentityConfig {
         f.debug_struct("IdentityConfig")
             .field("issuer", &self.issuer)
             .field("client_id", &self.client_id)
-            .field("client_secret", &self.client_secret.as_ref().map(|_| "[redacted]"))
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "[redacted]"),
+            )
             .finish()
     }
 }
@@ -256,10 +262,17 @@ impl Config {
             .map_err(|e| ConfigError::new(toml_error_key(&e), e.message().to_owned()))?;
         apply_env(&mut root, env)?;
         resolve_files(&mut root, "")?;
-        let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(root))
-            .map_err(|e| {
+        let raw: RawConfig =
+            serde_path_to_error::deserialize(toml::Value::Table(root)).map_err(|e| {
                 let key = e.path().to_string();
-                ConfigError::new(if key == "." { "(top level)".into() } else { key }, e.inner().to_string())
+                ConfigError::new(
+                    if key == "." {
+                        "(top level)".into()
+                    } else {
+                        key
+                    },
+                    e.inner().to_string(),
+                )
             })?;
         validate(raw)
     }
@@ -285,7 +298,9 @@ fn toml_error_key(e: &toml::de::Error) -> String {
 /// like TOML arrays, booleans or integers are parsed as such; everything else is a string.
 fn apply_env(root: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
     for (name, value) in env {
-        let Some(rest) = name.strip_prefix(ENV_PREFIX) else { continue };
+        let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
         if ENV_NOT_KEYS.contains(&name.as_str()) || rest.is_empty() {
             continue;
         }
@@ -300,9 +315,12 @@ fn apply_env(root: &mut toml::Table, env: &[(String, String)]) -> Result<(), Con
 fn parse_env_value(value: &str) -> Result<toml::Value, String> {
     let t = value.trim();
     if t.starts_with('[') || t.starts_with('{') {
-        let doc: toml::Table =
-            toml::from_str(&format!("v = {t}")).map_err(|e| format!("not valid TOML: {}", e.message()))?;
-        return Ok(doc.get("v").cloned().unwrap_or(toml::Value::String(value.into())));
+        let doc: toml::Table = toml::from_str(&format!("v = {t}"))
+            .map_err(|e| format!("not valid TOML: {}", e.message()))?;
+        return Ok(doc
+            .get("v")
+            .cloned()
+            .unwrap_or(toml::Value::String(value.into())));
     }
     if t == "true" || t == "false" {
         return Ok(toml::Value::Boolean(t == "true"));
@@ -328,7 +346,9 @@ fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Res
         toml::Value::Table(t) => set_path(t, rest, value),
         toml::Value::Array(items) => {
             let (idx, rest2) = rest.split_first().ok_or("empty key")?;
-            let i: usize = idx.parse().map_err(|_| format!("`{idx}` is not an array index"))?;
+            let i: usize = idx
+                .parse()
+                .map_err(|_| format!("`{idx}` is not an array index"))?;
             while items.len() <= i {
                 items.push(toml::Value::Table(toml::Table::new()));
             }
@@ -356,7 +376,10 @@ fn resolve_files(table: &mut toml::Table, prefix: &str) -> Result<(), ConfigErro
         let key = fk.trim_end_matches("_file").to_owned();
         let full = format!("{prefix}{fk}");
         if table.contains_key(&key) {
-            return Err(ConfigError::new(full, format!("give either `{key}` or `{fk}`, not both")));
+            return Err(ConfigError::new(
+                full,
+                format!("give either `{key}` or `{fk}`, not both"),
+            ));
         }
         let value = table.remove(&fk).unwrap_or(toml::Value::Boolean(false));
         let path = value
@@ -410,7 +433,10 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 None
             }
             Ok(u) if u.path() != "/" || u.query().is_some() || u.fragment().is_some() => {
-                err("public_url", "must be an origin without path, query or fragment".into());
+                err(
+                    "public_url",
+                    "must be an origin without path, query or fragment".into(),
+                );
                 None
             }
             Ok(u) => Some(u),
@@ -420,22 +446,38 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             }
         },
     };
-    let listen = match raw.listen.as_deref().unwrap_or("127.0.0.1:8080").parse::<SocketAddr>() {
+    let listen = match raw
+        .listen
+        .as_deref()
+        .unwrap_or("127.0.0.1:8080")
+        .parse::<SocketAddr>()
+    {
         Ok(a) => Some(a),
         Err(e) => {
-            err("listen", format!("must be an address like 0.0.0.0:8080: {e}"));
+            err(
+                "listen",
+                format!("must be an address like 0.0.0.0:8080: {e}"),
+            );
             None
         }
     };
-    let database_url = raw.database_url.unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
+    let database_url = raw
+        .database_url
+        .unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
     if !(database_url.starts_with("postgres://")
         || database_url.starts_with("postgresql://")
         || database_url.starts_with("sqlite:"))
     {
-        err("database_url", "must start with postgres:// or sqlite:".into());
+        err(
+            "database_url",
+            "must start with postgres:// or sqlite:".into(),
+        );
     }
     let keys = if raw.encryption_keys.is_empty() {
-        err("encryption_keys", "at least one key is required (create one with `mcp-connect gen-key`)".into());
+        err(
+            "encryption_keys",
+            "at least one key is required (create one with `mcp-connect gen-key`)".into(),
+        );
         None
     } else {
         match KeyRing::parse(&raw.encryption_keys) {
@@ -450,17 +492,26 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
         other => {
-            err("log_format", format!("must be \"text\" or \"json\", not {other:?}"));
+            err(
+                "log_format",
+                format!("must be \"text\" or \"json\", not {other:?}"),
+            );
             LogFormat::Text
         }
     };
     let elicitation_ttl_seconds = raw.elicitation_ttl_seconds.unwrap_or(900);
     if !(60..=86_400).contains(&elicitation_ttl_seconds) {
-        err("elicitation_ttl_seconds", "must be between 60 and 86400".into());
+        err(
+            "elicitation_ttl_seconds",
+            "must be between 60 and 86400".into(),
+        );
     }
     let session_ttl_seconds = raw.session_ttl_seconds.unwrap_or(8 * 3600);
     if !(300..=30 * 86_400).contains(&session_ttl_seconds) {
-        err("session_ttl_seconds", "must be between 300 and 2592000".into());
+        err(
+            "session_ttl_seconds",
+            "must be between 300 and 2592000".into(),
+        );
     }
 
     let identity = match raw.identity {
@@ -493,7 +544,11 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                     issuer,
                     client_id,
                     client_secret: id.client_secret,
-                    scopes: if id.scopes.is_empty() { vec!["openid".into()] } else { id.scopes },
+                    scopes: if id.scopes.is_empty() {
+                        vec!["openid".into()]
+                    } else {
+                        id.scopes
+                    },
                 }),
                 _ => None,
             }
@@ -502,12 +557,25 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
 
     for (name, p) in &raw.providers {
         let key = format!("providers.{name}");
-        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') || name.is_empty() {
-            err(&key, "provider names may only use letters, digits, - and _".into());
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            || name.is_empty()
+        {
+            err(
+                &key,
+                "provider names may only use letters, digits, - and _".into(),
+            );
         }
         if let Some(kind) = &p.kind {
             if crate::providers::catalog::lookup(kind).is_none() {
-                err(&format!("{key}.kind"), format!("unknown kind {kind:?}; known: {}", crate::providers::catalog::names().join(", ")));
+                err(
+                    &format!("{key}.kind"),
+                    format!(
+                        "unknown kind {kind:?}; known: {}",
+                        crate::providers::catalog::names().join(", ")
+                    ),
+                );
             }
         } else if p.issuer.is_none() && (p.authorization_url.is_none() || p.token_url.is_none()) {
             err(&key, "needs `kind`, or `issuer` (discovery), or both `authorization_url` and `token_url`".into());
@@ -522,7 +590,10 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         }
         if let Some(a) = &p.token_auth {
             if a != "basic" && a != "post" {
-                err(&format!("{key}.token_auth"), "must be \"basic\" or \"post\"".into());
+                err(
+                    &format!("{key}.token_auth"),
+                    "must be \"basic\" or \"post\"".into(),
+                );
             }
         }
     }
@@ -540,19 +611,31 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         let hash = match (&c.api_key, &c.api_key_sha256) {
             (Some(k), None) => {
                 if k.expose_secret().len() < 24 {
-                    err(&format!("{key}.api_key"), "must be at least 24 characters (use a random value)".into());
+                    err(
+                        &format!("{key}.api_key"),
+                        "must be at least 24 characters (use a random value)".into(),
+                    );
                 }
                 Some(crate::crypto::sha256(k.expose_secret().as_bytes()))
             }
-            (None, Some(h)) => match hex::decode(h).ok().and_then(|b| <[u8; 32]>::try_from(b).ok()) {
+            (None, Some(h)) => match hex::decode(h)
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            {
                 Some(b) => Some(b),
                 None => {
-                    err(&format!("{key}.api_key_sha256"), "must be 64 hex characters".into());
+                    err(
+                        &format!("{key}.api_key_sha256"),
+                        "must be 64 hex characters".into(),
+                    );
                     None
                 }
             },
             (Some(_), Some(_)) => {
-                err(&key, "give either `api_key` or `api_key_sha256`, not both".into());
+                err(
+                    &key,
+                    "give either `api_key` or `api_key_sha256`, not both".into(),
+                );
                 None
             }
             (None, None) => {
@@ -562,7 +645,10 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         };
         for p in &c.providers {
             if !raw.providers.contains_key(p) {
-                err(&format!("{key}.providers"), format!("unknown provider {p:?}"));
+                err(
+                    &format!("{key}.providers"),
+                    format!("unknown provider {p:?}"),
+                );
             }
         }
         if let Some(h) = hash {
@@ -592,7 +678,10 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             admin: raw.admin,
             providers: raw.providers,
         }),
-        _ => Err(ConfigErrors(vec![ConfigError::new("(config)", "incomplete")])),
+        _ => Err(ConfigErrors(vec![ConfigError::new(
+            "(config)",
+            "incomplete",
+        )])),
     }
 }
 
@@ -635,27 +724,50 @@ client_secret = "gh-super-secret"
     fn debug_output_leaks_no_secret() {
         let c = Config::from_parts(&base(), &[]).unwrap();
         let dbg = format!("{c:?}");
-        for s in ["identity-super-secret", "gh-super-secret", "abcdefghijklmnopqrstuvwxyz0123", "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"] {
+        for s in [
+            "identity-super-secret",
+            "gh-super-secret",
+            "abcdefghijklmnopqrstuvwxyz0123",
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+        ] {
             assert!(!dbg.contains(s), "{s} leaked in {dbg}");
         }
     }
 
     #[test]
     fn unknown_key_is_named() {
-        let text = base().replace("client_id = \"mcp-connect\"", "client_id = \"mcp-connect\"\nclient_secrt = \"x\"");
+        let text = base().replace(
+            "client_id = \"mcp-connect\"",
+            "client_id = \"mcp-connect\"\nclient_secrt = \"x\"",
+        );
         let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
-        assert!(e.contains("identity.client_secrt") || e.contains("client_secrt"), "{e}");
+        assert!(
+            e.contains("identity.client_secrt") || e.contains("client_secrt"),
+            "{e}"
+        );
     }
 
     #[test]
     fn env_overrides_nested_keys_and_arrays() {
         let env = vec![
-            ("MCP_CONNECT_IDENTITY__CLIENT_SECRET".to_string(), "from-env".to_string()),
-            ("MCP_CONNECT_LISTEN".to_string(), "127.0.0.1:9999".to_string()),
-            ("MCP_CONNECT_CLIENTS__0__PROVIDERS".to_string(), "[\"github\"]".to_string()),
+            (
+                "MCP_CONNECT_IDENTITY__CLIENT_SECRET".to_string(),
+                "from-env".to_string(),
+            ),
+            (
+                "MCP_CONNECT_LISTEN".to_string(),
+                "127.0.0.1:9999".to_string(),
+            ),
+            (
+                "MCP_CONNECT_CLIENTS__0__PROVIDERS".to_string(),
+                "[\"github\"]".to_string(),
+            ),
         ];
         let c = Config::from_parts(&base(), &env).unwrap();
-        assert_eq!(c.identity.client_secret.unwrap().expose_secret(), "from-env");
+        assert_eq!(
+            c.identity.client_secret.unwrap().expose_secret(),
+            "from-env"
+        );
         assert_eq!(c.listen.port(), 9999);
     }
 
@@ -669,7 +781,10 @@ client_secret = "gh-super-secret"
             &format!("client_secret_file = {:?}", p.to_str().unwrap()),
         );
         let c = Config::from_parts(&text, &[]).unwrap();
-        assert_eq!(c.identity.client_secret.unwrap().expose_secret(), "file-secret");
+        assert_eq!(
+            c.identity.client_secret.unwrap().expose_secret(),
+            "file-secret"
+        );
     }
 
     #[test]

@@ -51,26 +51,41 @@ impl KeyRing {
             let (id, b64) = e
                 .split_once(':')
                 .ok_or_else(|| format!("entry {i} must look like \"id:BASE64\""))?;
-            if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                return Err(format!("entry {i}: the key id may only use letters, digits, - and _"));
+            if id.is_empty()
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(format!(
+                    "entry {i}: the key id may only use letters, digits, - and _"
+                ));
             }
             let raw = STANDARD
                 .decode(b64.trim())
                 .or_else(|_| URL_SAFE_NO_PAD.decode(b64.trim()))
                 .map_err(|_| format!("entry {i} (id {id}): the key is not valid base64"))?;
             if raw.len() != 32 {
-                return Err(format!("entry {i} (id {id}): the key must be 32 bytes, got {}", raw.len()));
+                return Err(format!(
+                    "entry {i} (id {id}): the key must be 32 bytes, got {}",
+                    raw.len()
+                ));
             }
             if keys.iter().any(|k: &Key| k.id == id) {
                 return Err(format!("key id {id:?} is used twice"));
             }
-            let cipher = Aes256Gcm::new_from_slice(&raw).map_err(|_| "bad key length".to_string())?;
-            keys.push(Key { id: id.to_owned(), cipher });
+            let cipher =
+                Aes256Gcm::new_from_slice(&raw).map_err(|_| "bad key length".to_string())?;
+            keys.push(Key {
+                id: id.to_owned(),
+                cipher,
+            });
         }
         if keys.is_empty() {
             return Err("at least one key is required".into());
         }
-        Ok(Self { keys: Arc::new(keys) })
+        Ok(Self {
+            keys: Arc::new(keys),
+        })
     }
 
     /// The id of the key that seals new values.
@@ -86,7 +101,13 @@ impl KeyRing {
         // Encryption with a valid key and in-memory buffers cannot fail.
         let ct = key
             .cipher
-            .encrypt(&nonce, Payload { msg: plaintext, aad: aad.as_bytes() })
+            .encrypt(
+                &nonce,
+                Payload {
+                    msg: plaintext,
+                    aad: aad.as_bytes(),
+                },
+            )
             .unwrap_or_default();
         let mut out = Vec::with_capacity(12 + ct.len());
         out.extend_from_slice(&nonce);
@@ -101,13 +122,21 @@ impl KeyRing {
             .iter()
             .find(|k| k.id == id)
             .ok_or_else(|| CryptoError::UnknownKey(id.to_owned()))?;
-        let raw = URL_SAFE_NO_PAD.decode(body).map_err(|_| CryptoError::Malformed)?;
+        let raw = URL_SAFE_NO_PAD
+            .decode(body)
+            .map_err(|_| CryptoError::Malformed)?;
         if raw.len() < 12 + 16 {
             return Err(CryptoError::Malformed);
         }
         let (nonce, ct) = raw.split_at(12);
         key.cipher
-            .decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad: aad.as_bytes() })
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: ct,
+                    aad: aad.as_bytes(),
+                },
+            )
             .map_err(|_| CryptoError::Authentication)
     }
 
@@ -160,7 +189,10 @@ mod tests {
     use super::*;
 
     fn ring(entries: &[&str]) -> KeyRing {
-        let e: Vec<SecretString> = entries.iter().map(|s| SecretString::from(s.to_string())).collect();
+        let e: Vec<SecretString> = entries
+            .iter()
+            .map(|s| SecretString::from(s.to_string()))
+            .collect();
         KeyRing::parse(&e).unwrap()
     }
 
@@ -171,9 +203,18 @@ mod tests {
         let s = r.seal(b"gho_secret", &connection_aad("c1", "access_token"));
         assert!(s.starts_with("k1."));
         assert!(!s.contains("gho_secret"));
-        assert_eq!(r.open(&s, &connection_aad("c1", "access_token")).unwrap(), b"gho_secret");
-        assert!(matches!(r.open(&s, &connection_aad("c2", "access_token")), Err(CryptoError::Authentication)));
-        assert!(matches!(r.open(&s, &connection_aad("c1", "refresh_token")), Err(CryptoError::Authentication)));
+        assert_eq!(
+            r.open(&s, &connection_aad("c1", "access_token")).unwrap(),
+            b"gho_secret"
+        );
+        assert!(matches!(
+            r.open(&s, &connection_aad("c2", "access_token")),
+            Err(CryptoError::Authentication)
+        ));
+        assert!(matches!(
+            r.open(&s, &connection_aad("c1", "refresh_token")),
+            Err(CryptoError::Authentication)
+        ));
     }
 
     #[test]
@@ -184,7 +225,10 @@ mod tests {
         let both = ring(&[&new, &old]);
         assert_eq!(both.open(&sealed_old, "a").unwrap(), b"x");
         assert!(both.seal(b"x", "a").starts_with("new."));
-        assert!(matches!(ring(&[&new]).open(&sealed_old, "a"), Err(CryptoError::UnknownKey(_))));
+        assert!(matches!(
+            ring(&[&new]).open(&sealed_old, "a"),
+            Err(CryptoError::UnknownKey(_))
+        ));
     }
 
     #[test]
@@ -194,7 +238,10 @@ mod tests {
         let last = s.len() - 2;
         s[last] = if s[last] == b'A' { b'B' } else { b'A' };
         assert!(r.open(std::str::from_utf8(&s).unwrap(), "a").is_err());
-        assert!(matches!(r.open("garbage", "a"), Err(CryptoError::Malformed)));
+        assert!(matches!(
+            r.open("garbage", "a"),
+            Err(CryptoError::Malformed)
+        ));
     }
 
     #[test]

@@ -24,7 +24,10 @@ pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// Checks the shape of an id from a URL or body before it reaches the database.
 pub fn is_valid_id(id: &str) -> bool {
-    (16..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    (16..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 pub fn rfc3339(unix: i64) -> String {
@@ -65,16 +68,22 @@ impl AppState {
             .message
             .as_deref()
             .unwrap_or("{client} needs access to your {provider} account. Open the link to sign in and connect it.");
-        template.replace("{client}", &client.name).replace("{provider}", &provider.display_name)
+        template
+            .replace("{client}", &client.name)
+            .replace("{provider}", &provider.display_name)
     }
 
     pub fn elicitation_view(&self, e: &Elicitation) -> ElicitationView {
         let url = self.connect_url(&e.id);
-        let message = match (self.clients.iter().find(|c| c.id == e.client_id), self.providers.get(&e.provider)) {
+        let message = match (
+            self.clients.iter().find(|c| c.id == e.client_id),
+            self.providers.get(&e.provider),
+        ) {
             (Some(c), Some(p)) => self.elicitation_message(c, p),
             _ => format!("Open the link to connect your {} account.", e.provider),
         };
-        let params_2025 = json!({ "mode": "url", "elicitationId": e.id, "url": url, "message": message });
+        let params_2025 =
+            json!({ "mode": "url", "elicitationId": e.id, "url": url, "message": message });
         let mcp = json!({
             "2026-07-28": {
                 "method": "elicitation/create",
@@ -118,7 +127,14 @@ impl AppState {
         let issuer = self.identity.issuer();
         if let Some(e) = self
             .db
-            .find_reusable_elicitation(&client.id, issuer, subject, &provider.name, &scopes, REUSE_MIN_REMAINING)
+            .find_reusable_elicitation(
+                &client.id,
+                issuer,
+                subject,
+                &provider.name,
+                &scopes,
+                REUSE_MIN_REMAINING,
+            )
             .await?
         {
             return Ok(e);
@@ -163,7 +179,10 @@ impl AppState {
         failure: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<bool> {
-        let changed = self.db.finish_elicitation(&e.id, status, connection_id, failure).await?;
+        let changed = self
+            .db
+            .finish_elicitation(&e.id, status, connection_id, failure)
+            .await?;
         if changed {
             let event = format!("elicitation.{}", status.as_str());
             self.db

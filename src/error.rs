@@ -21,13 +21,24 @@ pub enum Error {
     NotConnected { subject: String, provider: String },
     /// The user must open the elicitation's URL; the body carries the ready elicitation.
     #[error("the user must connect {provider} first")]
-    AuthorizationRequired { provider: String, elicitation: Box<Value> },
+    AuthorizationRequired {
+        provider: String,
+        elicitation: Box<Value>,
+    },
     /// The connection exists but its grant no longer works; the user must connect again.
     #[error("the {provider} connection needs the user to connect again")]
-    ReauthorizationRequired { provider: String, elicitation: Option<Box<Value>> },
+    ReauthorizationRequired {
+        provider: String,
+        elicitation: Option<Box<Value>>,
+    },
     /// A browser-facing refusal with its own title, status and advice.
     #[error("{message}")]
-    Page { status: StatusCode, code: &'static str, title: String, message: String },
+    Page {
+        status: StatusCode,
+        code: &'static str,
+        title: String,
+        message: String,
+    },
     #[error("a dependency is unavailable")]
     Unavailable(#[source] anyhow::Error),
     #[error("the provider failed")]
@@ -56,8 +67,18 @@ impl Error {
         Self::NotFound(msg.into())
     }
 
-    pub fn page(status: StatusCode, code: &'static str, title: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Page { status, code, title: title.into(), message: message.into() }
+    pub fn page(
+        status: StatusCode,
+        code: &'static str,
+        title: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::Page {
+            status,
+            code,
+            title: title.into(),
+            message: message.into(),
+        }
     }
 
     pub fn internal(e: impl Into<anyhow::Error>) -> Self {
@@ -70,7 +91,9 @@ impl Error {
             Self::ForbiddenProvider(_) => StatusCode::FORBIDDEN,
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::NotFound(_) | Self::NotConnected { .. } => StatusCode::NOT_FOUND,
-            Self::AuthorizationRequired { .. } | Self::ReauthorizationRequired { .. } => StatusCode::CONFLICT,
+            Self::AuthorizationRequired { .. } | Self::ReauthorizationRequired { .. } => {
+                StatusCode::CONFLICT
+            }
             Self::Page { status, .. } => *status,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Upstream(_) => StatusCode::BAD_GATEWAY,
@@ -97,8 +120,12 @@ impl Error {
     /// The sentence shown to the caller. Never includes causes of server-side failures.
     pub fn message(&self) -> String {
         match self {
-            Self::Unavailable(_) => "The service cannot reach its database right now. Try again shortly.".into(),
-            Self::Upstream(_) => "The provider did not answer as expected. Try again shortly.".into(),
+            Self::Unavailable(_) => {
+                "The service cannot reach its database right now. Try again shortly.".into()
+            }
+            Self::Upstream(_) => {
+                "The provider did not answer as expected. Try again shortly.".into()
+            }
             Self::Internal(_) => "Something went wrong on our side.".into(),
             other => other.to_string(),
         }
@@ -120,15 +147,22 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
         match &self {
-            Self::Unavailable(e) => tracing::warn!(error = format!("{e:#}"), "dependency unavailable"),
+            Self::Unavailable(e) => {
+                tracing::warn!(error = format!("{e:#}"), "dependency unavailable")
+            }
             Self::Upstream(e) => tracing::warn!(error = format!("{e:#}"), "upstream failure"),
             Self::Internal(e) => tracing::error!(error = format!("{e:#}"), "internal error"),
             _ => {}
         }
         let mut body = json!({ "error": self.code(), "message": self.message() });
         match &self {
-            Self::AuthorizationRequired { elicitation, .. } => body["elicitation"] = (**elicitation).clone(),
-            Self::ReauthorizationRequired { elicitation: Some(e), .. } => body["elicitation"] = (**e).clone(),
+            Self::AuthorizationRequired { elicitation, .. } => {
+                body["elicitation"] = (**elicitation).clone()
+            }
+            Self::ReauthorizationRequired {
+                elicitation: Some(e),
+                ..
+            } => body["elicitation"] = (**e).clone(),
             _ => {}
         }
         let rendered = RenderedError {
@@ -145,19 +179,42 @@ impl IntoResponse for Error {
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
-                Self::Unavailable(e.into())
-            }
-            sqlx::Error::Database(ref d) if is_transient_db_error(d.message()) => Self::Unavailable(e.into()),
-            other => Self::Internal(other.into()),
+        let transient = match &e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(d) => is_transient_db_error(d.code().as_deref(), d.message()),
+            _ => false,
+        };
+        if transient {
+            Self::Unavailable(e.into())
+        } else {
+            Self::Internal(e.into())
         }
     }
 }
 
-fn is_transient_db_error(msg: &str) -> bool {
+/// Database errors that mean "not reachable right now" rather than "bad query": Postgres
+/// connection exceptions (08*), shutdowns (57P*), resource exhaustion (53*), a database that
+/// refuses connections (55000); SQLite busy/locked.
+fn is_transient_db_error(code: Option<&str>, msg: &str) -> bool {
+    let by_code = code.is_some_and(|c| {
+        c.starts_with("08")
+            || c.starts_with("57P")
+            || c.starts_with("53")
+            || c == "55000"
+            || c == "5"
+            || c == "6"
+            || c == "517"
+    });
     let m = msg.to_ascii_lowercase();
-    m.contains("database is locked") || m.contains("terminating connection") || m.contains("shutting down")
+    by_code
+        || m.contains("database is locked")
+        || m.contains("terminating connection")
+        || m.contains("shutting down")
 }
 
 impl From<crate::crypto::CryptoError> for Error {

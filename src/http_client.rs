@@ -37,12 +37,18 @@ pub struct ServerMetadata {
 pub async fn discover(http: &reqwest::Client, issuer: &str) -> anyhow::Result<ServerMetadata> {
     let base = issuer.trim_end_matches('/');
     let mut last_err = None;
-    for suffix in ["/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"] {
+    for suffix in [
+        "/.well-known/openid-configuration",
+        "/.well-known/oauth-authorization-server",
+    ] {
         let url = format!("{base}{suffix}");
         match fetch_json::<ServerMetadata>(http, &url).await {
             Ok(m) => {
                 if m.issuer != issuer {
-                    bail!("discovery at {url} names issuer {:?}, expected {issuer:?}", m.issuer);
+                    bail!(
+                        "discovery at {url} names issuer {:?}, expected {issuer:?}",
+                        m.issuer
+                    );
                 }
                 return Ok(m);
             }
@@ -52,7 +58,10 @@ pub async fn discover(http: &reqwest::Client, issuer: &str) -> anyhow::Result<Se
     Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no discovery document")))
 }
 
-pub async fn fetch_json<T: serde::de::DeserializeOwned>(http: &reqwest::Client, url: &str) -> anyhow::Result<T> {
+pub async fn fetch_json<T: serde::de::DeserializeOwned>(
+    http: &reqwest::Client,
+    url: &str,
+) -> anyhow::Result<T> {
     let resp = http
         .get(url)
         .header(reqwest::header::ACCEPT, "application/json")
@@ -63,5 +72,7 @@ pub async fn fetch_json<T: serde::de::DeserializeOwned>(http: &reqwest::Client, 
     if !status.is_success() {
         bail!("GET {url}: HTTP {status}");
     }
-    resp.json::<T>().await.with_context(|| format!("GET {url}: unexpected body"))
+    resp.json::<T>()
+        .await
+        .with_context(|| format!("GET {url}: unexpected body"))
 }

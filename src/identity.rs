@@ -51,7 +51,12 @@ pub struct Identity {
 
 impl Identity {
     pub fn new(config: IdentityConfig, http: reqwest::Client) -> Self {
-        Self { config, http, metadata: RwLock::new(None), jwks: RwLock::new(None) }
+        Self {
+            config,
+            http,
+            metadata: RwLock::new(None),
+            jwks: RwLock::new(None),
+        }
     }
 
     pub fn issuer(&self) -> &str {
@@ -68,7 +73,11 @@ impl Identity {
         if let Some(m) = slot.as_ref() {
             return Ok(m.clone());
         }
-        let m = Arc::new(discover(&self.http, &self.config.issuer).await.context("identity issuer discovery")?);
+        let m = Arc::new(
+            discover(&self.http, &self.config.issuer)
+                .await
+                .context("identity issuer discovery")?,
+        );
         if m.jwks_uri.is_none() {
             bail!("the identity issuer publishes no jwks_uri");
         }
@@ -76,9 +85,16 @@ impl Identity {
         Ok(m)
     }
 
-    pub async fn authorize_url(&self, redirect_uri: &str, state: &str, nonce: &str, code_challenge: &str) -> anyhow::Result<String> {
+    pub async fn authorize_url(
+        &self,
+        redirect_uri: &str,
+        state: &str,
+        nonce: &str,
+        code_challenge: &str,
+    ) -> anyhow::Result<String> {
         let m = self.metadata().await?;
-        let mut url = Url::parse(&m.authorization_endpoint).context("authorization_endpoint is not a URL")?;
+        let mut url =
+            Url::parse(&m.authorization_endpoint).context("authorization_endpoint is not a URL")?;
         url.query_pairs_mut()
             .append_pair("response_type", "code")
             .append_pair("client_id", &self.config.client_id)
@@ -92,7 +108,13 @@ impl Identity {
     }
 
     /// Exchanges the code and validates the ID token (signature, `iss`, `aud`, `exp`, `nonce`).
-    pub async fn finish_sign_in(&self, code: &str, redirect_uri: &str, code_verifier: &str, nonce: &str) -> anyhow::Result<SignedInUser> {
+    pub async fn finish_sign_in(
+        &self,
+        code: &str,
+        redirect_uri: &str,
+        code_verifier: &str,
+        nonce: &str,
+    ) -> anyhow::Result<SignedInUser> {
         let m = self.metadata().await?;
         let form = [
             ("grant_type", "authorization_code"),
@@ -100,18 +122,32 @@ impl Identity {
             ("redirect_uri", redirect_uri),
             ("code_verifier", code_verifier),
         ];
-        let mut req = self.http.post(&m.token_endpoint).header(reqwest::header::ACCEPT, "application/json");
+        let mut req = self
+            .http
+            .post(&m.token_endpoint)
+            .header(reqwest::header::ACCEPT, "application/json");
         let mut body = serde_urlencoded::to_string(form)?;
         match &self.config.client_secret {
             Some(secret) => {
-                let id: String = url::form_urlencoded::byte_serialize(self.config.client_id.as_bytes()).collect();
-                let sec: String = url::form_urlencoded::byte_serialize(secret.expose_secret().as_bytes()).collect();
+                let id: String =
+                    url::form_urlencoded::byte_serialize(self.config.client_id.as_bytes())
+                        .collect();
+                let sec: String =
+                    url::form_urlencoded::byte_serialize(secret.expose_secret().as_bytes())
+                        .collect();
                 req = req.basic_auth(id, Some(sec));
             }
-            None => body.push_str(&format!("&client_id={}", url::form_urlencoded::byte_serialize(self.config.client_id.as_bytes()).collect::<String>())),
+            None => body.push_str(&format!(
+                "&client_id={}",
+                url::form_urlencoded::byte_serialize(self.config.client_id.as_bytes())
+                    .collect::<String>()
+            )),
         }
         let resp = req
-            .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
             .body(body)
             .send()
             .await
@@ -122,21 +158,43 @@ impl Identity {
             let err = v.get("error").and_then(Value::as_str).unwrap_or("unknown");
             bail!("identity token endpoint answered HTTP {status} ({err})");
         }
-        let id_token = v.get("id_token").and_then(Value::as_str).ok_or_else(|| anyhow!("no id_token in the token response"))?;
+        let id_token = v
+            .get("id_token")
+            .and_then(Value::as_str)
+            .ok_or_else(|| anyhow!("no id_token in the token response"))?;
         let claims = self.verify_id_token(id_token, nonce).await?;
-        let subject = claims.get("sub").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or_else(|| anyhow!("ID token has no sub"))?.to_owned();
+        let subject = claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| anyhow!("ID token has no sub"))?
+            .to_owned();
         let display_name = ["name", "preferred_username", "email"]
             .iter()
             .find_map(|k| claims.get(*k).and_then(Value::as_str))
             .map(str::to_owned);
         let kept: Map<String, Value> = claims
             .into_iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "nonce" | "at_hash" | "c_hash" | "sid" | "auth_time" | "iat" | "exp" | "jti"))
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "nonce" | "at_hash" | "c_hash" | "sid" | "auth_time" | "iat" | "exp" | "jti"
+                )
+            })
             .collect();
-        Ok(SignedInUser { issuer: self.config.issuer.clone(), subject, display_name, claims: kept })
+        Ok(SignedInUser {
+            issuer: self.config.issuer.clone(),
+            subject,
+            display_name,
+            claims: kept,
+        })
     }
 
-    async fn verify_id_token(&self, token: &str, nonce: &str) -> anyhow::Result<Map<String, Value>> {
+    async fn verify_id_token(
+        &self,
+        token: &str,
+        nonce: &str,
+    ) -> anyhow::Result<Map<String, Value>> {
         let header = jsonwebtoken::decode_header(token).context("ID token is not a JWT")?;
         if !ALLOWED_ALGS.contains(&header.alg) {
             bail!("ID token uses disallowed algorithm {:?}", header.alg);
@@ -147,7 +205,8 @@ impl Identity {
         validation.set_audience(&[&self.config.client_id]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.leeway = 60;
-        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).context("ID token rejected")?;
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation)
+            .context("ID token rejected")?;
         let claims = data.claims;
         match claims.get("nonce").and_then(Value::as_str) {
             Some(n) if crate::crypto::ct_eq(n.as_bytes(), nonce.as_bytes()) => {}
@@ -165,7 +224,10 @@ impl Identity {
         // An unknown kid may mean the issuer rotated its keys: fetch the set again, once.
         for refresh in [false, true] {
             let set = self.jwks(refresh).await?;
-            let found = set.keys.iter().find(|k| kid.is_none() || k.common.key_id.as_deref() == kid);
+            let found = set
+                .keys
+                .iter()
+                .find(|k| kid.is_none() || k.common.key_id.as_deref() == kid);
             if let Some(jwk) = found {
                 return DecodingKey::from_jwk(jwk).context("unusable JWK");
             }
@@ -180,8 +242,13 @@ impl Identity {
             }
         }
         let m = self.metadata().await?;
-        let uri = m.jwks_uri.as_deref().ok_or_else(|| anyhow!("no jwks_uri"))?;
-        let set: JwkSet = fetch_json(&self.http, uri).await.context("fetching the issuer's JWKS")?;
+        let uri = m
+            .jwks_uri
+            .as_deref()
+            .ok_or_else(|| anyhow!("no jwks_uri"))?;
+        let set: JwkSet = fetch_json(&self.http, uri)
+            .await
+            .context("fetching the issuer's JWKS")?;
         let set = Arc::new(set);
         *self.jwks.write().await = Some((set.clone(), Instant::now()));
         Ok(set)

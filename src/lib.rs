@@ -80,7 +80,10 @@ impl Application {
 
     /// Like `build`, on a listener the caller bound (tests bind port 0 first so they know the
     /// address before the config is written).
-    pub async fn build_with_listener(config: Config, listener: TcpListener) -> anyhow::Result<Self> {
+    pub async fn build_with_listener(
+        config: Config,
+        listener: TcpListener,
+    ) -> anyhow::Result<Self> {
         let db = Db::connect(&config.database_url).await?;
         db.migrate().await?;
         let (shutdown_tx, shutdown) = watch::channel(false);
@@ -103,11 +106,19 @@ impl Application {
         }));
         tasks.push(spawn_cleanup(state.clone()));
         let router = router(state.clone());
-        Ok(Self { listener, router, state, shutdown_tx, tasks })
+        Ok(Self {
+            listener,
+            router,
+            state,
+            shutdown_tx,
+            tasks,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
     pub fn state(&self) -> AppState {
@@ -115,17 +126,24 @@ impl Application {
     }
 
     /// Serves until `stop` resolves, then stops background tasks and drains requests.
-    pub async fn run_until(self, stop: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until(
+        self,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let shutdown_tx = self.shutdown_tx;
         let graceful = async move {
             stop.await;
             tracing::info!("shutting down");
             let _ = shutdown_tx.send(true);
         };
-        axum::serve(self.listener, self.router.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(graceful)
-            .await
-            .context("serving")?;
+        axum::serve(
+            self.listener,
+            self.router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(graceful)
+        .await
+        .context("serving")?;
         for t in self.tasks {
             t.abort();
         }

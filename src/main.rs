@@ -8,7 +8,11 @@ use mcp_connect::config::{Config, redact_url};
 use mcp_connect::{Application, db::Db, telemetry};
 
 #[derive(Parser)]
-#[command(name = "mcp-connect", version, about = "Third-party OAuth for MCP servers through URL-mode elicitation")]
+#[command(
+    name = "mcp-connect",
+    version,
+    about = "Third-party OAuth for MCP servers through URL-mode elicitation"
+)]
 struct Cli {
     /// The TOML config file (keys can be overridden by MCP_CONNECT_* environment variables).
     #[arg(long, global = true, env = "MCP_CONNECT_CONFIG")]

@@ -8,7 +8,9 @@ use axum::response::Response;
 use tower::ServiceBuilder;
 use tower::layer::util::{Identity, Stack};
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
-use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::trace::{HttpMakeClassifier, TraceLayer};
 use tracing::Span;
 
@@ -19,11 +21,15 @@ pub struct RandomRequestId;
 
 impl MakeRequestId for RandomRequestId {
     fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
-        HeaderValue::from_str(&crate::crypto::random_token(12)).ok().map(RequestId::new)
+        HeaderValue::from_str(&crate::crypto::random_token(12))
+            .ok()
+            .map(RequestId::new)
     }
 }
 
-type RequestIdLayers = ServiceBuilder<Stack<PropagateRequestIdLayer, Stack<SetRequestIdLayer<RandomRequestId>, Identity>>>;
+type RequestIdLayers = ServiceBuilder<
+    Stack<PropagateRequestIdLayer, Stack<SetRequestIdLayer<RandomRequestId>, Identity>>,
+>;
 
 /// Gives every request an `x-request-id` (keeping a well-formed incoming one) and echoes it.
 pub fn request_id_layers() -> RequestIdLayers {
@@ -37,7 +43,11 @@ pub fn request_id(headers: &HeaderMap) -> Option<String> {
     headers
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
-        .filter(|s| s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+        .filter(|s| {
+            s.len() <= 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
         .map(str::to_owned)
 }
 
@@ -62,8 +72,14 @@ fn make_span(req: &Request) -> Span {
 pub async fn security_headers(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::CONTENT_SECURITY_POLICY,

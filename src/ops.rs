@@ -51,7 +51,12 @@ impl utoipa::Modify for BearerAuth {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "api_key",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some("An API key from [[clients]]")).build()),
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("An API key from [[clients]]"))
+                    .build(),
+            ),
         );
     }
 }

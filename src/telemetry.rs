@@ -7,7 +7,9 @@ use crate::config::LogFormat;
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_env("MCP_CONNECT_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_sessions=warn,hyper=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),

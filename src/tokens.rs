@@ -45,8 +45,19 @@ impl RefreshCoordinator {
     }
 }
 
+/// A token obtained this recently is as fresh as the provider will make it: refreshing again
+/// would only burn a redemption (and, for lifetimes shorter than `min_ttl_seconds`, every request
+/// would refresh).
+const JUST_REFRESHED_SECONDS: i64 = 30;
+
+/// Whether the token should be refreshed to satisfy `min_ttl` seconds of validity.
 fn expires_within(c: &Connection, seconds: i64) -> bool {
-    c.expires_at.is_some_and(|e| e - now() <= seconds)
+    let now = now();
+    let just_refreshed = c
+        .last_refresh_at
+        .is_some_and(|t| now - t < JUST_REFRESHED_SECONDS)
+        && !is_expired(c);
+    !just_refreshed && c.expires_at.is_some_and(|e| e - now <= seconds)
 }
 
 fn is_expired(c: &Connection) -> bool {
@@ -56,12 +67,22 @@ fn is_expired(c: &Connection) -> bool {
 impl AppState {
     /// The connection's access token, refreshed first if it expires within `min_ttl` seconds
     /// (or regardless, with `force`).
-    pub async fn fresh_token(&self, c: Connection, provider: Arc<Provider>, min_ttl: i64, force: bool, request_id: Option<String>) -> Result<FreshToken> {
+    pub async fn fresh_token(
+        &self,
+        c: Connection,
+        provider: Arc<Provider>,
+        min_ttl: i64,
+        force: bool,
+        request_id: Option<String>,
+    ) -> Result<FreshToken> {
         match c.status {
             ConnectionStatus::Active => {}
             ConnectionStatus::NeedsReauth => return Err(reauth(&provider)),
             ConnectionStatus::Revoked => {
-                return Err(Error::NotConnected { subject: c.subject.clone(), provider: c.provider.clone() });
+                return Err(Error::NotConnected {
+                    subject: c.subject.clone(),
+                    provider: c.provider.clone(),
+                });
             }
         }
         if !force && !expires_within(&c, min_ttl) {
@@ -74,42 +95,91 @@ impl AppState {
             let slot = state.refresh.slot(&c.id);
             let _local = tokio::time::timeout(LOCK_WAIT, slot.lock())
                 .await
-                .map_err(|_| Error::Unavailable(anyhow::anyhow!("timed out waiting for a refresh in this process")))?;
+                .map_err(|_| {
+                    Error::Unavailable(anyhow::anyhow!(
+                        "timed out waiting for a refresh in this process"
+                    ))
+                })?;
             let lock = crate::db::refresh_lock::acquire(&state.db, &c.id, LOCK_WAIT).await?;
             let result = state
-                .refresh_locked(&c.id, &provider, min_ttl, force, c.token_version, request_id.as_deref())
+                .refresh_locked(
+                    &c.id,
+                    &provider,
+                    min_ttl,
+                    force,
+                    c.token_version,
+                    request_id.as_deref(),
+                )
                 .await;
             lock.release().await;
             result
         });
-        task.await.map_err(|e| Error::internal(anyhow::anyhow!("refresh task failed: {e}")))?
+        task.await
+            .map_err(|e| Error::internal(anyhow::anyhow!("refresh task failed: {e}")))?
     }
 
-    async fn refresh_locked(&self, id: &str, provider: &Provider, min_ttl: i64, force: bool, seen_version: i64, request_id: Option<&str>) -> Result<FreshToken> {
+    async fn refresh_locked(
+        &self,
+        id: &str,
+        provider: &Provider,
+        min_ttl: i64,
+        force: bool,
+        seen_version: i64,
+        request_id: Option<&str>,
+    ) -> Result<FreshToken> {
         // Re-read under the lock: another request or replica may have refreshed already.
-        let c = self.db.get_connection(id).await?.ok_or_else(|| Error::not_found("the connection was removed"))?;
+        let c = self
+            .db
+            .get_connection(id)
+            .await?
+            .ok_or_else(|| Error::not_found("the connection was removed"))?;
         match c.status {
             ConnectionStatus::Active => {}
             ConnectionStatus::NeedsReauth => return Err(reauth(provider)),
-            ConnectionStatus::Revoked => return Err(Error::NotConnected { subject: c.subject, provider: c.provider }),
+            ConnectionStatus::Revoked => {
+                return Err(Error::NotConnected {
+                    subject: c.subject,
+                    provider: c.provider,
+                });
+            }
         }
+        // Someone else redeemed the refresh token while we waited: theirs is the newest token
+        // the provider will give, so take it rather than redeem again.
         let someone_refreshed = c.token_version != seen_version;
-        if (someone_refreshed || !force) && !expires_within(&c, min_ttl) {
+        if (someone_refreshed && !is_expired(&c)) || (!force && !expires_within(&c, min_ttl)) {
             return self.token_of(&c);
         }
         let Some(refresh_token) = c.refresh_token(&self.config.keys)? else {
             if is_expired(&c) {
-                self.db.record_refresh_failure(&c.id, "the access token expired and the provider issued no refresh token", true).await?;
-                self.audit_conn("connection.needs_reauth", &c, request_id, Some("expired without refresh token")).await;
+                self.db
+                    .record_refresh_failure(
+                        &c.id,
+                        "the access token expired and the provider issued no refresh token",
+                        true,
+                    )
+                    .await?;
+                self.audit_conn(
+                    "connection.needs_reauth",
+                    &c,
+                    request_id,
+                    Some("expired without refresh token"),
+                )
+                .await;
                 return Err(reauth(provider));
             }
             return self.token_of(&c);
         };
-        let endpoints = provider.endpoints(&self.http).await.map_err(Error::Upstream)?;
+        let endpoints = provider
+            .endpoints(&self.http)
+            .await
+            .map_err(Error::Upstream)?;
         let mut attempt = 0;
         let outcome = loop {
             attempt += 1;
-            match provider.refresh(&self.http, &endpoints, &refresh_token).await {
+            match provider
+                .refresh(&self.http, &endpoints, &refresh_token)
+                .await
+            {
                 Err(TokenError::Transient(e)) if attempt < REFRESH_ATTEMPTS => {
                     tracing::info!(connection_id = %c.id, attempt, error = format!("{e:#}"), "transient refresh failure; retrying");
                     tokio::time::sleep(Duration::from_millis(250 * 4u64.pow(attempt - 1))).await;
@@ -140,10 +210,15 @@ impl AppState {
                 if !stored {
                     // Cannot happen while we hold the lock; if it does, the row is newer.
                     tracing::warn!(connection_id = %c.id, "refreshed tokens lost a fencing check; using the stored ones");
-                    let latest = self.db.get_connection(&c.id).await?.ok_or_else(|| Error::not_found("the connection was removed"))?;
+                    let latest = self
+                        .db
+                        .get_connection(&c.id)
+                        .await?
+                        .ok_or_else(|| Error::not_found("the connection was removed"))?;
                     return self.token_of(&latest);
                 }
-                self.audit_conn("connection.refreshed", &c, request_id, None).await;
+                self.audit_conn("connection.refreshed", &c, request_id, None)
+                    .await;
                 Ok(FreshToken {
                     access_token: t.access_token,
                     token_type: t.token_type,
@@ -153,19 +228,30 @@ impl AppState {
                 })
             }
             Err(e) if e.is_invalid_grant() => {
-                let latest = self.db.get_connection(&c.id).await?.ok_or_else(|| Error::not_found("the connection was removed"))?;
-                if latest.token_version != c.token_version && latest.status == ConnectionStatus::Active {
+                let latest = self
+                    .db
+                    .get_connection(&c.id)
+                    .await?
+                    .ok_or_else(|| Error::not_found("the connection was removed"))?;
+                if latest.token_version != c.token_version
+                    && latest.status == ConnectionStatus::Active
+                {
                     return self.token_of(&latest);
                 }
                 let summary = e.summary();
-                self.db.record_refresh_failure(&c.id, &summary, true).await?;
-                self.audit_conn("connection.needs_reauth", &c, request_id, Some(&summary)).await;
+                self.db
+                    .record_refresh_failure(&c.id, &summary, true)
+                    .await?;
+                self.audit_conn("connection.needs_reauth", &c, request_id, Some(&summary))
+                    .await;
                 Err(reauth(provider))
             }
             Err(e) => {
                 let summary = e.summary();
                 tracing::warn!(connection_id = %c.id, provider = %c.provider, error = %summary, "refresh failed");
-                self.db.record_refresh_failure(&c.id, &summary, false).await?;
+                self.db
+                    .record_refresh_failure(&c.id, &summary, false)
+                    .await?;
                 if !is_expired(&c) {
                     // The current token still works; hand it out rather than fail.
                     return self.token_of(&c);
@@ -176,11 +262,17 @@ impl AppState {
     }
 
     fn token_of(&self, c: &Connection) -> Result<FreshToken> {
-        let access_token = c
-            .access_token(&self.config.keys)?
-            .ok_or_else(|| Error::NotConnected { subject: c.subject.clone(), provider: c.provider.clone() })?;
+        let access_token =
+            c.access_token(&self.config.keys)?
+                .ok_or_else(|| Error::NotConnected {
+                    subject: c.subject.clone(),
+                    provider: c.provider.clone(),
+                })?;
         if is_expired(c) {
-            return Err(Error::ReauthorizationRequired { provider: c.provider.clone(), elicitation: None });
+            return Err(Error::ReauthorizationRequired {
+                provider: c.provider.clone(),
+                elicitation: None,
+            });
         }
         Ok(FreshToken {
             access_token,
@@ -191,7 +283,13 @@ impl AppState {
         })
     }
 
-    async fn audit_conn(&self, event: &str, c: &Connection, request_id: Option<&str>, detail: Option<&str>) {
+    async fn audit_conn(
+        &self,
+        event: &str,
+        c: &Connection,
+        request_id: Option<&str>,
+        detail: Option<&str>,
+    ) {
         self.db
             .audit(AuditEvent {
                 event,
@@ -208,12 +306,26 @@ impl AppState {
 
     /// Revokes a connection upstream (refresh token first, then access token) and removes its
     /// tokens here even when the provider cannot be reached.
-    pub async fn revoke_connection(&self, c: &Connection, actor: &str, request_id: Option<&str>) -> Result<RevocationReport> {
+    pub async fn revoke_connection(
+        &self,
+        c: &Connection,
+        actor: &str,
+        request_id: Option<&str>,
+    ) -> Result<RevocationReport> {
         let provider = self.providers.get(&c.provider);
-        let mut report = RevocationReport { connection_id: c.id.clone(), refresh_token: "none", access_token: "none", tokens_deleted: true, message: String::new() };
+        let mut report = RevocationReport {
+            connection_id: c.id.clone(),
+            refresh_token: "none",
+            access_token: "none",
+            tokens_deleted: true,
+            message: String::new(),
+        };
         let mut problems = Vec::new();
         if let Some(provider) = provider {
-            let tokens = [("refresh_token", c.refresh_token(&self.config.keys)), ("access_token", c.access_token(&self.config.keys))];
+            let tokens = [
+                ("refresh_token", c.refresh_token(&self.config.keys)),
+                ("access_token", c.access_token(&self.config.keys)),
+            ];
             let endpoints = provider.endpoints(&self.http).await;
             for (hint, token) in tokens {
                 let outcome = match (token, &endpoints) {
@@ -226,14 +338,16 @@ impl AppState {
                         problems.push(format!("provider unreachable: {e:#}"));
                         "failed"
                     }
-                    (Ok(Some(t)), Ok(ep)) => match provider.revoke(&self.http, ep, &t, hint).await {
-                        Ok(true) => "revoked",
-                        Ok(false) => "not_supported",
-                        Err(e) => {
-                            problems.push(e.summary());
-                            "failed"
+                    (Ok(Some(t)), Ok(ep)) => {
+                        match provider.revoke(&self.http, ep, &t, hint).await {
+                            Ok(true) => "revoked",
+                            Ok(false) => "not_supported",
+                            Err(e) => {
+                                problems.push(e.summary());
+                                "failed"
+                            }
                         }
-                    },
+                    }
                 };
                 match hint {
                     "refresh_token" => report.refresh_token = outcome,
@@ -241,16 +355,24 @@ impl AppState {
                 }
             }
         }
-        self.db.mark_revoked(&c.id, problems.first().map(String::as_str)).await?;
+        self.db
+            .mark_revoked(&c.id, problems.first().map(String::as_str))
+            .await?;
         report.message = if problems.is_empty() {
             match (report.refresh_token, report.access_token) {
                 ("not_supported", _) | (_, "not_supported") => "The provider offers no revocation endpoint; the tokens were deleted here. Revoke the grant in the provider's settings to cut it there too.".into(),
                 _ => "The grant was revoked at the provider and the tokens were deleted.".into(),
             }
         } else {
-            format!("The tokens were deleted here, but revocation at the provider failed ({}).", problems.join("; "))
+            format!(
+                "The tokens were deleted here, but revocation at the provider failed ({}).",
+                problems.join("; ")
+            )
         };
-        let detail = format!("refresh_token={} access_token={}", report.refresh_token, report.access_token);
+        let detail = format!(
+            "refresh_token={} access_token={}",
+            report.refresh_token, report.access_token
+        );
         self.db
             .audit(AuditEvent {
                 event: "connection.revoked",
@@ -269,7 +391,10 @@ impl AppState {
 }
 
 fn reauth(provider: &Provider) -> Error {
-    Error::ReauthorizationRequired { provider: provider.name.clone(), elicitation: None }
+    Error::ReauthorizationRequired {
+        provider: provider.name.clone(),
+        elicitation: None,
+    }
 }
 
 /// What `DELETE /v1/connections/{id}` did.

@@ -29,7 +29,12 @@ impl Waiters {
     pub async fn notify(&self, db: &Db, id: &str) {
         let _ = self.tx.send(id.to_owned());
         if db.engine == Engine::Postgres {
-            if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(id).execute(&db.pool).await {
+            if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CHANNEL)
+                .bind(id)
+                .execute(&db.pool)
+                .await
+            {
                 tracing::warn!(error = %e, "could not publish an elicitation change to other replicas");
             }
         }
@@ -79,7 +84,8 @@ impl Waiters {
                 return Ok(Some(e));
             }
             let until_expiry = Duration::from_secs((e.expires_at - now_s).max(0) as u64);
-            let tick = tokio::time::Instant::now() + POLL_EVERY.min(until_expiry + Duration::from_millis(50));
+            let tick = tokio::time::Instant::now()
+                + POLL_EVERY.min(until_expiry + Duration::from_millis(50));
             let wake = tick.min(deadline);
             if tokio::time::Instant::now() >= deadline {
                 return Ok(Some(e));

@@ -65,10 +65,19 @@ pub struct ConnectionList {
 #[utoipa::path(get, path = "/v1/connections", params(("subject" = String, Query)),
     responses((status = 200, body = ConnectionList), (status = 400), (status = 401)),
     security(("api_key" = [])))]
-pub async fn list(State(state): State<AppState>, client: ApiClient, ApiQuery(q): ApiQuery<ListQuery>) -> Result<Json<ConnectionList>> {
-    let subject = q.subject.ok_or_else(|| Error::invalid("the subject query parameter is required"))?;
+pub async fn list(
+    State(state): State<AppState>,
+    client: ApiClient,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<ConnectionList>> {
+    let subject = q
+        .subject
+        .ok_or_else(|| Error::invalid("the subject query parameter is required"))?;
     validate_subject(&subject)?;
-    let all = state.db.list_connections(state.identity.issuer(), &subject).await?;
+    let all = state
+        .db
+        .list_connections(state.identity.issuer(), &subject)
+        .await?;
     let connections = all
         .iter()
         .filter(|c| client.0.providers.contains(&c.provider))
@@ -94,6 +103,8 @@ pub async fn revoke(
     if !client.0.providers.contains(&c.provider) {
         return Err(not_found());
     }
-    let report = state.revoke_connection(&c, &client.0.id, request_id(&headers).as_deref()).await?;
+    let report = state
+        .revoke_connection(&c, &client.0.id, request_id(&headers).as_deref())
+        .await?;
     Ok(Json(report))
 }

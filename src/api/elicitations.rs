@@ -28,8 +28,17 @@ pub struct CreateElicitation {
 
 pub fn validate_scopes(scopes: &Option<Vec<String>>) -> Result<()> {
     if let Some(s) = scopes {
-        if s.len() > 50 || s.iter().any(|x| x.is_empty() || x.len() > 200 || x.chars().any(|c| c.is_whitespace() || c.is_control() || c == ',')) {
-            return Err(Error::invalid("scopes must be at most 50 non-empty strings without spaces or commas"));
+        if s.len() > 50
+            || s.iter().any(|x| {
+                x.is_empty()
+                    || x.len() > 200
+                    || x.chars()
+                        .any(|c| c.is_whitespace() || c.is_control() || c == ',')
+            })
+        {
+            return Err(Error::invalid(
+                "scopes must be at most 50 non-empty strings without spaces or commas",
+            ));
         }
     }
     Ok(())
@@ -48,7 +57,13 @@ pub async fn create(
     validate_scopes(&body.scopes)?;
     let provider = client.provider(&state, &body.provider)?;
     let e = state
-        .create_or_reuse_elicitation(&client.0, &body.subject, provider, body.scopes, request_id(&headers).as_deref())
+        .create_or_reuse_elicitation(
+            &client.0,
+            &body.subject,
+            provider,
+            body.scopes,
+            request_id(&headers).as_deref(),
+        )
         .await?;
     Ok((StatusCode::CREATED, Json(state.elicitation_view(&e))))
 }
@@ -73,7 +88,9 @@ pub async fn show(
     let e = state.client_elicitation(&client.0, &id).await?;
     let e = match q.wait {
         Some(w) if w > MAX_WAIT_SECONDS => {
-            return Err(Error::invalid(format!("wait must be at most {MAX_WAIT_SECONDS} seconds")));
+            return Err(Error::invalid(format!(
+                "wait must be at most {MAX_WAIT_SECONDS} seconds"
+            )));
         }
         Some(w) if w > 0 => state
             .waiters

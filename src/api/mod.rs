@@ -45,7 +45,10 @@ impl FromRequestParts<AppState> for ApiClient {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
             .map(str::trim)
             .filter(|k| !k.is_empty())
             .ok_or(Error::Unauthorized)?;
@@ -57,19 +60,27 @@ impl FromRequestParts<AppState> for ApiClient {
                 found = Some(c);
             }
         }
-        found.map(|c| ApiClient(Arc::new(c.clone()))).ok_or(Error::Unauthorized)
+        found
+            .map(|c| ApiClient(Arc::new(c.clone())))
+            .ok_or(Error::Unauthorized)
     }
 }
 
 impl ApiClient {
     /// The provider, if this client may use it.
-    pub fn provider<'a>(&self, state: &'a AppState, name: &str) -> Result<&'a Arc<crate::providers::Provider>, Error> {
+    pub fn provider<'a>(
+        &self,
+        state: &'a AppState,
+        name: &str,
+    ) -> Result<&'a Arc<crate::providers::Provider>, Error> {
         let p = state
             .providers
             .get(name)
             .ok_or_else(|| Error::not_found(format!("no provider named {name:?} is configured")))?;
         if !self.0.providers.iter().any(|x| x == name) {
-            return Err(Error::ForbiddenProvider(format!("this API client may not use provider {name:?}")));
+            return Err(Error::ForbiddenProvider(format!(
+                "this API client may not use provider {name:?}"
+            )));
         }
         Ok(p)
     }
@@ -84,11 +95,23 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(v)) => Ok(Self(v)),
-            Err(JsonRejection::BytesRejection(e)) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(Error::page(e.status(), "invalid_request", "Request too large", format!("the request body is larger than {MAX_BODY} bytes")))
+            Err(JsonRejection::BytesRejection(e))
+                if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE =>
+            {
+                Err(Error::page(
+                    e.status(),
+                    "invalid_request",
+                    "Request too large",
+                    format!("the request body is larger than {MAX_BODY} bytes"),
+                ))
             }
-            Err(JsonRejection::MissingJsonContentType(_)) => Err(Error::invalid("send the body as JSON with Content-Type: application/json")),
-            Err(e) => Err(Error::invalid(format!("invalid JSON body: {}", e.body_text()))),
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(Error::invalid(
+                "send the body as JSON with Content-Type: application/json",
+            )),
+            Err(e) => Err(Error::invalid(format!(
+                "invalid JSON body: {}",
+                e.body_text()
+            ))),
         }
     }
 }
@@ -103,14 +126,18 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| Self(q.0))
-            .map_err(|e: QueryRejection| Error::invalid(format!("invalid query string: {}", e.body_text())))
+            .map_err(|e: QueryRejection| {
+                Error::invalid(format!("invalid query string: {}", e.body_text()))
+            })
     }
 }
 
 /// Subjects come from validated MCP access tokens; still, bound them.
 pub fn validate_subject(subject: &str) -> Result<(), Error> {
     if subject.is_empty() || subject.len() > 255 || subject.chars().any(char::is_control) {
-        return Err(Error::invalid("subject must be 1 to 255 characters without control characters"));
+        return Err(Error::invalid(
+            "subject must be 1 to 255 characters without control characters",
+        ));
     }
     Ok(())
 }

@@ -59,21 +59,30 @@ pub async fn fetch(
     let provider = client.provider(&state, &req.provider)?.clone();
     let min_ttl = req.min_ttl_seconds.unwrap_or(60);
     if !(0..=86_400).contains(&min_ttl) {
-        return Err(Error::invalid("min_ttl_seconds must be between 0 and 86400"));
+        return Err(Error::invalid(
+            "min_ttl_seconds must be between 0 and 86400",
+        ));
     }
     let rid = request_id(&headers);
 
     if let Some(eid) = &req.elicitation_id {
         let e = state.client_elicitation(&client.0, eid).await?;
         if e.subject != req.subject || e.provider != req.provider {
-            return Err(Error::invalid("the elicitation was made for another subject or provider"));
+            return Err(Error::invalid(
+                "the elicitation was made for another subject or provider",
+            ));
         }
         match req.wait_seconds {
             Some(w) if w > MAX_WAIT_SECONDS => {
-                return Err(Error::invalid(format!("wait_seconds must be at most {MAX_WAIT_SECONDS}")));
+                return Err(Error::invalid(format!(
+                    "wait_seconds must be at most {MAX_WAIT_SECONDS}"
+                )));
             }
             Some(w) if w > 0 => {
-                state.waiters.wait(&state.db, &e.id, Duration::from_secs(w)).await?;
+                state
+                    .waiters
+                    .wait(&state.db, &e.id, Duration::from_secs(w))
+                    .await?;
             }
             _ => {}
         }
@@ -88,13 +97,36 @@ pub async fn fetch(
         .filter(|c| c.status != ConnectionStatus::Revoked);
     let Some(connection) = connection else {
         if req.elicit {
-            let e = state.create_or_reuse_elicitation(&client.0, &req.subject, &provider, None, rid.as_deref()).await?;
+            let e = state
+                .create_or_reuse_elicitation(
+                    &client.0,
+                    &req.subject,
+                    &provider,
+                    None,
+                    rid.as_deref(),
+                )
+                .await?;
             let view = serde_json::to_value(state.elicitation_view(&e)).map_err(Error::internal)?;
-            return Err(Error::AuthorizationRequired { provider: provider.name.clone(), elicitation: Box::new(view) });
+            return Err(Error::AuthorizationRequired {
+                provider: provider.name.clone(),
+                elicitation: Box::new(view),
+            });
         }
-        return Err(Error::NotConnected { subject: req.subject, provider: req.provider });
+        return Err(Error::NotConnected {
+            subject: req.subject,
+            provider: req.provider,
+        });
     };
-    match state.fresh_token(connection, provider.clone(), min_ttl, req.force_refresh, rid.clone()).await {
+    match state
+        .fresh_token(
+            connection,
+            provider.clone(),
+            min_ttl,
+            req.force_refresh,
+            rid.clone(),
+        )
+        .await
+    {
         Ok(t) => Ok(Json(TokenResponse {
             access_token: t.access_token.expose_secret().to_owned(),
             token_type: t.token_type,
@@ -103,9 +135,20 @@ pub async fn fetch(
             connection_id: t.connection_id,
         })),
         Err(Error::ReauthorizationRequired { provider: p, .. }) if req.elicit => {
-            let e = state.create_or_reuse_elicitation(&client.0, &req.subject, &provider, None, rid.as_deref()).await?;
+            let e = state
+                .create_or_reuse_elicitation(
+                    &client.0,
+                    &req.subject,
+                    &provider,
+                    None,
+                    rid.as_deref(),
+                )
+                .await?;
             let view = serde_json::to_value(state.elicitation_view(&e)).map_err(Error::internal)?;
-            Err(Error::ReauthorizationRequired { provider: p, elicitation: Some(Box::new(view)) })
+            Err(Error::ReauthorizationRequired {
+                provider: p,
+                elicitation: Some(Box::new(view)),
+            })
         }
         Err(e) => Err(e),
     }

@@ -70,7 +70,11 @@ impl Db {
         }
     }
 
-    pub async fn recent_audit(&self, subject: Option<&str>, limit: i64) -> Result<Vec<AuditRow>, sqlx::Error> {
+    pub async fn recent_audit(
+        &self,
+        subject: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<AuditRow>, sqlx::Error> {
         sqlx::query_as(
             "SELECT id, at, event, actor, subject, provider, client_id, connection_id, elicitation_id, request_id, detail \
              FROM audit_events WHERE ($1 IS NULL OR subject = $1) ORDER BY id DESC LIMIT $2",

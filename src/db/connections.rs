@@ -146,14 +146,20 @@ fn seal(keys: &KeyRing, id: &str, field: &str, value: &SecretString) -> String {
 
 impl Db {
     pub async fn get_connection(&self, id: &str) -> Result<Option<Connection>, sqlx::Error> {
-        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM connections WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row: Option<Row> =
+            sqlx::query_as(&format!("SELECT {COLUMNS} FROM connections WHERE id = $1"))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
         Ok(row.map(Into::into))
     }
 
-    pub async fn find_connection(&self, issuer: &str, subject: &str, provider: &str) -> Result<Option<Connection>, sqlx::Error> {
+    pub async fn find_connection(
+        &self,
+        issuer: &str,
+        subject: &str,
+        provider: &str,
+    ) -> Result<Option<Connection>, sqlx::Error> {
         let row: Option<Row> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
         ))
@@ -165,7 +171,11 @@ impl Db {
         Ok(row.map(Into::into))
     }
 
-    pub async fn list_connections(&self, issuer: &str, subject: &str) -> Result<Vec<Connection>, sqlx::Error> {
+    pub async fn list_connections(
+        &self,
+        issuer: &str,
+        subject: &str,
+    ) -> Result<Vec<Connection>, sqlx::Error> {
         let rows: Vec<Row> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 ORDER BY provider"
         ))
@@ -267,7 +277,12 @@ impl Db {
     }
 
     /// Records a failed refresh. `needs_reauth` marks the grant dead; the identity is kept.
-    pub async fn record_refresh_failure(&self, id: &str, error: &str, needs_reauth: bool) -> Result<(), sqlx::Error> {
+    pub async fn record_refresh_failure(
+        &self,
+        id: &str,
+        error: &str,
+        needs_reauth: bool,
+    ) -> Result<(), sqlx::Error> {
         sqlx::query(
             "UPDATE connections SET last_error = $2, refresh_failures = refresh_failures + 1, updated_at = $3, \
              status = CASE WHEN $4 = 1 THEN 'needs_reauth' ELSE status END WHERE id = $1",
@@ -296,7 +311,10 @@ impl Db {
     }
 
     /// Test and operator helper: the raw sealed columns of a row.
-    pub async fn raw_connection_secrets(&self, id: &str) -> Result<(Option<String>, Option<String>), sqlx::Error> {
+    pub async fn raw_connection_secrets(
+        &self,
+        id: &str,
+    ) -> Result<(Option<String>, Option<String>), sqlx::Error> {
         sqlx::query_as("SELECT access_token, refresh_token FROM connections WHERE id = $1")
             .bind(id)
             .fetch_one(&self.pool)

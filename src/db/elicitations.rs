@@ -96,7 +96,10 @@ impl From<Row> for Elicitation {
 }
 
 pub fn split_scopes(s: &str) -> Vec<String> {
-    s.split(' ').filter(|x| !x.is_empty()).map(str::to_owned).collect()
+    s.split(' ')
+        .filter(|x| !x.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 const COLUMNS: &str = "id, client_id, issuer, subject, provider, scopes, status, connection_id, failure, created_at, expires_at";
@@ -147,10 +150,11 @@ impl Db {
     }
 
     pub async fn get_elicitation(&self, id: &str) -> Result<Option<Elicitation>, sqlx::Error> {
-        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM elicitations WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row: Option<Row> =
+            sqlx::query_as(&format!("SELECT {COLUMNS} FROM elicitations WHERE id = $1"))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
         Ok(row.map(Into::into))
     }
 

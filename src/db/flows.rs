@@ -78,7 +78,11 @@ impl Db {
 
     /// Marks the flow used and returns it, atomically (one conditional UPDATE): of two concurrent
     /// callbacks with the same state, exactly one gets `Fresh`. The verifier is wiped after use.
-    pub async fn consume_flow(&self, state_hash: &str, kind: FlowKind) -> Result<Consumed, sqlx::Error> {
+    pub async fn consume_flow(
+        &self,
+        state_hash: &str,
+        kind: FlowKind,
+    ) -> Result<Consumed, sqlx::Error> {
         const COLS: &str = "state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, expires_at";
         let fresh: Option<Flow> = sqlx::query_as(&format!(
             "UPDATE auth_flows SET used_at = $3 WHERE state_hash = $1 AND kind = $2 AND used_at IS NULL RETURNING {COLS}"
@@ -95,11 +99,13 @@ impl Db {
                 .await?;
             return Ok(Consumed::Fresh(flow));
         }
-        let used: Option<Flow> = sqlx::query_as(&format!("SELECT {COLS} FROM auth_flows WHERE state_hash = $1 AND kind = $2"))
-            .bind(state_hash)
-            .bind(kind.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
+        let used: Option<Flow> = sqlx::query_as(&format!(
+            "SELECT {COLS} FROM auth_flows WHERE state_hash = $1 AND kind = $2"
+        ))
+        .bind(state_hash)
+        .bind(kind.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(match used {
             Some(f) => Consumed::Replayed(f),
             None => Consumed::Unknown,

@@ -46,13 +46,19 @@ impl Db {
     /// Connects (creating the database or SQLite file when missing) without migrating.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         install_default_drivers();
-        let engine = if url.starts_with("sqlite:") { Engine::Sqlite } else { Engine::Postgres };
+        let engine = if url.starts_with("sqlite:") {
+            Engine::Sqlite
+        } else {
+            Engine::Postgres
+        };
         let url = match engine {
             Engine::Sqlite => prepare_sqlite_url(url)?,
             Engine::Postgres => url.to_owned(),
         };
         if !Any::database_exists(&url).await.unwrap_or(false) {
-            Any::create_database(&url).await.context("creating the database")?;
+            Any::create_database(&url)
+                .await
+                .context("creating the database")?;
         }
         let mut opts = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(5));
         opts = match engine {
@@ -68,7 +74,10 @@ impl Db {
                     })
                 }),
         };
-        let pool = opts.connect(&url).await.context("connecting to the database")?;
+        let pool = opts
+            .connect(&url)
+            .await
+            .context("connecting to the database")?;
         Ok(Self { pool, engine })
     }
 
@@ -82,7 +91,10 @@ impl Db {
     }
 
     pub async fn ping(&self) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ())
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
     }
 
     /// Deletes expired sessions, auth flows and long-finished elicitations.
@@ -111,7 +123,8 @@ impl Db {
 
 /// Makes sure a SQLite file can be created: `mode=rwc` and an existing parent folder.
 fn prepare_sqlite_url(url: &str) -> anyhow::Result<String> {
-    let opts = sqlx::sqlite::SqliteConnectOptions::from_str(url).context("parsing the SQLite URL")?;
+    let opts =
+        sqlx::sqlite::SqliteConnectOptions::from_str(url).context("parsing the SQLite URL")?;
     let path = opts.get_filename();
     if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() && path.as_os_str() != ":memory:" {

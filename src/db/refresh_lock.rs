@@ -25,7 +25,12 @@ impl Drop for AbortOnDrop {
 
 pub enum RefreshLock {
     Postgres(Transaction<'static, Any>),
-    Sqlite { db: Db, connection_id: String, owner: String, renew: AbortOnDrop },
+    Sqlite {
+        db: Db,
+        connection_id: String,
+        owner: String,
+        renew: AbortOnDrop,
+    },
 }
 
 fn now_ms() -> i64 {
@@ -43,13 +48,22 @@ pub async fn acquire(db: &Db, connection_id: &str, wait: Duration) -> Result<Ref
     match db.engine {
         Engine::Postgres => {
             let mut tx = db.pool.begin().await?;
-            sqlx::query(&format!("SET LOCAL lock_timeout = '{}ms'", wait.as_millis()))
+            sqlx::query(&format!(
+                "SET LOCAL lock_timeout = '{}ms'",
+                wait.as_millis()
+            ))
+            .execute(&mut *tx)
+            .await?;
+            match sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(advisory_key(connection_id))
                 .execute(&mut *tx)
-                .await?;
-            match sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(advisory_key(connection_id)).execute(&mut *tx).await {
+                .await
+            {
                 Ok(_) => Ok(RefreshLock::Postgres(tx)),
                 Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("55P03") => {
-                    Err(Error::Unavailable(anyhow::anyhow!("timed out waiting for another refresh of this connection")))
+                    Err(Error::Unavailable(anyhow::anyhow!(
+                        "timed out waiting for another refresh of this connection"
+                    )))
                 }
                 Err(e) => Err(e.into()),
             }
@@ -74,11 +88,22 @@ pub async fn acquire(db: &Db, connection_id: &str, wait: Duration) -> Result<Ref
                 .rows_affected()
                     == 1;
                 if got {
-                    let renew = AbortOnDrop(spawn_renewal(db.clone(), connection_id.to_owned(), owner.clone()));
-                    return Ok(RefreshLock::Sqlite { db: db.clone(), connection_id: connection_id.to_owned(), owner, renew });
+                    let renew = AbortOnDrop(spawn_renewal(
+                        db.clone(),
+                        connection_id.to_owned(),
+                        owner.clone(),
+                    ));
+                    return Ok(RefreshLock::Sqlite {
+                        db: db.clone(),
+                        connection_id: connection_id.to_owned(),
+                        owner,
+                        renew,
+                    });
                 }
                 if tokio::time::Instant::now() + pause > deadline {
-                    return Err(Error::Unavailable(anyhow::anyhow!("timed out waiting for another refresh of this connection")));
+                    return Err(Error::Unavailable(anyhow::anyhow!(
+                        "timed out waiting for another refresh of this connection"
+                    )));
                 }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
@@ -112,13 +137,20 @@ impl RefreshLock {
                     tracing::warn!(error = %e, "releasing a refresh lock failed (the server drops it with the connection)");
                 }
             }
-            RefreshLock::Sqlite { db, connection_id, owner, renew } => {
+            RefreshLock::Sqlite {
+                db,
+                connection_id,
+                owner,
+                renew,
+            } => {
                 drop(renew);
-                let r = sqlx::query("DELETE FROM refresh_leases WHERE connection_id = $1 AND owner = $2")
-                    .bind(&connection_id)
-                    .bind(&owner)
-                    .execute(&db.pool)
-                    .await;
+                let r = sqlx::query(
+                    "DELETE FROM refresh_leases WHERE connection_id = $1 AND owner = $2",
+                )
+                .bind(&connection_id)
+                .bind(&owner)
+                .execute(&db.pool)
+                .await;
                 if let Err(e) = r {
                     tracing::warn!(error = %e, "releasing a refresh lease failed (it runs out by itself)");
                 }

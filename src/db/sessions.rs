@@ -24,7 +24,8 @@ fn backend(e: impl std::fmt::Display) -> session_store::Error {
 #[async_trait]
 impl SessionStore for DbSessionStore {
     async fn create(&self, record: &mut Record) -> session_store::Result<()> {
-        let data = serde_json::to_string(record).map_err(|e| session_store::Error::Encode(e.to_string()))?;
+        let data = serde_json::to_string(record)
+            .map_err(|e| session_store::Error::Encode(e.to_string()))?;
         loop {
             let r = sqlx::query("INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING")
                 .bind(record.id.to_string())
@@ -41,7 +42,8 @@ impl SessionStore for DbSessionStore {
     }
 
     async fn save(&self, record: &Record) -> session_store::Result<()> {
-        let data = serde_json::to_string(record).map_err(|e| session_store::Error::Encode(e.to_string()))?;
+        let data = serde_json::to_string(record)
+            .map_err(|e| session_store::Error::Encode(e.to_string()))?;
         sqlx::query(
             "INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) \
              ON CONFLICT (id) DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at",
@@ -56,14 +58,17 @@ impl SessionStore for DbSessionStore {
     }
 
     async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
-        let row: Option<(String,)> = sqlx::query_as("SELECT data FROM sessions WHERE id = $1 AND expires_at > $2")
-            .bind(id.to_string())
-            .bind(super::now())
-            .fetch_optional(&self.db.pool)
-            .await
-            .map_err(backend)?;
-        row.map(|(d,)| serde_json::from_str(&d).map_err(|e| session_store::Error::Decode(e.to_string())))
-            .transpose()
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT data FROM sessions WHERE id = $1 AND expires_at > $2")
+                .bind(id.to_string())
+                .bind(super::now())
+                .fetch_optional(&self.db.pool)
+                .await
+                .map_err(backend)?;
+        row.map(|(d,)| {
+            serde_json::from_str(&d).map_err(|e| session_store::Error::Decode(e.to_string()))
+        })
+        .transpose()
     }
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {

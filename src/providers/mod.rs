@@ -48,7 +48,9 @@ pub struct Provider {
 
 impl std::fmt::Debug for Provider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Provider").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Provider")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -56,14 +58,21 @@ impl Provider {
     pub fn from_config(name: &str, c: &ProviderConfig) -> Self {
         let entry = c.kind.as_deref().and_then(catalog::lookup);
         let mut authorize_params: Vec<(String, String)> = entry
-            .map(|e| e.authorize_params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+            .map(|e| {
+                e.authorize_params
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            })
             .unwrap_or_default();
         for (k, v) in &c.authorize_params {
             authorize_params.retain(|(ek, _)| ek != k);
             authorize_params.push((k.clone(), v.clone()));
         }
         let scopes = if c.scopes.is_empty() {
-            entry.map(|e| e.default_scopes.iter().map(|s| s.to_string()).collect()).unwrap_or_default()
+            entry
+                .map(|e| e.default_scopes.iter().map(|s| s.to_string()).collect())
+                .unwrap_or_default()
         } else {
             c.scopes.clone()
         };
@@ -110,7 +119,10 @@ impl Provider {
             ),
             _ => None,
         };
-        let pick = |explicit: &Option<Url>, discovered: Option<&String>, catalog: Option<&str>| -> Option<String> {
+        let pick = |explicit: &Option<Url>,
+                    discovered: Option<&String>,
+                    catalog: Option<&str>|
+         -> Option<String> {
             explicit
                 .as_ref()
                 .map(|u| u.to_string())
@@ -120,12 +132,28 @@ impl Provider {
         let m = meta.as_ref();
         let endpoints = Endpoints {
             issuer: c.issuer.clone(),
-            authorization_url: pick(&c.authorization_url, m.map(|m| &m.authorization_endpoint), entry.map(|e| e.authorization_url))
-                .context("no authorization endpoint")?,
-            token_url: pick(&c.token_url, m.map(|m| &m.token_endpoint), entry.map(|e| e.token_url))
-                .context("no token endpoint")?,
-            revocation_url: pick(&c.revocation_url, m.and_then(|m| m.revocation_endpoint.as_ref()), entry.and_then(|e| e.revocation_url)),
-            userinfo_url: pick(&c.userinfo_url, m.and_then(|m| m.userinfo_endpoint.as_ref()), entry.and_then(|e| e.userinfo_url)),
+            authorization_url: pick(
+                &c.authorization_url,
+                m.map(|m| &m.authorization_endpoint),
+                entry.map(|e| e.authorization_url),
+            )
+            .context("no authorization endpoint")?,
+            token_url: pick(
+                &c.token_url,
+                m.map(|m| &m.token_endpoint),
+                entry.map(|e| e.token_url),
+            )
+            .context("no token endpoint")?,
+            revocation_url: pick(
+                &c.revocation_url,
+                m.and_then(|m| m.revocation_endpoint.as_ref()),
+                entry.and_then(|e| e.revocation_url),
+            ),
+            userinfo_url: pick(
+                &c.userinfo_url,
+                m.and_then(|m| m.userinfo_endpoint.as_ref()),
+                entry.and_then(|e| e.userinfo_url),
+            ),
             iss_required: m.is_some_and(|m| m.authorization_response_iss_parameter_supported),
         };
         let e = Arc::new(endpoints);
@@ -142,7 +170,8 @@ impl Provider {
         code_challenge: Option<&str>,
         scopes: &[String],
     ) -> anyhow::Result<String> {
-        let mut url = Url::parse(&endpoints.authorization_url).context("authorization endpoint is not a URL")?;
+        let mut url = Url::parse(&endpoints.authorization_url)
+            .context("authorization endpoint is not a URL")?;
         {
             let mut q = url.query_pairs_mut();
             q.append_pair("response_type", "code")
@@ -153,7 +182,8 @@ impl Provider {
                 q.append_pair("scope", &scopes.join(self.scope_separator));
             }
             if let Some(ch) = code_challenge {
-                q.append_pair("code_challenge", ch).append_pair("code_challenge_method", "S256");
+                q.append_pair("code_challenge", ch)
+                    .append_pair("code_challenge_method", "S256");
             }
             for (k, v) in &self.authorize_params {
                 q.append_pair(k, v);
@@ -184,7 +214,11 @@ pub struct Providers {
 impl Providers {
     pub fn from_config(c: &BTreeMap<String, ProviderConfig>) -> Self {
         Self {
-            by_name: Arc::new(c.iter().map(|(n, pc)| (n.clone(), Arc::new(Provider::from_config(n, pc)))).collect()),
+            by_name: Arc::new(
+                c.iter()
+                    .map(|(n, pc)| (n.clone(), Arc::new(Provider::from_config(n, pc))))
+                    .collect(),
+            ),
         }
     }
 

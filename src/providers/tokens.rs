@@ -22,7 +22,11 @@ pub struct TokenSet {
 pub enum TokenError {
     /// The provider answered with an OAuth error (`invalid_grant`, ...).
     #[error("provider answered {error}{}", description.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
-    OAuth { status: u16, error: String, description: Option<String> },
+    OAuth {
+        status: u16,
+        error: String,
+        description: Option<String>,
+    },
     /// Network trouble, timeouts and 5xx: worth retrying, never proof the grant is dead.
     #[error("provider unreachable or failing")]
     Transient(#[source] anyhow::Error),
@@ -38,7 +42,9 @@ impl TokenError {
     /// A short description safe for logs, pages and the `last_error` column.
     pub fn summary(&self) -> String {
         match self {
-            Self::OAuth { error, description, .. } => {
+            Self::OAuth {
+                error, description, ..
+            } => {
                 let mut s = format!("provider answered {error}");
                 if let Some(d) = description {
                     s.push_str(": ");
@@ -66,40 +72,73 @@ impl Provider {
         redirect_uri: &str,
         code_verifier: Option<&str>,
     ) -> Result<TokenSet, TokenError> {
-        let mut form = vec![("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirect_uri)];
+        let mut form = vec![
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", redirect_uri),
+        ];
         if let Some(v) = code_verifier {
             form.push(("code_verifier", v));
         }
         self.token_request(http, endpoints, form).await
     }
 
-    pub async fn refresh(&self, http: &reqwest::Client, endpoints: &Endpoints, refresh_token: &SecretString) -> Result<TokenSet, TokenError> {
-        let form = vec![("grant_type", "refresh_token"), ("refresh_token", refresh_token.expose_secret())];
+    pub async fn refresh(
+        &self,
+        http: &reqwest::Client,
+        endpoints: &Endpoints,
+        refresh_token: &SecretString,
+    ) -> Result<TokenSet, TokenError> {
+        let form = vec![
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token.expose_secret()),
+        ];
         self.token_request(http, endpoints, form).await
     }
 
     /// RFC 7009 revocation. `Ok(false)` when the provider has no revocation endpoint.
-    pub async fn revoke(&self, http: &reqwest::Client, endpoints: &Endpoints, token: &SecretString, hint: &str) -> Result<bool, TokenError> {
-        let Some(url) = &endpoints.revocation_url else { return Ok(false) };
+    pub async fn revoke(
+        &self,
+        http: &reqwest::Client,
+        endpoints: &Endpoints,
+        token: &SecretString,
+        hint: &str,
+    ) -> Result<bool, TokenError> {
+        let Some(url) = &endpoints.revocation_url else {
+            return Ok(false);
+        };
         let form = vec![("token", token.expose_secret()), ("token_type_hint", hint)];
-        let resp = self.authenticated(http.post(url), form).send().await.map_err(|e| TokenError::Transient(e.into()))?;
+        let resp = self
+            .authenticated(http.post(url), form)
+            .send()
+            .await
+            .map_err(|e| TokenError::Transient(e.into()))?;
         let status = resp.status();
         if status.is_success() {
             return Ok(true);
         }
         let body: Value = resp.json().await.unwrap_or(Value::Null);
         if status.is_server_error() {
-            return Err(TokenError::Transient(anyhow!("revocation endpoint answered HTTP {status}")));
+            return Err(TokenError::Transient(anyhow!(
+                "revocation endpoint answered HTTP {status}"
+            )));
         }
-        Err(oauth_error(status.as_u16(), &body).unwrap_or_else(|| TokenError::Malformed(anyhow!("revocation endpoint answered HTTP {status}"))))
+        Err(oauth_error(status.as_u16(), &body).unwrap_or_else(|| {
+            TokenError::Malformed(anyhow!("revocation endpoint answered HTTP {status}"))
+        }))
     }
 
-    fn authenticated<'a>(&'a self, req: reqwest::RequestBuilder, mut form: Vec<(&'a str, &'a str)>) -> reqwest::RequestBuilder {
+    fn authenticated<'a>(
+        &'a self,
+        req: reqwest::RequestBuilder,
+        mut form: Vec<(&'a str, &'a str)>,
+    ) -> reqwest::RequestBuilder {
         let req = req.header(reqwest::header::ACCEPT, "application/json");
         let req = match (self.token_auth, self.client_secret()) {
             (TokenAuth::Basic, Some(secret)) => {
                 // RFC 6749 §2.3.1: both parts are form-url-encoded before Basic encoding.
-                let id: String = url::form_urlencoded::byte_serialize(self.client_id.as_bytes()).collect();
+                let id: String =
+                    url::form_urlencoded::byte_serialize(self.client_id.as_bytes()).collect();
                 let sec: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
                 req.basic_auth(id, Some(sec))
             }
@@ -112,10 +151,19 @@ impl Provider {
             }
         };
         let body = serde_urlencoded::to_string(&form).unwrap_or_default();
-        req.header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded").body(body)
+        req.header(
+            reqwest::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        )
+        .body(body)
     }
 
-    async fn token_request(&self, http: &reqwest::Client, endpoints: &Endpoints, form: Vec<(&str, &str)>) -> Result<TokenSet, TokenError> {
+    async fn token_request(
+        &self,
+        http: &reqwest::Client,
+        endpoints: &Endpoints,
+        form: Vec<(&str, &str)>,
+    ) -> Result<TokenSet, TokenError> {
         let resp = self
             .authenticated(http.post(&endpoints.token_url), form)
             .send()
@@ -126,17 +174,26 @@ impl Provider {
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded") || v.starts_with("text/plain"));
-        let bytes = resp.bytes().await.map_err(|e| TokenError::Transient(e.into()))?;
+            .is_some_and(|v| {
+                v.starts_with("application/x-www-form-urlencoded") || v.starts_with("text/plain")
+            });
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| TokenError::Transient(e.into()))?;
         let body = parse_body(&bytes, is_form);
         if let Some(e) = oauth_error(status.as_u16(), &body) {
             return Err(e);
         }
         if status.is_server_error() || status.as_u16() == 429 {
-            return Err(TokenError::Transient(anyhow!("token endpoint answered HTTP {status}")));
+            return Err(TokenError::Transient(anyhow!(
+                "token endpoint answered HTTP {status}"
+            )));
         }
         if !status.is_success() {
-            return Err(TokenError::Malformed(anyhow!("token endpoint answered HTTP {status}")));
+            return Err(TokenError::Malformed(anyhow!(
+                "token endpoint answered HTTP {status}"
+            )));
         }
         parse_token_set(&body).map_err(TokenError::Malformed)
     }
@@ -161,11 +218,20 @@ fn oauth_error(status: u16, body: &Value) -> Option<TokenError> {
     if body.get("ok").and_then(Value::as_bool) == Some(true) {
         return None;
     }
-    let description = body.get("error_description").and_then(Value::as_str).map(str::to_owned);
+    let description = body
+        .get("error_description")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     if status >= 500 {
-        return Some(TokenError::Transient(anyhow!("token endpoint answered HTTP {status} {error}")));
+        return Some(TokenError::Transient(anyhow!(
+            "token endpoint answered HTTP {status} {error}"
+        )));
     }
-    Some(TokenError::OAuth { status, error, description })
+    Some(TokenError::OAuth {
+        status,
+        error,
+        description,
+    })
 }
 
 /// Reads a token response leniently: Slack's nested `authed_user`, `expires_in` as a number, a
@@ -183,11 +249,20 @@ pub fn parse_token_set(body: &Value) -> anyhow::Result<TokenSet> {
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .ok_or_else(|| anyhow!("access_token is not a string"))?;
-    let refresh_token = src.get("refresh_token").and_then(Value::as_str).filter(|s| !s.is_empty());
+    let refresh_token = src
+        .get("refresh_token")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
     let token_type = src
         .get("token_type")
         .and_then(Value::as_str)
-        .map(|t| if t.eq_ignore_ascii_case("bearer") { "Bearer".to_owned() } else { t.to_owned() })
+        .map(|t| {
+            if t.eq_ignore_ascii_case("bearer") {
+                "Bearer".to_owned()
+            } else {
+                t.to_owned()
+            }
+        })
         .unwrap_or_else(|| "Bearer".to_owned());
     let expires_in = src.get("expires_in").and_then(|v| match v {
         Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
@@ -195,11 +270,15 @@ pub fn parse_token_set(body: &Value) -> anyhow::Result<TokenSet> {
         _ => None,
     });
     // A lifetime of more than ~3 years is almost certainly milliseconds.
-    let expires_in = expires_in.filter(|s| *s > 0).map(|s| if s > 100_000_000 { s / 1000 } else { s });
-    let scopes = src
-        .get("scope")
-        .and_then(Value::as_str)
-        .map(|s| s.split([' ', ',']).filter(|x| !x.is_empty()).map(str::to_owned).collect());
+    let expires_in = expires_in
+        .filter(|s| *s > 0)
+        .map(|s| if s > 100_000_000 { s / 1000 } else { s });
+    let scopes = src.get("scope").and_then(Value::as_str).map(|s| {
+        s.split([' ', ','])
+            .filter(|x| !x.is_empty())
+            .map(str::to_owned)
+            .collect()
+    });
     Ok(TokenSet {
         access_token: SecretString::from(access_token.to_owned()),
         refresh_token: refresh_token.map(|r| SecretString::from(r.to_owned())),
@@ -220,7 +299,8 @@ mod tests {
         assert_eq!(t.expires_in, Some(3600));
         let t = parse_token_set(&json!({"access_token":"a","expires_in":3600.0})).unwrap();
         assert_eq!(t.expires_in, Some(3600));
-        let t = parse_token_set(&json!({"access_token":"a","expires_in":3_600_000_000i64})).unwrap();
+        let t =
+            parse_token_set(&json!({"access_token":"a","expires_in":3_600_000_000i64})).unwrap();
         assert_eq!(t.expires_in, Some(3_600_000));
         let t = parse_token_set(&json!({"access_token":"a"})).unwrap();
         assert_eq!(t.expires_in, None);
@@ -247,13 +327,23 @@ mod tests {
     fn error_inside_a_200_is_an_error() {
         let e = oauth_error(200, &json!({"error":"bad_verification_code"})).unwrap();
         assert!(matches!(e, TokenError::OAuth { .. }));
-        assert!(oauth_error(400, &json!({"error":"invalid_grant"})).unwrap().is_invalid_grant());
-        assert!(matches!(oauth_error(503, &json!({"error":"temporarily_unavailable"})).unwrap(), TokenError::Transient(_)));
+        assert!(
+            oauth_error(400, &json!({"error":"invalid_grant"}))
+                .unwrap()
+                .is_invalid_grant()
+        );
+        assert!(matches!(
+            oauth_error(503, &json!({"error":"temporarily_unavailable"})).unwrap(),
+            TokenError::Transient(_)
+        ));
     }
 
     #[test]
     fn debug_does_not_show_tokens() {
-        let t = parse_token_set(&json!({"access_token":"very-secret-at","refresh_token":"very-secret-rt"})).unwrap();
+        let t = parse_token_set(
+            &json!({"access_token":"very-secret-at","refresh_token":"very-secret-rt"}),
+        )
+        .unwrap();
         let d = format!("{t:?}");
         assert!(!d.contains("very-secret"), "{d}");
     }

@@ -60,7 +60,11 @@ pub async fn show(
         .await?
         .into_iter()
         .map(|c| Row {
-            provider: state.providers.get(&c.provider).map(|p| p.display_name.clone()).unwrap_or(c.provider.clone()),
+            provider: state
+                .providers
+                .get(&c.provider)
+                .map(|p| p.display_name.clone())
+                .unwrap_or(c.provider.clone()),
             status: c.status.as_str(),
             status_text: match c.status {
                 ConnectionStatus::Active => "Connected",
@@ -74,9 +78,16 @@ pub async fn show(
         })
         .collect();
     let csrf = session.csrf_token().await?;
-    let notice = (q.done.as_deref() == Some("disconnected")).then_some("The account was disconnected.");
+    let notice =
+        (q.done.as_deref() == Some("disconnected")).then_some("The account was disconnected.");
     Ok(render(
-        &AccountPage { signed_in_as: Some(shown_name(&user)), request_id: rid.as_deref(), rows, csrf: &csrf, notice },
+        &AccountPage {
+            signed_in_as: Some(shown_name(&user)),
+            request_id: rid.as_deref(),
+            rows,
+            csrf: &csrf,
+            notice,
+        },
         StatusCode::OK,
     ))
 }
@@ -93,12 +104,31 @@ pub async fn disconnect(
     Path(id): Path<String>,
     form: Result<Form<DisconnectForm>, FormRejection>,
 ) -> Result<Response> {
-    let Form(form) = form.map_err(|_| Error::page(StatusCode::BAD_REQUEST, "invalid_request", "This form is incomplete", "Go back, reload the page and try again."))?;
+    let Form(form) = form.map_err(|_| {
+        Error::page(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "This form is incomplete",
+            "Go back, reload the page and try again.",
+        )
+    })?;
     session.check_csrf(&form.csrf).await?;
     let user = session.user().await?.ok_or_else(|| {
-        Error::page(StatusCode::UNAUTHORIZED, "not_signed_in", "You are not signed in", "Open /account to sign in first.")
+        Error::page(
+            StatusCode::UNAUTHORIZED,
+            "not_signed_in",
+            "You are not signed in",
+            "Open /account to sign in first.",
+        )
     })?;
-    let not_yours = || Error::page(StatusCode::NOT_FOUND, "not_found", "No such connection", "This connection does not exist or is not yours.");
+    let not_yours = || {
+        Error::page(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "No such connection",
+            "This connection does not exist or is not yours.",
+        )
+    };
     if !is_valid_id(&id) {
         return Err(not_yours());
     }
@@ -106,6 +136,8 @@ pub async fn disconnect(
     if c.issuer != user.issuer || c.subject != user.subject {
         return Err(not_yours());
     }
-    state.revoke_connection(&c, &user.subject, request_id(&headers).as_deref()).await?;
+    state
+        .revoke_connection(&c, &user.subject, request_id(&headers).as_deref())
+        .await?;
     Ok(Redirect::to("/account?done=disconnected").into_response())
 }

@@ -34,13 +34,29 @@ pub async fn open_elicitation(state: &AppState, id: &str) -> Result<Elicitation>
     if !is_valid_id(id) {
         return Err(invalid_link());
     }
-    let e = state.db.get_elicitation(id).await?.ok_or_else(invalid_link)?;
+    let e = state
+        .db
+        .get_elicitation(id)
+        .await?
+        .ok_or_else(invalid_link)?;
     let (title, message) = match e.effective_status(now()) {
         ElicitationStatus::Pending => return Ok(e),
-        ElicitationStatus::Completed => ("This request is already done", "The account was connected. You can close this tab and return to your app."),
-        ElicitationStatus::Declined => ("This request was declined", "Nothing was connected. If you changed your mind, go back to your app and try again: it will give you a new link."),
-        ElicitationStatus::Expired => ("This link has expired", "Connect links work for a limited time. Go back to your app and try again: it will give you a new link."),
-        ElicitationStatus::Failed => ("This request failed", "Connecting the account did not work. Go back to your app and try again: it will give you a new link."),
+        ElicitationStatus::Completed => (
+            "This request is already done",
+            "The account was connected. You can close this tab and return to your app.",
+        ),
+        ElicitationStatus::Declined => (
+            "This request was declined",
+            "Nothing was connected. If you changed your mind, go back to your app and try again: it will give you a new link.",
+        ),
+        ElicitationStatus::Expired => (
+            "This link has expired",
+            "Connect links work for a limited time. Go back to your app and try again: it will give you a new link.",
+        ),
+        ElicitationStatus::Failed => (
+            "This request failed",
+            "Connecting the account did not work. Go back to your app and try again: it will give you a new link.",
+        ),
     };
     Err(Error::page(StatusCode::GONE, "not_pending", title, message))
 }
@@ -55,7 +71,14 @@ pub fn shown_name(user: &SignedInUser) -> &str {
 
 /// The refusal shown when the signed-in user is not the one the link was made for. It says
 /// nothing about the other user, and changes nothing.
-async fn refuse_other_user(state: &AppState, session: &BrowserSession, user: &SignedInUser, e: &Elicitation, rid: Option<&str>, stage: &str) -> Result<Response> {
+async fn refuse_other_user(
+    state: &AppState,
+    session: &BrowserSession,
+    user: &SignedInUser,
+    e: &Elicitation,
+    rid: Option<&str>,
+    stage: &str,
+) -> Result<Response> {
     tracing::warn!(
         target: "security",
         elicitation_id = %e.id,
@@ -91,7 +114,12 @@ async fn refuse_other_user(state: &AppState, session: &BrowserSession, user: &Si
     .response(StatusCode::FORBIDDEN))
 }
 
-pub async fn show(State(state): State<AppState>, session: BrowserSession, headers: HeaderMap, Path(id): Path<String>) -> Result<Response> {
+pub async fn show(
+    State(state): State<AppState>,
+    session: BrowserSession,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response> {
     let rid = request_id(&headers);
     let e = open_elicitation(&state, &id).await?;
     let Some(user) = session.user().await? else {
@@ -100,8 +128,17 @@ pub async fn show(State(state): State<AppState>, session: BrowserSession, header
     if !same_user(&user, &e) {
         return refuse_other_user(&state, &session, &user, &e, rid.as_deref(), "connect").await;
     }
-    let client = state.clients.iter().find(|c| c.id == e.client_id).map(|c| c.name.as_str()).unwrap_or(&e.client_id);
-    let provider = state.providers.get(&e.provider).map(|p| p.display_name.as_str()).unwrap_or(&e.provider);
+    let client = state
+        .clients
+        .iter()
+        .find(|c| c.id == e.client_id)
+        .map(|c| c.name.as_str())
+        .unwrap_or(&e.client_id);
+    let provider = state
+        .providers
+        .get(&e.provider)
+        .map(|p| p.display_name.as_str())
+        .unwrap_or(&e.provider);
     let csrf = session.csrf_token().await?;
     Ok(render(
         &ConsentPage {
@@ -126,14 +163,25 @@ pub struct ConsentForm {
 
 /// Refuses a form post from another origin (defence in depth beside the CSRF token).
 fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+    // Browsers send `Origin: null` for same-origin posts from pages with
+    // `Referrer-Policy: no-referrer` (ours); the CSRF token is the check that counts then.
+    let Some(origin) = headers
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .filter(|o| *o != "null")
+    else {
         return Ok(());
     };
     let ours = state.config.public_url.origin().ascii_serialization();
     if origin == ours {
         Ok(())
     } else {
-        Err(Error::page(StatusCode::FORBIDDEN, "csrf_failed", "This form came from another site", "We only accept this form from our own pages. Nothing was changed."))
+        Err(Error::page(
+            StatusCode::FORBIDDEN,
+            "csrf_failed",
+            "This form came from another site",
+            "We only accept this form from our own pages. Nothing was changed.",
+        ))
     }
 }
 
@@ -146,7 +194,14 @@ pub async fn answer(
 ) -> Result<Response> {
     let rid = request_id(&headers);
     check_origin(&state, &headers)?;
-    let Form(form) = form.map_err(|_| Error::page(StatusCode::BAD_REQUEST, "invalid_request", "This form is incomplete", "Go back, reload the page and try again."))?;
+    let Form(form) = form.map_err(|_| {
+        Error::page(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "This form is incomplete",
+            "Go back, reload the page and try again.",
+        )
+    })?;
     session.check_csrf(&form.csrf).await?;
     let e = open_elicitation(&state, &id).await?;
     let Some(user) = session.user().await? else {
@@ -156,13 +211,25 @@ pub async fn answer(
         return refuse_other_user(&state, &session, &user, &e, rid.as_deref(), "consent").await;
     }
     let provider = state.providers.get(&e.provider).cloned().ok_or_else(|| {
-        Error::page(StatusCode::GONE, "provider_removed", "This provider is no longer available", "The service no longer offers this provider. Go back to your app.")
+        Error::page(
+            StatusCode::GONE,
+            "provider_removed",
+            "This provider is no longer available",
+            "The service no longer offers this provider. Go back to your app.",
+        )
     })?;
     match form.action.as_str() {
         "continue" => start_provider(&state, &session, &e, &provider).await,
         "decline" => {
-            state.finish_elicitation(&e, ElicitationStatus::Declined, None, None, rid.as_deref()).await?;
-            let client = state.clients.iter().find(|c| c.id == e.client_id).map(|c| c.name.clone()).unwrap_or(e.client_id.clone());
+            state
+                .finish_elicitation(&e, ElicitationStatus::Declined, None, None, rid.as_deref())
+                .await?;
+            let client = state
+                .clients
+                .iter()
+                .find(|c| c.id == e.client_id)
+                .map(|c| c.name.clone())
+                .unwrap_or(e.client_id.clone());
             let lead = format!("Nothing was connected. {client} has been told that you said no.");
             Ok(MessagePage {
                 signed_in_as: Some(shown_name(&user)),
@@ -175,6 +242,11 @@ pub async fn answer(
             }
             .response(StatusCode::OK))
         }
-        _ => Err(Error::page(StatusCode::BAD_REQUEST, "invalid_request", "Unknown answer", "Choose Continue or Decline.")),
+        _ => Err(Error::page(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "Unknown answer",
+            "Choose Continue or Decline.",
+        )),
     }
 }

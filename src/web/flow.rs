@@ -27,12 +27,19 @@ fn verifier_aad(state_hash: &str) -> String {
 /// A 303 to an outside URL, never cached.
 fn redirect_away(url: &str) -> Response {
     let mut r = Redirect::to(url).into_response();
-    r.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
     r
 }
 
 /// Sends the browser to the identity issuer to sign in, coming back to `return_to`.
-pub async fn start_sign_in(state: &AppState, session: &BrowserSession, return_to: &str) -> Result<Response> {
+pub async fn start_sign_in(
+    state: &AppState,
+    session: &BrowserSession,
+    return_to: &str,
+) -> Result<Response> {
     let binding = session.binding_hash().await?;
     let st = random_token(32);
     let nonce = random_token(24);
@@ -40,13 +47,26 @@ pub async fn start_sign_in(state: &AppState, session: &BrowserSession, return_to
     let state_hash = sha256_b64(st.as_bytes());
     let url = state
         .identity
-        .authorize_url(&state.config.url("/auth/callback"), &st, &nonce, challenge.as_str())
+        .authorize_url(
+            &state.config.url("/auth/callback"),
+            &st,
+            &nonce,
+            challenge.as_str(),
+        )
         .await
         .map_err(|e| {
             tracing::warn!(error = format!("{e:#}"), "identity issuer unavailable");
-            Error::page(StatusCode::BAD_GATEWAY, "identity_unavailable", "Sign-in is unavailable", "The sign-in service did not answer. Wait a moment and reload this page.")
+            Error::page(
+                StatusCode::BAD_GATEWAY,
+                "identity_unavailable",
+                "Sign-in is unavailable",
+                "The sign-in service did not answer. Wait a moment and reload this page.",
+            )
         })?;
-    let sealed = state.config.keys.seal(verifier.secret().as_bytes(), &verifier_aad(&state_hash));
+    let sealed = state
+        .config
+        .keys
+        .seal(verifier.secret().as_bytes(), &verifier_aad(&state_hash));
     state
         .db
         .insert_flow(&NewFlow {
@@ -65,7 +85,12 @@ pub async fn start_sign_in(state: &AppState, session: &BrowserSession, return_to
 }
 
 /// After consent: sends the browser to the provider's authorization endpoint.
-pub async fn start_provider(state: &AppState, session: &BrowserSession, e: &Elicitation, provider: &Provider) -> Result<Response> {
+pub async fn start_provider(
+    state: &AppState,
+    session: &BrowserSession,
+    e: &Elicitation,
+    provider: &Provider,
+) -> Result<Response> {
     let binding = session.binding_hash().await?;
     let endpoints = provider.endpoints(&state.http).await.map_err(|err| {
         tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
@@ -80,13 +105,29 @@ pub async fn start_provider(state: &AppState, session: &BrowserSession, e: &Elic
     let state_hash = sha256_b64(st.as_bytes());
     let (challenge, sealed) = if provider.pkce {
         let (c, v) = PkceCodeChallenge::new_random_sha256();
-        (Some(c), Some(state.config.keys.seal(v.secret().as_bytes(), &verifier_aad(&state_hash))))
+        (
+            Some(c),
+            Some(
+                state
+                    .config
+                    .keys
+                    .seal(v.secret().as_bytes(), &verifier_aad(&state_hash)),
+            ),
+        )
     } else {
         (None, None)
     };
-    let redirect_uri = state.config.url(&format!("/oauth/{}/callback", provider.name));
+    let redirect_uri = state
+        .config
+        .url(&format!("/oauth/{}/callback", provider.name));
     let url = provider
-        .authorize_url(&endpoints, &redirect_uri, &st, challenge.as_ref().map(|c| c.as_str()), &e.scopes)
+        .authorize_url(
+            &endpoints,
+            &redirect_uri,
+            &st,
+            challenge.as_ref().map(|c| c.as_str()),
+            &e.scopes,
+        )
         .map_err(Error::Upstream)?;
     state
         .db
@@ -106,7 +147,12 @@ pub async fn start_provider(state: &AppState, session: &BrowserSession, e: &Elic
 }
 
 fn refused(title: &str, message: &str) -> Error {
-    Error::page(StatusCode::BAD_REQUEST, "invalid_state", title, message.to_owned())
+    Error::page(
+        StatusCode::BAD_REQUEST,
+        "invalid_state",
+        title,
+        message.to_owned(),
+    )
 }
 
 /// Takes the flow a callback's `state` names: it must exist, be unused, unexpired, and have been
@@ -120,7 +166,12 @@ pub async fn take_flow(
 ) -> Result<(Flow, Option<SecretString>)> {
     let st = state_param
         .filter(|s| !s.is_empty() && s.len() <= 256)
-        .ok_or_else(|| refused("This link is incomplete", "The answer we received has no state. Go back to your app and open its link again."))?;
+        .ok_or_else(|| {
+            refused(
+                "This link is incomplete",
+                "The answer we received has no state. Go back to your app and open its link again.",
+            )
+        })?;
     let binding = session.existing_binding_hash().await?.ok_or_else(|| {
         refused(
             "We could not find your session",
@@ -131,23 +182,45 @@ pub async fn take_flow(
     let flow = match state.db.consume_flow(&state_hash, kind).await? {
         Consumed::Fresh(f) => f,
         Consumed::Replayed(f) => {
-            state.db.audit(flow_audit("state.replay_refused", Some(&f), request_id)).await;
-            return Err(refused("This link was already used", "Each sign-in answer can be used only once. Nothing was changed. Go back to your app and open its link again."));
+            state
+                .db
+                .audit(flow_audit("state.replay_refused", Some(&f), request_id))
+                .await;
+            return Err(refused(
+                "This link was already used",
+                "Each sign-in answer can be used only once. Nothing was changed. Go back to your app and open its link again.",
+            ));
         }
         Consumed::Unknown => {
-            state.db.audit(flow_audit("state.unknown_refused", None, request_id)).await;
-            return Err(refused("This link is not valid", "We do not recognise this answer. Nothing was changed. Go back to your app and open its link again."));
+            state
+                .db
+                .audit(flow_audit("state.unknown_refused", None, request_id))
+                .await;
+            return Err(refused(
+                "This link is not valid",
+                "We do not recognise this answer. Nothing was changed. Go back to your app and open its link again.",
+            ));
         }
     };
     if !ct_eq(flow.binding_hash.as_bytes(), binding.as_bytes()) {
-        state.db.audit(flow_audit("state.session_mismatch_refused", Some(&flow), request_id)).await;
+        state
+            .db
+            .audit(flow_audit(
+                "state.session_mismatch_refused",
+                Some(&flow),
+                request_id,
+            ))
+            .await;
         return Err(refused(
             "This answer belongs to another browser session",
             "The flow was started in a different browser session than the one that came back. Nothing was changed. Go back to your app and open its link again in this browser.",
         ));
     }
     if flow.expires_at < now() {
-        return Err(refused("This took too long", "The sign-in took more than 10 minutes, so we stopped it. Nothing was changed. Go back to your app and open its link again."));
+        return Err(refused(
+            "This took too long",
+            "The sign-in took more than 10 minutes, so we stopped it. Nothing was changed. Go back to your app and open its link again.",
+        ));
     }
     let verifier = flow
         .verifier
@@ -157,7 +230,11 @@ pub async fn take_flow(
     Ok((flow, verifier))
 }
 
-fn flow_audit<'a>(event: &'a str, flow: Option<&'a Flow>, request_id: Option<&'a str>) -> AuditEvent<'a> {
+fn flow_audit<'a>(
+    event: &'a str,
+    flow: Option<&'a Flow>,
+    request_id: Option<&'a str>,
+) -> AuditEvent<'a> {
     AuditEvent {
         event,
         elicitation_id: flow.and_then(|f| f.elicitation_id.as_deref()),

@@ -23,7 +23,11 @@ use crate::error::Error;
 
 /// The session cookie's name: `__Host-` (Secure, no Domain, Path=/) whenever served over https.
 pub fn cookie_name(https: bool) -> &'static str {
-    if https { "__Host-mcp-connect" } else { "mcp-connect" }
+    if https {
+        "__Host-mcp-connect"
+    } else {
+        "mcp-connect"
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -36,15 +40,23 @@ pub fn router(state: AppState) -> Router {
         // from their own sites, and those must carry the cookie.
         .with_same_site(SameSite::Lax)
         .with_path("/")
-        .with_expiry(Expiry::OnInactivity(time::Duration::seconds(state.config.session_ttl_seconds as i64)));
+        .with_expiry(Expiry::OnInactivity(time::Duration::seconds(
+            state.config.session_ttl_seconds as i64,
+        )));
     Router::new()
         .route("/", get(home))
         .route("/connect/{id}", get(connect::show).post(connect::answer))
         .route("/auth/callback", get(signin::callback))
         .route("/auth/logout", post(signin::logout))
-        .route("/oauth/{provider}/callback", get(provider_callback::callback))
+        .route(
+            "/oauth/{provider}/callback",
+            get(provider_callback::callback),
+        )
         .route("/account", get(account::show))
-        .route("/account/connections/{id}/disconnect", post(account::disconnect))
+        .route(
+            "/account/connections/{id}/disconnect",
+            post(account::disconnect),
+        )
         .layer(axum::middleware::from_fn(pages::render_error_pages))
         .layer(sessions)
         .layer(DefaultBodyLimit::max(8 * 1024))
@@ -67,8 +79,14 @@ async fn home() -> Response {
 
 async fn stylesheet() -> Response {
     let mut r = include_str!("../../static/style.css").into_response();
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/css; charset=utf-8"));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=3600"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/css; charset=utf-8"),
+    );
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=3600"),
+    );
     r
 }
 

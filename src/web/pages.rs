@@ -64,9 +64,11 @@ pub async fn render_error_pages(req: Request, next: Next) -> Response {
         return resp;
     };
     let next_step = match err.status {
-        StatusCode::SERVICE_UNAVAILABLE | StatusCode::BAD_GATEWAY | StatusCode::INTERNAL_SERVER_ERROR => {
-            Some("Wait a moment and reload this page. If it keeps happening, go back to your app and start again.")
-        }
+        StatusCode::SERVICE_UNAVAILABLE
+        | StatusCode::BAD_GATEWAY
+        | StatusCode::INTERNAL_SERVER_ERROR => Some(
+            "Wait a moment and reload this page. If it keeps happening, go back to your app and start again.",
+        ),
         _ => None,
     };
     MessagePage {

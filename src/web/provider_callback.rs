@@ -34,7 +34,10 @@ fn page_err(status: StatusCode, title: &str, message: String) -> Error {
 
 /// An OAuth error code as shown to the user: only its safe characters, bounded.
 fn clean_code(s: &str) -> String {
-    s.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect()
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(64)
+        .collect()
 }
 
 pub async fn callback(
@@ -49,11 +52,35 @@ pub async fn callback(
         .providers
         .get(&provider_name)
         .cloned()
-        .ok_or_else(|| Error::page(StatusCode::NOT_FOUND, "not_found", "Unknown provider", "This address does not belong to a provider we know.".to_owned()))?;
-    let Query(q) = q.map_err(|_| page_err(StatusCode::BAD_REQUEST, "This answer is malformed", "Go back to your app and open its link again.".into()))?;
-    let (flow, verifier) = take_flow(&state, &session, q.state.as_deref(), FlowKind::Provider, rid.as_deref()).await?;
+        .ok_or_else(|| {
+            Error::page(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "Unknown provider",
+                "This address does not belong to a provider we know.".to_owned(),
+            )
+        })?;
+    let Query(q) = q.map_err(|_| {
+        page_err(
+            StatusCode::BAD_REQUEST,
+            "This answer is malformed",
+            "Go back to your app and open its link again.".into(),
+        )
+    })?;
+    let (flow, verifier) = take_flow(
+        &state,
+        &session,
+        q.state.as_deref(),
+        FlowKind::Provider,
+        rid.as_deref(),
+    )
+    .await?;
     if flow.provider.as_deref() != Some(provider.name.as_str()) {
-        return Err(page_err(StatusCode::BAD_REQUEST, "This answer came to the wrong place", "Nothing was changed. Go back to your app and open its link again.".into()));
+        return Err(page_err(
+            StatusCode::BAD_REQUEST,
+            "This answer came to the wrong place",
+            "Nothing was changed. Go back to your app and open its link again.".into(),
+        ));
     }
     let user = session.user().await?.ok_or_else(|| {
         page_err(StatusCode::UNAUTHORIZED, "You are no longer signed in", "Your session ended before the provider sent you back. Nothing was changed. Go back to your app and open its link again.".into())
@@ -78,7 +105,12 @@ pub async fn callback(
             .await;
         return Err(page_err(StatusCode::FORBIDDEN, "This link is for a different account", "You are signed in as a different user than the one this request was made for. Nothing was connected.".into()));
     }
-    let client = state.clients.iter().find(|c| c.id == e.client_id).map(|c| c.name.clone()).unwrap_or(e.client_id.clone());
+    let client = state
+        .clients
+        .iter()
+        .find(|c| c.id == e.client_id)
+        .map(|c| c.name.clone())
+        .unwrap_or(e.client_id.clone());
     let pname = provider.display_name.clone();
     let endpoints = provider.endpoints(&state.http).await.map_err(|err| {
         tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
@@ -89,10 +121,19 @@ pub async fn callback(
     match (&q.iss, &endpoints.issuer) {
         (Some(iss), Some(expected)) if iss != expected => {
             tracing::warn!(target: "security", provider = %provider.name, "authorization response with a foreign iss; refused");
-            return Err(page_err(StatusCode::BAD_REQUEST, "This answer came from the wrong service", "The answer did not come from the provider it should have. Nothing was connected.".into()));
+            return Err(page_err(
+                StatusCode::BAD_REQUEST,
+                "This answer came from the wrong service",
+                "The answer did not come from the provider it should have. Nothing was connected."
+                    .into(),
+            ));
         }
         (None, _) if endpoints.iss_required => {
-            return Err(page_err(StatusCode::BAD_REQUEST, "This answer is incomplete", "The provider's answer lacks its issuer. Nothing was connected.".into()));
+            return Err(page_err(
+                StatusCode::BAD_REQUEST,
+                "This answer is incomplete",
+                "The provider's answer lacks its issuer. Nothing was connected.".into(),
+            ));
         }
         _ => {}
     }
@@ -100,8 +141,18 @@ pub async fn callback(
     if let Some(err) = &q.error {
         let code = clean_code(err);
         if code == "access_denied" {
-            state.finish_elicitation(&e, ElicitationStatus::Declined, None, Some("access_denied"), rid.as_deref()).await?;
-            let lead = format!("You did not approve access at {pname}. Nothing was connected, and {client} has been told.");
+            state
+                .finish_elicitation(
+                    &e,
+                    ElicitationStatus::Declined,
+                    None,
+                    Some("access_denied"),
+                    rid.as_deref(),
+                )
+                .await?;
+            let lead = format!(
+                "You did not approve access at {pname}. Nothing was connected, and {client} has been told."
+            );
             return Ok(MessagePage {
                 signed_in_as: Some(shown_name(&user)),
                 request_id: rid.as_deref(),
@@ -114,30 +165,58 @@ pub async fn callback(
             .response(StatusCode::OK));
         }
         let failure = format!("provider answered {code}");
-        state.finish_elicitation(&e, ElicitationStatus::Failed, None, Some(&failure), rid.as_deref()).await?;
+        state
+            .finish_elicitation(
+                &e,
+                ElicitationStatus::Failed,
+                None,
+                Some(&failure),
+                rid.as_deref(),
+            )
+            .await?;
         return Err(page_err(
             StatusCode::BAD_GATEWAY,
             "Connecting failed",
-            format!("{pname} answered with the error \"{code}\", so nothing was connected. Go back to your app and try again; if it keeps failing, tell the app's operator."),
+            format!(
+                "{pname} answered with the error \"{code}\", so nothing was connected. Go back to your app and try again; if it keeps failing, tell the app's operator."
+            ),
         ));
     }
     let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 4096).ok_or_else(|| {
         page_err(StatusCode::BAD_REQUEST, "This answer is incomplete", "The provider's answer has no authorization code. Go back to your app and try again.".into())
     })?;
-    let redirect_uri = state.config.url(&format!("/oauth/{}/callback", provider.name));
+    let redirect_uri = state
+        .config
+        .url(&format!("/oauth/{}/callback", provider.name));
     let tokens = match provider
-        .exchange_code(&state.http, &endpoints, code, &redirect_uri, verifier.as_ref().map(|v| v.expose_secret()))
+        .exchange_code(
+            &state.http,
+            &endpoints,
+            code,
+            &redirect_uri,
+            verifier.as_ref().map(|v| v.expose_secret()),
+        )
         .await
     {
         Ok(t) => t,
         Err(err) => {
             let summary = err.summary();
             tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %summary, "code exchange failed");
-            state.finish_elicitation(&e, ElicitationStatus::Failed, None, Some(&summary), rid.as_deref()).await?;
+            state
+                .finish_elicitation(
+                    &e,
+                    ElicitationStatus::Failed,
+                    None,
+                    Some(&summary),
+                    rid.as_deref(),
+                )
+                .await?;
             return Err(page_err(
                 StatusCode::BAD_GATEWAY,
                 "Connecting failed",
-                format!("{pname} did not accept the sign-in ({summary}). Nothing was connected. Go back to your app and try again."),
+                format!(
+                    "{pname} did not accept the sign-in ({summary}). Nothing was connected. Go back to your app and try again."
+                ),
             ));
         }
     };
@@ -162,7 +241,11 @@ pub async fn callback(
     state
         .db
         .audit(AuditEvent {
-            event: if reconnected { "connection.reconnected" } else { "connection.created" },
+            event: if reconnected {
+                "connection.reconnected"
+            } else {
+                "connection.created"
+            },
             actor: Some(&user.subject),
             issuer: Some(&e.issuer),
             subject: Some(&e.subject),
@@ -174,7 +257,15 @@ pub async fn callback(
             detail: None,
         })
         .await;
-    state.finish_elicitation(&e, ElicitationStatus::Completed, Some(&connection_id), None, rid.as_deref()).await?;
+    state
+        .finish_elicitation(
+            &e,
+            ElicitationStatus::Completed,
+            Some(&connection_id),
+            None,
+            rid.as_deref(),
+        )
+        .await?;
     let title = format!("{pname} is connected");
     let lead = format!("{client} can now use your {pname} account.");
     Ok(MessagePage {

@@ -84,7 +84,10 @@ impl BrowserSession {
     pub async fn sign_in(&self, user: &SignedInUser) -> Result<()> {
         self.0.cycle_id().await.map_err(store_err)?;
         self.0.insert(USER, user).await.map_err(store_err)?;
-        self.0.insert(CSRF, random_token(32)).await.map_err(store_err)?;
+        self.0
+            .insert(CSRF, random_token(32))
+            .await
+            .map_err(store_err)?;
         Ok(())
     }
 

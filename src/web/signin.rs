@@ -24,7 +24,12 @@ pub struct CallbackQuery {
 }
 
 fn sign_in_failed(message: &str) -> Error {
-    Error::page(StatusCode::BAD_REQUEST, "sign_in_failed", "Sign-in did not complete", message.to_owned())
+    Error::page(
+        StatusCode::BAD_REQUEST,
+        "sign_in_failed",
+        "Sign-in did not complete",
+        message.to_owned(),
+    )
 }
 
 /// Only local paths may be returned to, never another site.
@@ -43,10 +48,19 @@ pub async fn callback(
 ) -> Result<Response> {
     let rid = request_id(&headers);
     let Query(q) = q.map_err(|_| sign_in_failed("The answer from the sign-in service was malformed. Go back to your app and open its link again."))?;
-    let (flow, verifier) = take_flow(&state, &session, q.state.as_deref(), FlowKind::Login, rid.as_deref()).await?;
+    let (flow, verifier) = take_flow(
+        &state,
+        &session,
+        q.state.as_deref(),
+        FlowKind::Login,
+        rid.as_deref(),
+    )
+    .await?;
     if let Some(iss) = &q.iss {
         if iss != state.identity.issuer() {
-            return Err(sign_in_failed("The answer came from an unexpected sign-in service. Nothing was changed."));
+            return Err(sign_in_failed(
+                "The answer came from an unexpected sign-in service. Nothing was changed.",
+            ));
         }
     }
     if let Some(err) = &q.error {
@@ -57,8 +71,13 @@ pub async fn callback(
         };
         return Err(sign_in_failed(msg));
     }
-    let code = q.code.as_deref().filter(|c| !c.is_empty()).ok_or_else(|| sign_in_failed("The answer from the sign-in service has no code."))?;
-    let verifier = verifier.ok_or_else(|| Error::internal(anyhow::anyhow!("login flow without verifier")))?;
+    let code = q
+        .code
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| sign_in_failed("The answer from the sign-in service has no code."))?;
+    let verifier =
+        verifier.ok_or_else(|| Error::internal(anyhow::anyhow!("login flow without verifier")))?;
     let nonce = flow.nonce.as_deref().unwrap_or_default();
     let user = state
         .identity
@@ -78,8 +97,18 @@ pub struct LogoutForm {
     return_to: Option<String>,
 }
 
-pub async fn logout(session: BrowserSession, form: Result<Form<LogoutForm>, FormRejection>) -> Result<Response> {
-    let Form(form) = form.map_err(|_| Error::page(StatusCode::BAD_REQUEST, "invalid_request", "This form is incomplete", "Go back, reload the page and try again."))?;
+pub async fn logout(
+    session: BrowserSession,
+    form: Result<Form<LogoutForm>, FormRejection>,
+) -> Result<Response> {
+    let Form(form) = form.map_err(|_| {
+        Error::page(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "This form is incomplete",
+            "Go back, reload the page and try again.",
+        )
+    })?;
     session.check_csrf(&form.csrf).await?;
     session.sign_out().await?;
     Ok(Redirect::to(safe_return_to(form.return_to.as_deref())).into_response())

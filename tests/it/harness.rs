@@ -1,0 +1,577 @@
+//! Test harness: the real app on port 0 against a fresh database (Postgres or SQLite), the real
+//! `oidc-provider` peers (identity issuer and upstream provider) on loopback, and a cookie-keeping
+//! HTTP client that walks the browser pages.
+
+use std::io::Write;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use mcp_connect::config::Config;
+use mcp_connect::{AppState, Application};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub const API_KEY: &str = "test-api-key-0123456789abcdefghij";
+pub const OTHER_API_KEY: &str = "other-api-key-0123456789abcdefghij";
+pub const IDENTITY_SECRET: &str = "identity-secret";
+pub const UPSTREAM_SECRET: &str = "upstream-secret";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbKind {
+    Sqlite,
+    Postgres,
+}
+
+/// Everything the app logged during this test process.
+pub fn captured_logs() -> String {
+    String::from_utf8_lossy(&log_buffer().lock().unwrap()).into_owned()
+}
+
+fn log_buffer() -> &'static Arc<Mutex<Vec<u8>>> {
+    static BUF: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    BUF.get_or_init(|| Arc::new(Mutex::new(Vec::new())))
+}
+
+struct BufWriter(Arc<Mutex<Vec<u8>>>);
+
+impl Write for BufWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn init_logs() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let buf = log_buffer().clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("trace,hyper=info,h2=info,rustls=info,reqwest=debug,sqlx=debug,tower_sessions=trace")
+            .with_ansi(false)
+            .with_writer(move || BufWriter(buf.clone()))
+            .try_init();
+    });
+}
+
+/// The two `oidc-provider` instances.
+pub struct Peers {
+    pub identity: String,
+    pub upstream: String,
+    pub child: Option<Child>,
+}
+
+impl Peers {
+    pub async fn start(connect_url: &str, access_token_ttl: u64) -> Peers {
+        // One retry: a start that stalls under heavy parallel load should not fail a test.
+        for attempt in 1..=2 {
+            match Self::try_start(connect_url, access_token_ttl).await {
+                Ok(p) => return p,
+                Err(e) if attempt == 1 => eprintln!("peers did not start ({e}); retrying"),
+                Err(e) => panic!("peers did not start: {e}"),
+            }
+        }
+        unreachable!()
+    }
+
+    async fn try_start(connect_url: &str, access_token_ttl: u64) -> Result<Peers, String> {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let log_path =
+            std::env::temp_dir().join(format!("mcp-connect-peers-{}.log", random_name()));
+        let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+        let mut child = Command::new("node")
+            .arg(format!("{root}/tests/peers/peers.mjs"))
+            .args(["--connect-url", connect_url, "--provider-name", "acme", "--access-token-ttl", &access_token_ttl.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("node must be installed and tests/peers must have its npm packages (npm ci --prefix tests/peers): {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = match tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line())
+            .await
+        {
+            Ok(Ok(Some(l))) => l,
+            other => {
+                let _ = child.kill().await;
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: String = log
+                    .lines()
+                    .rev()
+                    .take(20)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                return Err(format!("{other:?}; peers log:\n{tail}"));
+            }
+        };
+        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?;
+        Ok(Peers {
+            identity: v["identity"].as_str().unwrap_or_default().to_owned(),
+            upstream: v["upstream"].as_str().unwrap_or_default().to_owned(),
+            child: Some(child),
+        })
+    }
+
+    /// Addresses only, for a second replica that shares another app's peers.
+    pub fn detached() -> Peers {
+        Peers {
+            identity: String::new(),
+            upstream: String::new(),
+            child: None,
+        }
+    }
+
+    /// Takes the peers down (a provider outage).
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+    }
+
+    pub async fn stats(&self) -> Value {
+        reqwest::get(format!("{}/__stats", self.upstream))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    pub async fn whoami(&self, token: &str) -> (StatusCode, Value) {
+        let r = reqwest::Client::new()
+            .get(format!("{}/api/whoami", self.upstream))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+}
+
+pub struct TestApp {
+    pub url: String,
+    pub db_url: String,
+    pub state: AppState,
+    pub peers: Peers,
+    pub api: reqwest::Client,
+    pub key: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+pub fn random_name() -> String {
+    mcp_connect::crypto::random_token(9)
+        .to_ascii_lowercase()
+        .replace(['-', '_'], "x")
+}
+
+pub fn db_url(kind: DbKind) -> String {
+    match kind {
+        DbKind::Sqlite => {
+            let dir = std::env::temp_dir().join(format!("mcp-connect-test-{}", random_name()));
+            format!("sqlite://{}/db.sqlite", dir.display())
+        }
+        DbKind::Postgres => {
+            let base = std::env::var("MCP_CONNECT_TEST_PG")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+            format!("{base}/mcpc_test_{}", random_name())
+        }
+    }
+}
+
+pub struct Options {
+    pub access_token_ttl: u64,
+    pub extra_toml: String,
+    pub key: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            access_token_ttl: 3600,
+            extra_toml: String::new(),
+            key: mcp_connect::crypto::generate_key("k1"),
+        }
+    }
+}
+
+impl TestApp {
+    pub async fn spawn(kind: DbKind) -> TestApp {
+        Self::spawn_with(kind, Options::default()).await
+    }
+
+    pub async fn spawn_with(kind: DbKind, opts: Options) -> TestApp {
+        init_logs();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let peers = Peers::start(&url, opts.access_token_ttl).await;
+        let db_url = db_url(kind);
+        Self::spawn_on(listener, peers, db_url, &opts).await
+    }
+
+    /// A second app (replica) on the same database and peers.
+    pub async fn spawn_on(
+        listener: tokio::net::TcpListener,
+        peers: Peers,
+        db_url: String,
+        opts: &Options,
+    ) -> TestApp {
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let toml = config_toml(&url, &db_url, &peers, &opts.key, &opts.extra_toml);
+        let config = Config::from_parts(&toml, &[]).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+        let app = Application::build_with_listener(config, listener)
+            .await
+            .unwrap();
+        let state = app.state();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            app.run_until(async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        TestApp {
+            url,
+            db_url,
+            state,
+            peers,
+            api: reqwest::Client::new(),
+            key: opts.key.clone(),
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+
+    pub fn browser(&self) -> Browser {
+        Browser::new()
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let r = self
+            .api
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(API_KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let r = self
+            .api
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(API_KEY)
+            .send()
+            .await
+            .unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn delete(&self, path: &str) -> (StatusCode, Value) {
+        let r = self
+            .api
+            .delete(format!("{}{path}", self.url))
+            .bearer_auth(API_KEY)
+            .send()
+            .await
+            .unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn elicit(&self, subject: &str) -> Value {
+        let (s, v) = self
+            .post(
+                "/v1/elicitations",
+                json!({"subject": subject, "provider": "acme"}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        v
+    }
+
+    pub async fn token(&self, subject: &str) -> (StatusCode, Value) {
+        self.post(
+            "/v1/tokens",
+            json!({"subject": subject, "provider": "acme"}),
+        )
+        .await
+    }
+
+    /// Runs the whole flow for `subject` in a new browser and returns the connection id.
+    pub async fn connect(&self, subject: &str) -> String {
+        let e = self.elicit(subject).await;
+        let b = self.browser();
+        let page = b
+            .sign_in_to_consent(e["url"].as_str().unwrap(), subject)
+            .await;
+        let done = b.consent_and_allow(&page, subject).await;
+        assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+        let (s, v) = self
+            .get(&format!("/v1/elicitations/{}", e["id"].as_str().unwrap()))
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(v["status"], "completed", "{v}");
+        v["connection_id"].as_str().unwrap().to_owned()
+    }
+
+    /// Moves a connection's last refresh a minute into the past (time passing, as far as the
+    /// "just refreshed" rule is concerned).
+    pub async fn age(&self, subject: &str) {
+        sqlx::query(
+            "UPDATE connections SET last_refresh_at = last_refresh_at - 60 WHERE subject = $1",
+        )
+        .bind(subject)
+        .execute(&self.state.db.pool)
+        .await
+        .unwrap();
+    }
+
+    /// Raw SQL against the app's database, for invariant checks.
+    pub fn db(&self) -> &mcp_connect::db::Db {
+        &self.state.db
+    }
+}
+
+pub fn config_toml(url: &str, db_url: &str, peers: &Peers, key: &str, extra: &str) -> String {
+    format!(
+        r#"
+public_url = "{url}"
+listen = "127.0.0.1:0"
+database_url = "{db_url}"
+encryption_keys = ["{key}"]
+
+[identity]
+issuer = "{identity}"
+client_id = "mcp-connect"
+client_secret = "{IDENTITY_SECRET}"
+
+[[clients]]
+id = "demo-mcp"
+name = "Demo MCP"
+api_key = "{API_KEY}"
+providers = ["acme"]
+
+[[clients]]
+id = "other-mcp"
+api_key = "{OTHER_API_KEY}"
+providers = ["acme", "other"]
+
+[providers.acme]
+display_name = "Acme"
+issuer = "{upstream}"
+client_id = "mcp-connect-upstream"
+client_secret = "{UPSTREAM_SECRET}"
+scopes = ["openid", "offline_access", "api"]
+
+[providers.other]
+authorization_url = "http://127.0.0.1:9/authorize"
+token_url = "http://127.0.0.1:9/token"
+client_id = "x"
+{extra}
+"#,
+        identity = peers.identity,
+        upstream = peers.upstream,
+    )
+}
+
+/// A page as the browser got it.
+pub struct Page {
+    pub status: StatusCode,
+    pub url: String,
+    pub body: String,
+}
+
+impl Page {
+    pub fn form(&self, selector: &str) -> (String, Vec<(String, String)>) {
+        let doc = scraper::Html::parse_document(&self.body);
+        let sel = scraper::Selector::parse(selector).unwrap();
+        let form = doc
+            .select(&sel)
+            .next()
+            .unwrap_or_else(|| panic!("no {selector} in {} {}", self.url, self.body));
+        let action = form.value().attr("action").unwrap_or("");
+        let action = reqwest::Url::parse(&self.url)
+            .unwrap()
+            .join(action)
+            .unwrap()
+            .to_string();
+        let inputs = scraper::Selector::parse("input").unwrap();
+        let fields = form
+            .select(&inputs)
+            .filter_map(|i| {
+                Some((
+                    i.value().attr("name")?.to_owned(),
+                    i.value().attr("value").unwrap_or("").to_owned(),
+                ))
+            })
+            .collect();
+        (action, fields)
+    }
+
+    pub fn has(&self, text: &str) -> bool {
+        self.body.contains(text)
+    }
+}
+
+/// A cookie-keeping HTTP client that follows redirects like a browser.
+pub struct Browser {
+    pub client: reqwest::Client,
+    pub jar: Arc<reqwest::cookie::Jar>,
+}
+
+impl Browser {
+    pub fn new() -> Self {
+        let jar = Arc::new(reqwest::cookie::Jar::default());
+        let client = reqwest::Client::builder()
+            .cookie_provider(jar.clone())
+            .redirect(reqwest::redirect::Policy::limited(20))
+            .build()
+            .unwrap();
+        Self { client, jar }
+    }
+
+    /// The cookies this browser would send to `url`.
+    pub fn cookies(&self, url: &str) -> String {
+        use reqwest::cookie::CookieStore;
+        self.jar
+            .cookies(&reqwest::Url::parse(url).unwrap())
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Follows redirects except the one back to a provider callback, so a test can hold the
+    /// callback URL (code and state) and present it as it likes.
+    pub fn stopping_at_callback() -> Self {
+        let policy = reqwest::redirect::Policy::custom(|a| {
+            if a.url().path().starts_with("/oauth/") || a.previous().len() > 20 {
+                a.stop()
+            } else {
+                a.follow()
+            }
+        });
+        let jar = Arc::new(reqwest::cookie::Jar::default());
+        Self {
+            client: reqwest::Client::builder()
+                .cookie_provider(jar.clone())
+                .redirect(policy)
+                .build()
+                .unwrap(),
+            jar,
+        }
+    }
+
+    pub async fn get(&self, url: &str) -> Page {
+        let r = self.client.get(url).send().await.unwrap();
+        Page {
+            status: r.status(),
+            url: r.url().to_string(),
+            body: r.text().await.unwrap(),
+        }
+    }
+
+    pub async fn submit(&self, page: &Page, selector: &str, overrides: &[(&str, &str)]) -> Page {
+        let (action, mut fields) = page.form(selector);
+        for (k, v) in overrides {
+            fields.retain(|(fk, _)| fk != k);
+            fields.push((k.to_string(), v.to_string()));
+        }
+        let r = self
+            .client
+            .post(&action)
+            .form(&fields)
+            .send()
+            .await
+            .unwrap();
+        Page {
+            status: r.status(),
+            url: r.url().to_string(),
+            body: r.text().await.unwrap(),
+        }
+    }
+
+    /// Opens a connect URL, signs in at the identity issuer as `user`, returns where it lands.
+    pub async fn sign_in_to_consent(&self, connect_url: &str, user: &str) -> Page {
+        let login = self.get(connect_url).await;
+        if login.url.starts_with(connect_url) {
+            return login; // already signed in
+        }
+        assert!(
+            login.has("name=\"login\""),
+            "expected the identity login page, got {} {}",
+            login.url,
+            login.body
+        );
+        self.submit(&login, "form", &[("login", user)]).await
+    }
+
+    /// On the consent page: Continue, then sign in and Allow at the provider. Returns the page
+    /// mcp-connect shows at the end.
+    pub async fn consent_and_allow(&self, consent: &Page, user: &str) -> Page {
+        assert!(
+            consent.has("Continue"),
+            "not a consent page: {} {}",
+            consent.url,
+            consent.body
+        );
+        let upstream_login = self
+            .submit(consent, "form.actions", &[("action", "continue")])
+            .await;
+        let upstream_consent = if upstream_login.has("name=\"login\"") {
+            self.submit(&upstream_login, "form", &[("login", user)])
+                .await
+        } else {
+            upstream_login
+        };
+        assert!(
+            upstream_consent.has("Allow"),
+            "expected the provider consent page: {} {}",
+            upstream_consent.url,
+            upstream_consent.body
+        );
+        self.submit(&upstream_consent, "form", &[("decision", "allow")])
+            .await
+    }
+}
+
+/// Declares one test per database engine.
+#[macro_export]
+macro_rules! on_both_databases {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                ($body)($crate::harness::DbKind::Sqlite).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                ($body)($crate::harness::DbKind::Postgres).await
+            }
+        }
+    };
+}

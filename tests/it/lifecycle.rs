@@ -1,0 +1,387 @@
+//! After the first connect: refresh (one redemption at a time across replicas), invalid_grant,
+//! revocation at the provider, reconnect in place, outages.
+
+use reqwest::StatusCode;
+use secrecy::ExposeSecret;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+use crate::on_both_databases;
+
+/// Tokens from the upstream live 120 s; asking with a 300 s minimum forces a refresh.
+fn short_lived() -> Options {
+    Options {
+        access_token_ttl: 120,
+        ..Options::default()
+    }
+}
+
+async fn fetch(api: &reqwest::Client, base: &str, body: Value) -> (StatusCode, Value) {
+    let r = api
+        .post(format!("{base}/v1/tokens"))
+        .bearer_auth(API_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let s = r.status();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+on_both_databases!(
+    near_expiry_token_is_refreshed_and_rotation_keeps_working,
+    |kind| async move {
+        let app = TestApp::spawn_with(kind, short_lived()).await;
+        app.connect("alice").await;
+        let (_, t0) = app.token("alice").await;
+        for _ in 0..3 {
+            app.age("alice").await;
+            let (s, t) = app
+                .post(
+                    "/v1/tokens",
+                    json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
+                )
+                .await;
+            assert_eq!(s, StatusCode::OK, "{t}");
+            assert_ne!(t["access_token"], t0["access_token"]);
+            assert_eq!(
+                app.peers
+                    .whoami(t["access_token"].as_str().unwrap())
+                    .await
+                    .0,
+                StatusCode::OK
+            );
+        }
+        let stats = app.peers.stats().await;
+        assert_eq!(stats["refresh_token"], 3, "{stats}");
+        assert_eq!(stats["refresh_invalid_grant"], 0, "{stats}");
+        let (_, list) = app.get("/v1/connections?subject=alice").await;
+        assert!(list["connections"][0]["last_refresh_at"].is_string());
+        app.shutdown().await;
+    }
+);
+
+/// N concurrent requests over two replicas on one database: one upstream refresh.
+async fn storm(kind: DbKind, n: usize) {
+    let opts = short_lived();
+    let a = TestApp::spawn_with(
+        kind,
+        Options {
+            key: opts.key.clone(),
+            ..short_lived()
+        },
+    )
+    .await;
+    a.connect("alice").await;
+    a.age("alice").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // The second replica shares the database and the peers' addresses (its own redirect URI is
+    // never used here: it only serves tokens).
+    let peers_b = Peers {
+        identity: a.peers.identity.clone(),
+        upstream: a.peers.upstream.clone(),
+        ..Peers::detached()
+    };
+    let b = TestApp::spawn_on(
+        listener,
+        peers_b,
+        a.db_url.clone(),
+        &Options {
+            key: a.key.clone(),
+            ..short_lived()
+        },
+    )
+    .await;
+    let before = a.peers.stats().await["refresh_token"].as_i64().unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let base = if i % 2 == 0 {
+            a.url.clone()
+        } else {
+            b.url.clone()
+        };
+        let api = a.api.clone();
+        tasks.push(tokio::spawn(async move {
+            fetch(
+                &api,
+                &base,
+                json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
+            )
+            .await
+        }));
+    }
+    let mut tokens = std::collections::HashSet::new();
+    for t in tasks {
+        let (s, v) = t.await.unwrap();
+        assert_eq!(s, StatusCode::OK, "{v}");
+        tokens.insert(v["access_token"].as_str().unwrap().to_owned());
+    }
+    let stats = a.peers.stats().await;
+    assert_eq!(
+        stats["refresh_token"].as_i64().unwrap() - before,
+        1,
+        "exactly one upstream refresh: {stats}"
+    );
+    assert_eq!(stats["refresh_invalid_grant"], 0, "{stats}");
+    assert_eq!(tokens.len(), 1, "everyone got the one new token");
+    for t in &tokens {
+        assert_eq!(a.peers.whoami(t).await.0, StatusCode::OK);
+    }
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+on_both_databases!(
+    concurrent_requests_on_two_replicas_cause_one_refresh,
+    |kind| async move {
+        storm(kind, 24).await;
+    }
+);
+
+on_both_databases!(
+    a_stalled_provider_does_not_cause_a_second_redemption,
+    |kind| async move {
+        let app = TestApp::spawn_with(kind, short_lived()).await;
+        app.connect("alice").await;
+        app.age("alice").await;
+        let http = reqwest::Client::new();
+        http.post(format!("{}/__stall?ms=3000", app.peers.upstream))
+            .send()
+            .await
+            .unwrap();
+        let before = app.peers.stats().await["refresh_token"].as_i64().unwrap();
+        let mut tasks = Vec::new();
+        for _ in 0..6 {
+            let api = app.api.clone();
+            let base = app.url.clone();
+            tasks.push(tokio::spawn(async move {
+                fetch(
+                    &api,
+                    &base,
+                    json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
+                )
+                .await
+            }));
+        }
+        for t in tasks {
+            let (s, v) = t.await.unwrap();
+            assert_eq!(s, StatusCode::OK, "{v}");
+        }
+        http.post(format!("{}/__stall?ms=0", app.peers.upstream))
+            .send()
+            .await
+            .unwrap();
+        let stats = app.peers.stats().await;
+        assert_eq!(
+            stats["refresh_token"].as_i64().unwrap() - before,
+            1,
+            "{stats}"
+        );
+        assert_eq!(stats["refresh_invalid_grant"], 0);
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    transient_provider_errors_are_retried_and_keep_the_grant,
+    |kind| async move {
+        let app = TestApp::spawn_with(kind, short_lived()).await;
+        app.connect("alice").await;
+        let http = reqwest::Client::new();
+        // Two failures, then success: the retry inside one request gets through.
+        app.age("alice").await;
+        http.post(format!("{}/__fail?status=503&count=2", app.peers.upstream))
+            .send()
+            .await
+            .unwrap();
+        let (s, v) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        // Many failures: the still-valid token is handed out, and the grant is not marked dead.
+        http.post(format!("{}/__fail?status=503&count=10", app.peers.upstream))
+            .send()
+            .await
+            .unwrap();
+        app.age("alice").await;
+        let (s, v2) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v2}");
+        assert_eq!(v["access_token"], v2["access_token"]);
+        http.post(format!("{}/__fail?status=503&count=0", app.peers.upstream))
+            .send()
+            .await
+            .unwrap();
+        let (_, list) = app.get("/v1/connections?subject=alice").await;
+        assert_eq!(list["connections"][0]["status"], "active");
+        assert!(
+            list["connections"][0]["last_error"]
+                .as_str()
+                .unwrap()
+                .contains("unreachable"),
+            "{list}"
+        );
+        let (s, _) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    dead_grant_needs_reauth_and_reconnect_repairs_it_in_place,
+    |kind| async move {
+        let app = TestApp::spawn_with(kind, short_lived()).await;
+        let id = app.connect("alice").await;
+        // The user revokes the grant at the provider behind our back.
+        let c = app.db().get_connection(&id).await.unwrap().unwrap();
+        let rt = c.refresh_token(&app.state.config.keys).unwrap().unwrap();
+        let r = reqwest::Client::new()
+            .post(format!("{}/token/revocation", app.peers.upstream))
+            .basic_auth("mcp-connect-upstream", Some(UPSTREAM_SECRET))
+            .form(&[
+                ("token", rt.expose_secret()),
+                ("token_type_hint", "refresh_token"),
+            ])
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+        app.age("alice").await;
+        let (s, v) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
+            )
+            .await;
+        assert_eq!(
+            (s, v["error"].as_str()),
+            (StatusCode::CONFLICT, Some("reauthorization_required")),
+            "{v}"
+        );
+        let (_, list) = app.get("/v1/connections?subject=alice").await;
+        assert_eq!(list["connections"][0]["status"], "needs_reauth");
+        assert_eq!(list["connections"][0]["id"], id.as_str());
+        let (s, v) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "elicit": true}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CONFLICT);
+        assert_eq!(v["error"], "reauthorization_required");
+        assert!(v["elicitation"]["url"].is_string(), "{v}");
+        // Through /connect again: same connection, active.
+        let again = app.connect("alice").await;
+        assert_eq!(again, id);
+        let (s, t) = app.token("alice").await;
+        assert_eq!(s, StatusCode::OK, "{t}");
+        assert_eq!(t["connection_id"], id.as_str());
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    revocation_reaches_the_provider_and_deletes_the_tokens,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        let id = app.connect("alice").await;
+        let (_, t) = app.token("alice").await;
+        let access = t["access_token"].as_str().unwrap();
+        assert_eq!(app.peers.whoami(access).await.0, StatusCode::OK);
+        let before = app.peers.stats().await["revocations"].as_i64().unwrap();
+        let (s, report) = app.delete(&format!("/v1/connections/{id}")).await;
+        assert_eq!(s, StatusCode::OK, "{report}");
+        assert_eq!(report["refresh_token"], "revoked");
+        assert_eq!(report["access_token"], "revoked");
+        assert_eq!(report["tokens_deleted"], true);
+        assert_eq!(
+            app.peers.stats().await["revocations"].as_i64().unwrap() - before,
+            2
+        );
+        assert_eq!(app.peers.whoami(access).await.0, StatusCode::UNAUTHORIZED);
+        let (at, rt) = app.db().raw_connection_secrets(&id).await.unwrap();
+        assert!(at.is_none() && rt.is_none());
+        let (s, v) = app.token("alice").await;
+        assert_eq!(
+            (s, v["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("not_connected"))
+        );
+        let (_, list) = app.get("/v1/connections?subject=alice").await;
+        assert_eq!(list["connections"][0]["status"], "revoked");
+        app.shutdown().await;
+    }
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocation_with_the_provider_down_still_deletes_and_says_so() {
+    let mut app = TestApp::spawn_with(DbKind::Sqlite, Options::default()).await;
+    let id = app.connect("alice").await;
+    app.peers.kill().await;
+    let (s, report) = app.delete(&format!("/v1/connections/{id}")).await;
+    assert_eq!(s, StatusCode::OK, "{report}");
+    assert_eq!(report["tokens_deleted"], true);
+    assert_eq!(report["refresh_token"], "failed", "{report}");
+    assert!(report["message"].as_str().unwrap().contains("failed"));
+    let (at, rt) = app.db().raw_connection_secrets(&id).await.unwrap();
+    assert!(at.is_none() && rt.is_none());
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_outage_gives_503_and_the_service_recovers() {
+    let app = TestApp::spawn(DbKind::Postgres).await;
+    app.connect("alice").await;
+    let name = app.db_url.rsplit('/').next().unwrap().to_owned();
+    let base = std::env::var("MCP_CONNECT_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+    let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
+        .await
+        .unwrap();
+    sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&name)
+        .execute(&admin)
+        .await
+        .unwrap();
+    let (s, v) = app.token("alice").await;
+    assert_eq!(
+        (s, v["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("unavailable")),
+        "{v}"
+    );
+    let (s, _) = app.get("/readyz").await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let mut ok = false;
+    for _ in 0..20 {
+        let (s, _) = app.token("alice").await;
+        if s == StatusCode::OK {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert!(
+        ok,
+        "the service recovers by itself when the database returns"
+    );
+    app.shutdown().await;
+}

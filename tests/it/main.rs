@@ -1,0 +1,8 @@
+//! Integration tests: one binary, the real app against real databases and real OAuth peers.
+
+mod harness;
+
+mod api_input;
+mod connect_flow;
+mod invariants;
+mod lifecycle;
