@@ -79,3 +79,24 @@ impl utoipa::Modify for BearerAuth {
     modifiers(&BearerAuth)
 )]
 pub struct ApiDoc;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/openapi.json is the published contract; it must match the code. Regenerate with
+    /// `UPDATE_OPENAPI=1 cargo test openapi`.
+    #[test]
+    fn openapi_document_in_docs_matches_the_code() {
+        let generated = ApiDoc::openapi().to_pretty_json().unwrap() + "\n";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json");
+        if std::env::var_os("UPDATE_OPENAPI").is_some() {
+            std::fs::write(path, &generated).unwrap();
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "docs/openapi.json is stale: run `UPDATE_OPENAPI=1 cargo test openapi`"
+        );
+    }
+}
