@@ -68,6 +68,9 @@ struct RawConfig {
     encryption_keys: Vec<SecretString>,
     elicitation_ttl_seconds: Option<u64>,
     session_ttl_seconds: Option<u64>,
+    refresh_ahead_seconds: Option<u64>,
+    refresh_idle_seconds: Option<u64>,
+    refresh_scan_seconds: Option<u64>,
     log_format: Option<String>,
     identity: Option<RawIdentity>,
     #[serde(default)]
@@ -194,6 +197,16 @@ impl fmt::Debug for ClientConfig {
     }
 }
 
+/// The background refresher: tokens expiring within `margin_seconds` are refreshed ahead of
+/// time, and grants idle for `idle_seconds` are refreshed to keep them alive. `margin_seconds = 0`
+/// turns it off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefreshAhead {
+    pub margin_seconds: u64,
+    pub idle_seconds: u64,
+    pub scan_seconds: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
@@ -209,6 +222,7 @@ pub struct Config {
     pub keys: KeyRing,
     pub elicitation_ttl_seconds: u64,
     pub session_ttl_seconds: u64,
+    pub refresh: RefreshAhead,
     pub log_format: LogFormat,
     pub identity: IdentityConfig,
     pub clients: Vec<ClientConfig>,
@@ -506,6 +520,23 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             "must be between 60 and 86400".into(),
         );
     }
+    let refresh = RefreshAhead {
+        margin_seconds: raw.refresh_ahead_seconds.unwrap_or(900),
+        idle_seconds: raw.refresh_idle_seconds.unwrap_or(86_400),
+        scan_seconds: raw.refresh_scan_seconds.unwrap_or(60),
+    };
+    if refresh.margin_seconds > 86_400 {
+        err(
+            "refresh_ahead_seconds",
+            "must be at most 86400 (0 turns background refresh off)".into(),
+        );
+    }
+    if refresh.idle_seconds < 3600 {
+        err("refresh_idle_seconds", "must be at least 3600".into());
+    }
+    if !(1..=3600).contains(&refresh.scan_seconds) {
+        err("refresh_scan_seconds", "must be between 1 and 3600".into());
+    }
     let session_ttl_seconds = raw.session_ttl_seconds.unwrap_or(8 * 3600);
     if !(300..=30 * 86_400).contains(&session_ttl_seconds) {
         err(
@@ -672,6 +703,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             keys,
             elicitation_ttl_seconds,
             session_ttl_seconds,
+            refresh,
             log_format,
             identity,
             clients,

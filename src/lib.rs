@@ -16,6 +16,7 @@ pub mod identity;
 pub mod middleware;
 pub mod ops;
 pub mod providers;
+pub mod refresh_ahead;
 pub mod telemetry;
 pub mod tokens;
 pub mod waiters;
@@ -105,6 +106,7 @@ impl Application {
             shutdown,
         }));
         tasks.push(spawn_cleanup(state.clone()));
+        tasks.extend(refresh_ahead::spawn(state.clone()));
         let router = router(state.clone());
         Ok(Self {
             listener,

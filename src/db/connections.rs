@@ -186,6 +186,29 @@ impl Db {
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
+    /// Active, refreshable connections whose token expires before `expiring_before`, or that
+    /// were last refreshed before `idle_before`; skipping ones that failed since `failed_since`.
+    pub async fn due_for_refresh(
+        &self,
+        expiring_before: i64,
+        idle_before: i64,
+        failed_since: i64,
+        limit: i64,
+    ) -> Result<Vec<Connection>, sqlx::Error> {
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM connections WHERE status = 'active' AND refresh_token IS NOT NULL \
+             AND ((expires_at IS NOT NULL AND expires_at < $1) OR last_refresh_at IS NULL OR last_refresh_at < $2) \
+             AND (last_error IS NULL OR updated_at < $3) ORDER BY expires_at LIMIT $4"
+        ))
+        .bind(expiring_before)
+        .bind(idle_before)
+        .bind(failed_since)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
     /// Stores the tokens of a completed connect flow: a new connection, or the existing one for
     /// `(issuer, subject, provider)` replaced in place (same id). Returns `(id, reconnected)`.
     pub async fn save_connected_tokens(

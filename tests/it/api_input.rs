@@ -417,7 +417,7 @@ async fn https_public_url_gives_a_host_prefixed_secure_cookie() {
     let opts = Options::default();
     // Same app, but it believes it is served over https (a TLS-terminating proxy in front).
     let db = db_url(kind);
-    let toml = config_toml(&format!("https://{addr}"), &db, &peers, &opts.key, "");
+    let toml = config_toml(&format!("https://{addr}"), &db, &peers, &opts);
     let config = mcp_connect::config::Config::from_parts(&toml, &[]).unwrap();
     let app = mcp_connect::Application::build_with_listener(config, listener)
         .await

@@ -191,6 +191,9 @@ pub fn db_url(kind: DbKind) -> String {
 
 pub struct Options {
     pub access_token_ttl: u64,
+    /// `refresh_ahead_seconds`; 0 (the default in tests) keeps the background refresher off so
+    /// tests count upstream refreshes deterministically.
+    pub refresh_ahead: u64,
     pub extra_toml: String,
     pub key: String,
 }
@@ -199,6 +202,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             access_token_ttl: 3600,
+            refresh_ahead: 0,
             extra_toml: String::new(),
             key: mcp_connect::crypto::generate_key("k1"),
         }
@@ -227,7 +231,7 @@ impl TestApp {
         opts: &Options,
     ) -> TestApp {
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let toml = config_toml(&url, &db_url, &peers, &opts.key, &opts.extra_toml);
+        let toml = config_toml(&url, &db_url, &peers, opts);
         let config = Config::from_parts(&toml, &[]).unwrap_or_else(|e| panic!("{e}\n{toml}"));
         let app = Application::build_with_listener(config, listener)
             .await
@@ -357,13 +361,18 @@ impl TestApp {
     }
 }
 
-pub fn config_toml(url: &str, db_url: &str, peers: &Peers, key: &str, extra: &str) -> String {
+pub fn config_toml(url: &str, db_url: &str, peers: &Peers, opts: &Options) -> String {
+    let key = &opts.key;
+    let extra = &opts.extra_toml;
+    let refresh_ahead = opts.refresh_ahead;
     format!(
         r#"
 public_url = "{url}"
 listen = "127.0.0.1:0"
 database_url = "{db_url}"
 encryption_keys = ["{key}"]
+refresh_ahead_seconds = {refresh_ahead}
+refresh_scan_seconds = 1
 
 [identity]
 issuer = "{identity}"

@@ -385,3 +385,154 @@ async fn database_outage_gives_503_and_the_service_recovers() {
     );
     app.shutdown().await;
 }
+
+on_both_databases!(
+    tokens_are_refreshed_ahead_in_the_background,
+    |kind| async move {
+        let app = TestApp::spawn_with(
+            kind,
+            Options {
+                refresh_ahead: 300,
+                ..short_lived()
+            },
+        )
+        .await;
+        app.connect("alice").await;
+        let (_, before) = app.token("alice").await;
+        let base = app.peers.stats().await["refresh_token"].as_i64().unwrap();
+        app.age("alice").await;
+        let mut refreshed = false;
+        for _ in 0..40 {
+            if app.peers.stats().await["refresh_token"].as_i64().unwrap() > base {
+                refreshed = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+        assert!(
+            refreshed,
+            "the background task refreshed the expiring token"
+        );
+        let (s, after) = app.token("alice").await;
+        assert_eq!(s, StatusCode::OK);
+        assert_ne!(before["access_token"], after["access_token"]);
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        let stats = app.peers.stats().await;
+        assert_eq!(
+            stats["refresh_token"].as_i64().unwrap(),
+            base + 1,
+            "no second redemption: {stats}"
+        );
+        assert_eq!(stats["refresh_invalid_grant"], 0);
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    a_replica_killed_while_holding_the_refresh_lock_does_not_block_the_next,
+    |kind| async move {
+        let app = TestApp::spawn_with(kind, short_lived()).await;
+        app.connect("alice").await;
+        app.age("alice").await;
+        // A second replica, as its own process.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let mut opts = short_lived();
+        opts.key = app.key.clone();
+        let toml = config_toml(&url, &app.db_url, &app.peers, &opts).replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"127.0.0.1:{port}\""),
+        );
+        let dir = std::env::temp_dir().join(format!("mcp-connect-replica-{}", random_name()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), toml).unwrap();
+        let mut replica = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
+            .args([
+                "serve",
+                "--config",
+                dir.join("config.toml").to_str().unwrap(),
+            ])
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let http = reqwest::Client::new();
+        for _ in 0..100 {
+            if http
+                .get(format!("{url}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let before = app.peers.stats().await;
+        http.post(format!("{}/__stall?ms=2500", app.peers.upstream))
+            .send()
+            .await
+            .unwrap();
+        let doomed = {
+            let http = http.clone();
+            let url = url.clone();
+            tokio::spawn(async move {
+                fetch(
+                    &http,
+                    &url,
+                    json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
+                )
+                .await
+            })
+        };
+        // The replica is now inside its refresh, holding the lock, waiting on the provider.
+        let mut stalled = false;
+        for _ in 0..50 {
+            if app.peers.stats().await["stalled_requests"]
+                .as_i64()
+                .unwrap()
+                > before["stalled_requests"].as_i64().unwrap()
+            {
+                stalled = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(stalled, "the replica reached the provider");
+        replica.kill().await.unwrap();
+        let _ = doomed.await;
+        http.post(format!("{}/__stall?ms=0", app.peers.upstream))
+            .send()
+            .await
+            .unwrap();
+        let (s, v) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(
+            app.peers
+                .whoami(v["access_token"].as_str().unwrap())
+                .await
+                .0,
+            StatusCode::OK
+        );
+        let after = app.peers.stats().await;
+        assert_eq!(
+            after["refresh_invalid_grant"], before["refresh_invalid_grant"],
+            "{after}"
+        );
+        assert_eq!(
+            after["refresh_token"].as_i64().unwrap() - before["refresh_token"].as_i64().unwrap(),
+            1,
+            "{after}"
+        );
+        app.shutdown().await;
+    }
+);

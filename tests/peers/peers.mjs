@@ -370,6 +370,14 @@ function tokenFaults(faults, stats, log) {
         stats.stalled_requests += 1;
         log(`token endpoint: stalling ${faults.stallMs} ms`);
         await sleep(faults.stallMs);
+        // A caller that died while we stalled never got its request through: model a request
+        // lost on the way (the provider did not act on it), so a crashed lock holder leaves the
+        // grant intact, as it would if it crashed before sending.
+        if (ctx.req.socket.destroyed || ctx.req.aborted) {
+          stats.abandoned_requests = (stats.abandoned_requests ?? 0) + 1;
+          log('token endpoint: caller went away during the stall; request dropped');
+          return;
+        }
       }
     }
     await next();
