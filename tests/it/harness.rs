@@ -121,15 +121,6 @@ impl Peers {
         })
     }
 
-    /// Addresses only, for a second replica that shares another app's peers.
-    pub fn detached() -> Peers {
-        Peers {
-            identity: String::new(),
-            upstream: String::new(),
-            child: None,
-        }
-    }
-
     /// Takes the peers down (a provider outage).
     pub async fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -189,12 +180,15 @@ pub fn db_url(kind: DbKind) -> String {
     }
 }
 
+#[derive(Clone)]
 pub struct Options {
     pub access_token_ttl: u64,
     /// `refresh_ahead_seconds`; 0 (the default in tests) keeps the background refresher off so
     /// tests count upstream refreshes deterministically.
     pub refresh_ahead: u64,
     pub extra_toml: String,
+    /// The body of `[providers.other]` (only the client `other-mcp` may use it).
+    pub other_provider: String,
     pub key: String,
 }
 
@@ -204,6 +198,7 @@ impl Default for Options {
             access_token_ttl: 3600,
             refresh_ahead: 0,
             extra_toml: String::new(),
+            other_provider: "authorization_url = \"http://127.0.0.1:9/authorize\"\ntoken_url = \"http://127.0.0.1:9/token\"\nclient_id = \"x\"".into(),
             key: mcp_connect::crypto::generate_key("k1"),
         }
     }
@@ -343,6 +338,48 @@ impl TestApp {
         v["connection_id"].as_str().unwrap().to_owned()
     }
 
+    /// Starts another replica of this app as its own `mcp-connect serve` process, on the same
+    /// database, peers and keys. Returns its base URL and the process (killed on drop).
+    pub async fn spawn_replica_process(&self, opts: &Options) -> (String, Child) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let opts = Options {
+            key: self.key.clone(),
+            ..opts.clone()
+        };
+        let toml = config_toml(&url, &self.db_url, &self.peers, &opts).replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"127.0.0.1:{port}\""),
+        );
+        let dir = std::env::temp_dir().join(format!("mcp-connect-replica-{}", random_name()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("config.toml");
+        std::fs::write(&path, toml).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
+            .args(["serve", "--config", path.to_str().unwrap()])
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let http = reqwest::Client::new();
+        for _ in 0..200 {
+            if http
+                .get(format!("{url}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return (url, child);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the replica process did not become ready");
+    }
+
     /// Moves a connection's last refresh a minute into the past (time passing, as far as the
     /// "just refreshed" rule is concerned).
     pub async fn age(&self, subject: &str) {
@@ -364,6 +401,7 @@ impl TestApp {
 pub fn config_toml(url: &str, db_url: &str, peers: &Peers, opts: &Options) -> String {
     let key = &opts.key;
     let extra = &opts.extra_toml;
+    let other = &opts.other_provider;
     let refresh_ahead = opts.refresh_ahead;
     format!(
         r#"
@@ -398,9 +436,7 @@ client_secret = "{UPSTREAM_SECRET}"
 scopes = ["openid", "offline_access", "api"]
 
 [providers.other]
-authorization_url = "http://127.0.0.1:9/authorize"
-token_url = "http://127.0.0.1:9/token"
-client_id = "x"
+{other}
 {extra}
 "#,
         identity = peers.identity,

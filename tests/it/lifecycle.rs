@@ -61,44 +61,20 @@ on_both_databases!(
     }
 );
 
-/// N concurrent requests over two replicas on one database: one upstream refresh.
+/// N concurrent requests over two replicas (this process and another `mcp-connect` process)
+/// on one database: one upstream refresh.
 async fn storm(kind: DbKind, n: usize) {
-    let opts = short_lived();
-    let a = TestApp::spawn_with(
-        kind,
-        Options {
-            key: opts.key.clone(),
-            ..short_lived()
-        },
-    )
-    .await;
+    let a = TestApp::spawn_with(kind, short_lived()).await;
     a.connect("alice").await;
     a.age("alice").await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    // The second replica shares the database and the peers' addresses (its own redirect URI is
-    // never used here: it only serves tokens).
-    let peers_b = Peers {
-        identity: a.peers.identity.clone(),
-        upstream: a.peers.upstream.clone(),
-        ..Peers::detached()
-    };
-    let b = TestApp::spawn_on(
-        listener,
-        peers_b,
-        a.db_url.clone(),
-        &Options {
-            key: a.key.clone(),
-            ..short_lived()
-        },
-    )
-    .await;
+    let (b_url, _replica) = a.spawn_replica_process(&short_lived()).await;
     let before = a.peers.stats().await["refresh_token"].as_i64().unwrap();
     let mut tasks = Vec::new();
     for i in 0..n {
         let base = if i % 2 == 0 {
             a.url.clone()
         } else {
-            b.url.clone()
+            b_url.clone()
         };
         let api = a.api.clone();
         tasks.push(tokio::spawn(async move {
@@ -127,7 +103,6 @@ async fn storm(kind: DbKind, n: usize) {
     for t in &tokens {
         assert_eq!(a.peers.whoami(t).await.0, StatusCode::OK);
     }
-    b.shutdown().await;
     a.shutdown().await;
 }
 
@@ -435,43 +410,8 @@ on_both_databases!(
         app.connect("alice").await;
         app.age("alice").await;
         // A second replica, as its own process.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let url = format!("http://127.0.0.1:{port}");
-        let mut opts = short_lived();
-        opts.key = app.key.clone();
-        let toml = config_toml(&url, &app.db_url, &app.peers, &opts).replace(
-            "listen = \"127.0.0.1:0\"",
-            &format!("listen = \"127.0.0.1:{port}\""),
-        );
-        let dir = std::env::temp_dir().join(format!("mcp-connect-replica-{}", random_name()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("config.toml"), toml).unwrap();
-        let mut replica = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
-            .args([
-                "serve",
-                "--config",
-                dir.join("config.toml").to_str().unwrap(),
-            ])
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+        let (url, mut replica) = app.spawn_replica_process(&short_lived()).await;
         let http = reqwest::Client::new();
-        for _ in 0..100 {
-            if http
-                .get(format!("{url}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
         let before = app.peers.stats().await;
         http.post(format!("{}/__stall?ms=2500", app.peers.upstream))
             .send()

@@ -6,3 +6,4 @@ mod api_input;
 mod connect_flow;
 mod invariants;
 mod lifecycle;
+mod provider_quirks;
