@@ -147,25 +147,26 @@ on_both_databases!(
             assert_eq!(s, StatusCode::OK, "{t}");
             assert_eq!(t["access_token"], format!("stub-at-{round}"));
         }
-        let s = seen.lock().unwrap();
-        assert_eq!(
-            s.refresh_tokens,
-            vec!["stub-rt-1", "stub-rt-1"],
-            "the original refresh token was kept and reused"
-        );
-        assert_eq!(
-            s.code_challenges,
-            vec![None],
-            "no PKCE for a provider configured with pkce = false"
-        );
-        assert!(
-            s.client_secrets
-                .iter()
-                .all(|c| c.as_deref() == Some("stub-secret")),
-            "token_auth = post sends the secret in the body"
-        );
-        assert_eq!(s.authorization_headers, 0);
-        drop(s);
+        {
+            let s = seen.lock().unwrap();
+            assert_eq!(
+                s.refresh_tokens,
+                vec!["stub-rt-1", "stub-rt-1"],
+                "the original refresh token was kept and reused"
+            );
+            assert_eq!(
+                s.code_challenges,
+                vec![None],
+                "no PKCE for a provider configured with pkce = false"
+            );
+            assert!(
+                s.client_secrets
+                    .iter()
+                    .all(|c| c.as_deref() == Some("stub-secret")),
+                "token_auth = post sends the secret in the body"
+            );
+            assert_eq!(s.authorization_headers, 0);
+        }
         app.shutdown().await;
     }
 );
