@@ -85,12 +85,15 @@ impl Identity {
         Ok(m)
     }
 
+    /// `fresh_login` asks the issuer to authenticate again (`prompt=login`), e.g. after the user
+    /// signed out to switch accounts.
     pub async fn authorize_url(
         &self,
         redirect_uri: &str,
         state: &str,
         nonce: &str,
         code_challenge: &str,
+        fresh_login: bool,
     ) -> anyhow::Result<String> {
         let m = self.metadata().await?;
         let mut url =
@@ -104,6 +107,9 @@ impl Identity {
             .append_pair("nonce", nonce)
             .append_pair("code_challenge", code_challenge)
             .append_pair("code_challenge_method", "S256");
+        if fresh_login {
+            url.query_pairs_mut().append_pair("prompt", "login");
+        }
         Ok(url.into())
     }
 

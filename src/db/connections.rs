@@ -249,10 +249,11 @@ impl Db {
             .await?
             .ok_or(sqlx::Error::RowNotFound)?;
         let id = existing.id;
-        // A reconnect is a fresh grant: the old refresh token is replaced, or dropped if the
-        // provider issued none this time.
+        // A reconnect replaces the tokens. A provider that issues no new refresh token on
+        // re-consent usually keeps the old one valid, so it is kept (a dead one only leads back
+        // to `needs_reauth`).
         sqlx::query(
-            "UPDATE connections SET status = 'active', scopes = $2, token_type = $3, access_token = $4, refresh_token = $5, \
+            "UPDATE connections SET status = 'active', scopes = $2, token_type = $3, access_token = $4, refresh_token = COALESCE($5, refresh_token), \
              expires_at = $6, account_label = COALESCE($7, account_label), updated_at = $8, last_refresh_at = $8, \
              last_error = NULL, refresh_failures = 0, token_version = token_version + 1 WHERE id = $1",
         )

@@ -1,4 +1,5 @@
-//! The tower-sessions store, in the same database as everything else (no Redis needed).
+//! The tower-sessions store, in the same database as everything else (no Redis needed). Rows
+//! are keyed by the SHA-256 of the session id, so reading the table does not yield live cookies.
 
 use async_trait::async_trait;
 use tower_sessions::session::{Id, Record};
@@ -17,6 +18,10 @@ impl DbSessionStore {
     }
 }
 
+fn key(id: &Id) -> String {
+    crate::crypto::sha256_b64(id.to_string().as_bytes())
+}
+
 fn backend(e: impl std::fmt::Display) -> session_store::Error {
     session_store::Error::Backend(e.to_string())
 }
@@ -28,7 +33,7 @@ impl SessionStore for DbSessionStore {
             .map_err(|e| session_store::Error::Encode(e.to_string()))?;
         loop {
             let r = sqlx::query("INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING")
-                .bind(record.id.to_string())
+                .bind(key(&record.id))
                 .bind(&data)
                 .bind(record.expiry_date.unix_timestamp())
                 .execute(&self.db.pool)
@@ -48,7 +53,7 @@ impl SessionStore for DbSessionStore {
             "INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) \
              ON CONFLICT (id) DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at",
         )
-        .bind(record.id.to_string())
+        .bind(key(&record.id))
         .bind(data)
         .bind(record.expiry_date.unix_timestamp())
         .execute(&self.db.pool)
@@ -60,7 +65,7 @@ impl SessionStore for DbSessionStore {
     async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
         let row: Option<(String,)> =
             sqlx::query_as("SELECT data FROM sessions WHERE id = $1 AND expires_at > $2")
-                .bind(id.to_string())
+                .bind(key(id))
                 .bind(super::now())
                 .fetch_optional(&self.db.pool)
                 .await
@@ -73,7 +78,7 @@ impl SessionStore for DbSessionStore {
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {
         sqlx::query("DELETE FROM sessions WHERE id = $1")
-            .bind(id.to_string())
+            .bind(key(id))
             .execute(&self.db.pool)
             .await
             .map_err(backend)?;

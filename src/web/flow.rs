@@ -45,6 +45,7 @@ pub async fn start_sign_in(
     let nonce = random_token(24);
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
     let state_hash = sha256_b64(st.as_bytes());
+    let fresh_login = session.take_fresh_login().await?;
     let url = state
         .identity
         .authorize_url(
@@ -52,6 +53,7 @@ pub async fn start_sign_in(
             &st,
             &nonce,
             challenge.as_str(),
+            fresh_login,
         )
         .await
         .map_err(|e| {

@@ -13,6 +13,9 @@ use crate::identity::SignedInUser;
 const USER: &str = "user";
 const CSRF: &str = "csrf";
 const BINDING: &str = "binding";
+/// Set after an explicit sign-out: the next sign-in asks the issuer for a fresh login instead of
+/// silently reusing its own session (which would sign the same account back in).
+const FRESH_LOGIN: &str = "fresh_login";
 
 pub struct BrowserSession(Session);
 
@@ -92,6 +95,17 @@ impl BrowserSession {
     }
 
     pub async fn sign_out(&self) -> Result<()> {
-        self.0.flush().await.map_err(store_err)
+        self.0.flush().await.map_err(store_err)?;
+        self.0.insert(FRESH_LOGIN, true).await.map_err(store_err)
+    }
+
+    /// Whether the next sign-in must ask for a fresh login (consumes the flag).
+    pub async fn take_fresh_login(&self) -> Result<bool> {
+        Ok(self
+            .0
+            .remove::<bool>(FRESH_LOGIN)
+            .await
+            .map_err(store_err)?
+            .unwrap_or(false))
     }
 }

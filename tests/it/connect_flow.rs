@@ -409,3 +409,33 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+on_both_databases!(
+    the_refusal_page_lets_the_user_switch_accounts,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        let for_alice = app.elicit("alice").await;
+        let for_bob = app.elicit("bob").await;
+        let b = app.browser();
+        b.sign_in_to_consent(for_bob["url"].as_str().unwrap(), "bob")
+            .await;
+        let refused = b.get(for_alice["url"].as_str().unwrap()).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN);
+        // "Sign out and use another account": the issuer is asked for a fresh login, not its
+        // remembered session (which would sign bob straight back in).
+        let login = b.submit(&refused, "form.actions", &[]).await;
+        assert!(
+            login.has("name=\"login\""),
+            "expected a fresh login page: {} {}",
+            login.url,
+            login.body
+        );
+        let consent = b.submit(&login, "form", &[("login", "alice")]).await;
+        assert!(consent.has("Continue"), "{}", consent.body);
+        let done = b.consent_and_allow(&consent, "alice").await;
+        assert_eq!(done.status, StatusCode::OK);
+        let (s, _) = app.token("alice").await;
+        assert_eq!(s, StatusCode::OK);
+        app.shutdown().await;
+    }
+);

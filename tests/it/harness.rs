@@ -532,11 +532,7 @@ impl Browser {
 
     pub async fn get(&self, url: &str) -> Page {
         let r = self.client.get(url).send().await.unwrap();
-        Page {
-            status: r.status(),
-            url: r.url().to_string(),
-            body: r.text().await.unwrap(),
-        }
+        self.settle(r).await
     }
 
     pub async fn submit(&self, page: &Page, selector: &str, overrides: &[(&str, &str)]) -> Page {
@@ -552,11 +548,31 @@ impl Browser {
             .send()
             .await
             .unwrap();
-        Page {
-            status: r.status(),
-            url: r.url().to_string(),
-            body: r.text().await.unwrap(),
+        self.settle(r).await
+    }
+
+    /// Reads the page, and does what a browser's JavaScript would do with the issuer's
+    /// self-submitting forms (e.g. its end-session confirmation).
+    async fn settle(&self, mut r: reqwest::Response) -> Page {
+        for _ in 0..5 {
+            let page = Page {
+                status: r.status(),
+                url: r.url().to_string(),
+                body: r.text().await.unwrap(),
+            };
+            if !page.body.contains("document.forms[0].submit()") {
+                return page;
+            }
+            let (action, fields) = page.form("form");
+            r = self
+                .client
+                .post(&action)
+                .form(&fields)
+                .send()
+                .await
+                .unwrap();
         }
+        panic!("too many self-submitting pages");
     }
 
     /// Opens a connect URL, signs in at the identity issuer as `user`, returns where it lands.

@@ -124,6 +124,12 @@ on_both_databases!(
         assert_eq!(s, StatusCode::OK);
 
         let key_b64 = app.key.split_once(':').unwrap().1.to_owned();
+        let cookies = b.cookies(&app.url);
+        let session_cookie = cookies
+            .split("; ")
+            .find_map(|c| c.strip_prefix("mcp-connect="))
+            .expect("a session cookie")
+            .to_owned();
         let secrets = [
             access.as_str(),
             access2.as_str(),
@@ -134,6 +140,7 @@ on_both_databases!(
             IDENTITY_SECRET,
             UPSTREAM_SECRET,
             key_b64.as_str(),
+            session_cookie.as_str(),
         ];
         let logs = captured_logs();
         assert!(logs.contains("connection.created"), "logs were captured");
