@@ -51,7 +51,8 @@ fn init_logs() {
     ONCE.get_or_init(|| {
         let buf = log_buffer().clone();
         let _ = tracing_subscriber::fmt()
-            .with_env_filter("trace,hyper=info,h2=info,rustls=info,reqwest=debug,sqlx=debug,tower_sessions=trace")
+            .with_env_filter(// cookie_store is the test browser's own cookie jar (it logs the cookies it stores), not the app.
+                "trace,hyper=info,h2=info,rustls=info,reqwest=debug,sqlx=debug,tower_sessions=trace,cookie_store=off")
             .with_ansi(false)
             .with_writer(move || BufWriter(buf.clone()))
             .try_init();

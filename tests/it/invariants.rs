@@ -145,6 +145,9 @@ on_both_databases!(
         let logs = captured_logs();
         assert!(logs.contains("connection.created"), "logs were captured");
         for s in secrets {
+            if let Some(line) = logs.lines().find(|l| l.contains(s)) {
+                eprintln!("LEAK: {}", line.replace(s, "<SECRET>"));
+            }
             assert!(
                 !logs.contains(s),
                 "a secret ({}…) appears in the logs",
