@@ -97,16 +97,8 @@ pub async fn fetch(
         .filter(|c| c.status != ConnectionStatus::Revoked);
     let Some(connection) = connection else {
         if req.elicit {
-            let e = state
-                .create_or_reuse_elicitation(
-                    &client.0,
-                    &req.subject,
-                    &provider,
-                    None,
-                    rid.as_deref(),
-                )
-                .await?;
-            let view = serde_json::to_value(state.elicitation_view(&e)).map_err(Error::internal)?;
+            let view =
+                offer_elicitation(&state, &client, &req.subject, &provider, rid.as_deref()).await?;
             return Err(Error::AuthorizationRequired {
                 provider: provider.name.clone(),
                 elicitation: Box::new(view),
@@ -135,16 +127,8 @@ pub async fn fetch(
             connection_id: t.connection_id,
         })),
         Err(Error::ReauthorizationRequired { provider: p, .. }) if req.elicit => {
-            let e = state
-                .create_or_reuse_elicitation(
-                    &client.0,
-                    &req.subject,
-                    &provider,
-                    None,
-                    rid.as_deref(),
-                )
-                .await?;
-            let view = serde_json::to_value(state.elicitation_view(&e)).map_err(Error::internal)?;
+            let view =
+                offer_elicitation(&state, &client, &req.subject, &provider, rid.as_deref()).await?;
             Err(Error::ReauthorizationRequired {
                 provider: p,
                 elicitation: Some(Box::new(view)),
@@ -152,4 +136,18 @@ pub async fn fetch(
         }
         Err(e) => Err(e),
     }
+}
+
+/// A ready elicitation (new, or the pending one) for the caller to hand to its MCP client.
+async fn offer_elicitation(
+    state: &AppState,
+    client: &ApiClient,
+    subject: &str,
+    provider: &crate::providers::Provider,
+    request_id: Option<&str>,
+) -> Result<serde_json::Value> {
+    let e = state
+        .create_or_reuse_elicitation(&client.0, subject, provider, None, request_id)
+        .await?;
+    serde_json::to_value(state.elicitation_view(&e)).map_err(Error::internal)
 }

@@ -71,7 +71,7 @@ pub fn shown_name(user: &SignedInUser) -> &str {
 
 /// The refusal shown when the signed-in user is not the one the link was made for. It says
 /// nothing about the other user, and changes nothing.
-async fn refuse_other_user(
+pub async fn refuse_other_user(
     state: &AppState,
     session: &BrowserSession,
     user: &SignedInUser,
@@ -84,7 +84,7 @@ async fn refuse_other_user(
         elicitation_id = %e.id,
         signed_in_subject = %user.subject,
         stage,
-        "connect link opened by a different user; refused"
+        "elicitation opened by a different user; refused"
     );
     state
         .db

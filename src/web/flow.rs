@@ -17,6 +17,15 @@ use crate::db::now;
 use crate::error::{Error, Result};
 use crate::providers::Provider;
 
+/// What an authorization server sends back to a redirect URI (RFC 6749 §4.1.2, RFC 9207).
+#[derive(Debug, serde::Deserialize, Default)]
+pub struct CallbackQuery {
+    pub code: Option<String>,
+    pub state: Option<String>,
+    pub iss: Option<String>,
+    pub error: Option<String>,
+}
+
 /// How long a redirect may take to come back (SPEC: at most 10 minutes).
 pub const FLOW_TTL_SECONDS: i64 = 600;
 

@@ -5,10 +5,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use secrecy::ExposeSecret;
-use serde::Deserialize;
 
-use super::connect::{open_elicitation, same_user, shown_name};
-use super::flow::take_flow;
+use super::connect::{open_elicitation, refuse_other_user, same_user, shown_name};
+use super::flow::{CallbackQuery, take_flow};
 use super::pages::MessagePage;
 use super::session::BrowserSession;
 use crate::AppState;
@@ -19,14 +18,6 @@ use crate::db::flows::FlowKind;
 use crate::db::now;
 use crate::error::{Error, Result};
 use crate::middleware::request_id;
-
-#[derive(Debug, Deserialize, Default)]
-pub struct CallbackQuery {
-    code: Option<String>,
-    state: Option<String>,
-    iss: Option<String>,
-    error: Option<String>,
-}
 
 fn page_err(status: StatusCode, title: &str, message: String) -> Error {
     Error::page(status, "connect_failed", title, message)
@@ -87,23 +78,7 @@ pub async fn callback(
     })?;
     let e = open_elicitation(&state, flow.elicitation_id.as_deref().unwrap_or_default()).await?;
     if !same_user(&user, &e) {
-        tracing::warn!(target: "security", elicitation_id = %e.id, signed_in_subject = %user.subject, "provider callback for another user's elicitation; refused");
-        state
-            .db
-            .audit(AuditEvent {
-                event: "elicitation.subject_mismatch_refused",
-                actor: Some(&user.subject),
-                issuer: Some(&user.issuer),
-                subject: Some(&e.subject),
-                provider: Some(&e.provider),
-                client_id: Some(&e.client_id),
-                connection_id: None,
-                elicitation_id: Some(&e.id),
-                request_id: rid.as_deref(),
-                detail: Some("callback"),
-            })
-            .await;
-        return Err(page_err(StatusCode::FORBIDDEN, "This link is for a different account", "You are signed in as a different user than the one this request was made for. Nothing was connected.".into()));
+        return refuse_other_user(&state, &session, &user, &e, rid.as_deref(), "callback").await;
     }
     let client = state
         .clients

@@ -8,20 +8,12 @@ use axum::response::{IntoResponse, Redirect, Response};
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 
-use super::flow::take_flow;
+use super::flow::{CallbackQuery, take_flow};
 use super::session::BrowserSession;
 use crate::AppState;
 use crate::db::flows::FlowKind;
 use crate::error::{Error, Result};
 use crate::middleware::request_id;
-
-#[derive(Debug, Deserialize, Default)]
-pub struct CallbackQuery {
-    code: Option<String>,
-    state: Option<String>,
-    iss: Option<String>,
-    error: Option<String>,
-}
 
 fn sign_in_failed(message: &str) -> Error {
     Error::page(
