@@ -128,6 +128,37 @@ impl Provider {
         }))
     }
 
+    /// A human label for the upstream account (login, e-mail, name or subject) from the
+    /// provider's userinfo endpoint, if it has one. Best effort: failures give `None`.
+    pub async fn account_label(
+        &self,
+        http: &reqwest::Client,
+        endpoints: &Endpoints,
+        access_token: &SecretString,
+    ) -> Option<String> {
+        let url = endpoints.userinfo_url.as_ref()?;
+        let resp = http
+            .get(url)
+            .bearer_auth(access_token.expose_secret())
+            .header(reqwest::header::ACCEPT, "application/json")
+            .timeout(std::time::Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let v: Value = resp.json().await.ok()?;
+        ["login", "preferred_username", "email", "name", "sub", "id"]
+            .iter()
+            .find_map(|k| match v.get(*k)? {
+                Value::String(s) if !s.is_empty() => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            })
+            .map(|s| s.chars().take(200).collect())
+    }
+
     fn authenticated<'a>(
         &'a self,
         req: reqwest::RequestBuilder,

@@ -196,6 +196,9 @@ pub async fn callback(
         }
     };
     let scopes = tokens.scopes.clone().unwrap_or_else(|| e.scopes.clone());
+    let account_label = provider
+        .account_label(&state.http, &endpoints, &tokens.access_token)
+        .await;
     let (connection_id, reconnected) = state
         .db
         .save_connected_tokens(
@@ -209,7 +212,7 @@ pub async fn callback(
                 token_type: &tokens.token_type,
                 expires_at: tokens.expires_in.map(|s| now() + s),
                 scopes: &scopes,
-                account_label: None,
+                account_label: account_label.as_deref(),
             },
         )
         .await?;

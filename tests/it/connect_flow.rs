@@ -58,6 +58,10 @@ on_both_databases!(
         let c = &list["connections"][0];
         assert_eq!(c["status"], "active");
         assert_eq!(c["has_refresh_token"], true);
+        assert_eq!(
+            c["account_label"], "alice",
+            "label from the provider's userinfo"
+        );
         assert!(
             c.get("access_token").is_none()
                 && !list
