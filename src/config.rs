@@ -72,6 +72,8 @@ struct RawConfig {
     refresh_idle_seconds: Option<u64>,
     refresh_scan_seconds: Option<u64>,
     log_format: Option<String>,
+    audit_retention_days: Option<u64>,
+    metrics_listen: Option<String>,
     identity: Option<RawIdentity>,
     #[serde(default)]
     clients: Vec<RawClient>,
@@ -224,6 +226,10 @@ pub struct Config {
     pub session_ttl_seconds: u64,
     pub refresh: RefreshAhead,
     pub log_format: LogFormat,
+    /// Audit events older than this many days are deleted by the cleanup task.
+    pub audit_retention_days: u64,
+    /// Serve `/metrics` on this address instead of the main listener.
+    pub metrics_listen: Option<SocketAddr>,
     pub identity: IdentityConfig,
     pub clients: Vec<ClientConfig>,
     pub admin: AdminConfig,
@@ -237,6 +243,8 @@ impl fmt::Debug for Config {
             .field("listen", &self.listen)
             .field("database_url", &redact_url(&self.database_url))
             .field("keys", &self.keys)
+            .field("audit_retention_days", &self.audit_retention_days)
+            .field("metrics_listen", &self.metrics_listen)
             .field("identity", &self.identity)
             .field("clients", &self.clients)
             .field("providers", &self.providers)
@@ -544,6 +552,45 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             "must be between 300 and 2592000".into(),
         );
     }
+    let audit_retention_days = raw.audit_retention_days.unwrap_or(365);
+    if !(1..=36_500).contains(&audit_retention_days) {
+        err(
+            "audit_retention_days",
+            "must be between 1 and 36500 (days)".into(),
+        );
+    }
+    let metrics_listen = match raw.metrics_listen.as_deref().map(str::parse::<SocketAddr>) {
+        None => None,
+        Some(Ok(a)) => Some(a),
+        Some(Err(e)) => {
+            err(
+                "metrics_listen",
+                format!("must be an address like 127.0.0.1:9090: {e}"),
+            );
+            None
+        }
+    };
+    if metrics_listen.is_some() && metrics_listen == listen {
+        err(
+            "metrics_listen",
+            "must differ from `listen` (leave it out to serve /metrics on the main address)".into(),
+        );
+    }
+    match (&raw.admin.claim, raw.admin.claim_values.is_empty()) {
+        (Some(c), true) => err(
+            "admin.claim_values",
+            format!("is required when admin.claim ({c:?}) is set"),
+        ),
+        (None, false) => err(
+            "admin.claim",
+            "is required when admin.claim_values is set".into(),
+        ),
+        (Some(c), false) if c.is_empty() => err("admin.claim", "must not be empty".into()),
+        _ => {}
+    }
+    if raw.admin.subjects.iter().any(|s| s.is_empty()) {
+        err("admin.subjects", "must not contain an empty subject".into());
+    }
 
     let identity = match raw.identity {
         None => {
@@ -705,6 +752,8 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             session_ttl_seconds,
             refresh,
             log_format,
+            audit_retention_days,
+            metrics_listen,
             identity,
             clients,
             admin: raw.admin,
@@ -827,6 +876,58 @@ client_secret = "gh-super-secret"
         let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
         assert!(e.contains("`public_url`"), "{e}");
         assert!(e.contains("`encryption_keys`"), "{e}");
+    }
+
+    #[test]
+    fn ops_keys_have_defaults_and_are_validated() {
+        let c = Config::from_parts(&base(), &[]).unwrap();
+        assert_eq!(c.audit_retention_days, 365);
+        assert_eq!(c.metrics_listen, None);
+        let text = format!("audit_retention_days = 30\nmetrics_listen = \"127.0.0.1:9464\"\n{}", base());
+        let c = Config::from_parts(&text, &[]).unwrap();
+        assert_eq!(c.audit_retention_days, 30);
+        assert_eq!(c.metrics_listen.unwrap().port(), 9464);
+        let env = vec![(
+            "MCP_CONNECT_AUDIT_RETENTION_DAYS".to_string(),
+            "7".to_string(),
+        )];
+        assert_eq!(
+            Config::from_parts(&base(), &env).unwrap().audit_retention_days,
+            7
+        );
+        let text = format!("audit_retention_days = 0\nmetrics_listen = \"nowhere\"\n{}", base());
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(e.contains("`audit_retention_days`"), "{e}");
+        assert!(e.contains("`metrics_listen`"), "{e}");
+        let text = format!(
+            "listen = \"127.0.0.1:8080\"\nmetrics_listen = \"127.0.0.1:8080\"\n{}",
+            base()
+        );
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(e.contains("`metrics_listen`"), "{e}");
+    }
+
+    #[test]
+    fn admin_claim_needs_values_and_values_need_a_claim() {
+        let with = |admin: &str| format!("{}\n[admin]\n{admin}\n", base());
+        let e = Config::from_parts(&with("claim = \"groups\""), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`admin.claim_values`"), "{e}");
+        let e = Config::from_parts(&with("claim_values = [\"ops\"]"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`admin.claim`"), "{e}");
+        let c = Config::from_parts(
+            &with("subjects = [\"ops-alice\"]\nclaim = \"groups\"\nclaim_values = [\"ops\"]"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.admin.subjects, vec!["ops-alice"]);
+        let e = Config::from_parts(&with("subjectz = []"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("subjectz"), "{e}");
     }
 
     #[test]

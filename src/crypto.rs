@@ -158,6 +158,11 @@ pub fn connection_aad(connection_id: &str, field: &str) -> String {
     format!("mcp-connect/v1/connection/{connection_id}/{field}")
 }
 
+/// Associated data for the sealed PKCE verifier of a pending redirect.
+pub fn flow_verifier_aad(state_hash: &str) -> String {
+    format!("mcp-connect/v1/flow/{state_hash}/verifier")
+}
+
 /// `n` random bytes from the OS, base64url without padding.
 pub fn random_token(n: usize) -> String {
     let mut b = vec![0u8; n];

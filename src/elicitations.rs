@@ -154,6 +154,7 @@ impl AppState {
             expires_at: now + self.config.elicitation_ttl_seconds as i64,
         };
         self.db.insert_elicitation(&e).await?;
+        self.metrics.elicitation("created");
         self.db
             .audit(AuditEvent {
                 event: "elicitation.created",
@@ -184,6 +185,7 @@ impl AppState {
             .finish_elicitation(&e.id, status, connection_id, failure)
             .await?;
         if changed {
+            self.metrics.elicitation(status.as_str());
             let event = format!("elicitation.{}", status.as_str());
             self.db
                 .audit(AuditEvent {
@@ -202,6 +204,29 @@ impl AppState {
             self.waiters.notify(&self.db, &e.id).await;
         }
         Ok(changed)
+    }
+
+    /// Moves pending elicitations past their expiry to `expired`, recording an
+    /// `elicitation.expired` event for each and waking their waiters.
+    pub async fn expire_elicitations(&self) -> Result<usize> {
+        let expired = self.db.expire_pending_elicitations().await?;
+        for e in &expired {
+            self.metrics.elicitation("expired");
+            self.db
+                .audit(AuditEvent {
+                    event: "elicitation.expired",
+                    actor: Some("system"),
+                    issuer: Some(&e.issuer),
+                    subject: Some(&e.subject),
+                    provider: Some(&e.provider),
+                    client_id: Some(&e.client_id),
+                    elicitation_id: Some(&e.id),
+                    ..Default::default()
+                })
+                .await;
+            self.waiters.notify(&self.db, &e.id).await;
+        }
+        Ok(expired.len())
     }
 
     /// The elicitation if it exists and belongs to `client`; otherwise `not_found` (never

@@ -3,9 +3,11 @@
 //! Where things live: `api/` (the JSON API for MCP servers), `web/` (browser pages: connect,
 //! sign-in, provider callback), `providers/` (everything provider-specific), `identity` (sign-in
 //! at the MCP authorization server), `crypto` (sealing tokens), `db/` (storage), `tokens`
-//! (handing out fresh tokens, refresh), `config`.
+//! (handing out fresh tokens, refresh), `config`, `metrics` (Prometheus), `rotation` (re-sealing
+//! stored values under a new key), `cli` (the operator commands).
 
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod crypto;
 pub mod db;
@@ -13,10 +15,12 @@ pub mod elicitations;
 pub mod error;
 pub mod http_client;
 pub mod identity;
+pub mod metrics;
 pub mod middleware;
 pub mod ops;
 pub mod providers;
 pub mod refresh_ahead;
+pub mod rotation;
 pub mod telemetry;
 pub mod tokens;
 pub mod waiters;
@@ -48,6 +52,7 @@ pub struct AppInner {
     pub clients: Vec<ClientConfig>,
     pub waiters: Waiters,
     pub refresh: tokens::RefreshCoordinator,
+    pub metrics: metrics::Metrics,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -61,9 +66,30 @@ impl Deref for AppState {
     }
 }
 
+impl AppState {
+    /// The shared state over an open (migrated) database. `shutdown` stops what it spawns.
+    pub fn new(config: Config, db: Db, shutdown: watch::Receiver<bool>) -> Self {
+        let http = http_client::build();
+        let waiters = Waiters::new(shutdown.clone());
+        AppState(Arc::new(AppInner {
+            identity: Identity::new(config.identity.clone(), http.clone()),
+            providers: Providers::from_config(&config.providers),
+            clients: config.clients.clone(),
+            refresh: tokens::RefreshCoordinator::default(),
+            metrics: metrics::Metrics::new(),
+            config,
+            db,
+            http,
+            waiters,
+            shutdown,
+        }))
+    }
+}
+
 /// A built application: listening, not yet serving.
 pub struct Application {
     listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
     router: Router,
     state: AppState,
     shutdown_tx: watch::Sender<bool>,
@@ -85,31 +111,32 @@ impl Application {
         config: Config,
         listener: TcpListener,
     ) -> anyhow::Result<Self> {
+        let metrics_listener = match config.metrics_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding metrics_listen {addr}"))?,
+            ),
+            None => None,
+        };
         let db = Db::connect(&config.database_url).await?;
         db.migrate().await?;
         let (shutdown_tx, shutdown) = watch::channel(false);
-        let http = http_client::build();
-        let waiters = Waiters::new(shutdown.clone());
+        let state = AppState::new(config, db, shutdown);
         let mut tasks = Vec::new();
-        if db.engine == db::Engine::Postgres {
-            tasks.push(waiters.spawn_listener(config.database_url.clone()));
+        if state.db.engine == db::Engine::Postgres {
+            tasks.push(
+                state
+                    .waiters
+                    .spawn_listener(state.config.database_url.clone()),
+            );
         }
-        let state = AppState(Arc::new(AppInner {
-            identity: Identity::new(config.identity.clone(), http.clone()),
-            providers: Providers::from_config(&config.providers),
-            clients: config.clients.clone(),
-            refresh: tokens::RefreshCoordinator::default(),
-            config,
-            db,
-            http,
-            waiters,
-            shutdown,
-        }));
         tasks.push(spawn_cleanup(state.clone()));
         tasks.extend(refresh_ahead::spawn(state.clone()));
         let router = router(state.clone());
         Ok(Self {
             listener,
+            metrics_listener,
             router,
             state,
             shutdown_tx,
@@ -123,6 +150,13 @@ impl Application {
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
+    /// Where `/metrics` is served when `metrics_listen` is set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
     pub fn state(&self) -> AppState {
         self.state.clone()
     }
@@ -133,6 +167,21 @@ impl Application {
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let shutdown_tx = self.shutdown_tx;
+        let mut tasks = self.tasks;
+        if let Some(l) = self.metrics_listener {
+            let mut stop_metrics = self.state.shutdown.clone();
+            let app = ops::metrics_router(self.state.clone());
+            tasks.push(tokio::spawn(async move {
+                let r = axum::serve(l, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop_metrics.changed().await;
+                    })
+                    .await;
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "the metrics listener failed");
+                }
+            }));
+        }
         let graceful = async move {
             stop.await;
             tracing::info!("shutting down");
@@ -146,7 +195,7 @@ impl Application {
         .with_graceful_shutdown(graceful)
         .await
         .context("serving")?;
-        for t in self.tasks {
+        for t in tasks {
             t.abort();
         }
         self.state.db.pool.close().await;
@@ -160,26 +209,46 @@ pub fn router(state: AppState) -> Router {
         .merge(api::router(state.clone()))
         .merge(web::router(state.clone()))
         .merge(ops::router(state.clone()))
+        .route_layer(axum::middleware::from_fn(metrics::remember_route))
         .fallback(web::fallback)
+        .layer(axum::middleware::from_fn_with_state(
+            state.metrics.clone(),
+            metrics::track,
+        ))
         .layer(axum::middleware::from_fn(middleware::security_headers))
         .layer(middleware::trace_layer())
         .layer(middleware::request_id_layers())
 }
 
-/// Deletes expired sessions and flows, expires old elicitations; stops on shutdown.
+/// Deletes expired sessions and flows, expires old elicitations (recording each), deletes audit
+/// events past their retention; stops on shutdown.
 fn spawn_cleanup(state: AppState) -> tokio::task::JoinHandle<()> {
     let mut shutdown = state.shutdown.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(60));
         loop {
             tokio::select! {
-                _ = every.tick() => {
-                    if let Err(e) = state.db.delete_expired().await {
-                        tracing::warn!(error = %e, "cleanup failed");
-                    }
-                }
+                _ = every.tick() => state.cleanup_once().await,
                 _ = shutdown.changed() => return,
             }
         }
     })
+}
+
+impl AppState {
+    /// One pass of the cleanup task (also called by tests).
+    pub async fn cleanup_once(&self) {
+        if let Err(e) = self.db.delete_expired().await {
+            tracing::warn!(error = %e, "cleanup failed");
+        }
+        if let Err(e) = self.expire_elicitations().await {
+            tracing::warn!(error = %e, "expiring elicitations failed");
+        }
+        let cutoff = db::now() - self.config.audit_retention_days as i64 * 86_400;
+        match self.db.delete_audit_before(cutoff).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(deleted = n, "audit events past their retention deleted"),
+            Err(e) => tracing::warn!(error = %e, "audit retention cleanup failed"),
+        }
+    }
 }

@@ -4,7 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use mcp_connect::cli::{self, Cli as Ops};
 use mcp_connect::config::{Config, redact_url};
+use mcp_connect::db::audit::AuditFilter;
+use mcp_connect::db::connections::ConnectionFilter;
 use mcp_connect::{Application, db::Db, telemetry};
 
 #[derive(Parser)]
@@ -35,6 +38,88 @@ enum Command {
         #[arg(long)]
         id: Option<String>,
     },
+    /// Inspect and revoke connected accounts.
+    Connections {
+        #[command(subcommand)]
+        command: ConnectionsCommand,
+    },
+    /// Read the audit log.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+    /// Encryption key maintenance.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConnectionsCommand {
+    /// List connections (most recently changed first).
+    List {
+        /// Only subjects containing this text (case-insensitive).
+        #[arg(long)]
+        subject: Option<String>,
+        #[arg(long)]
+        provider: Option<String>,
+        /// active, needs_reauth or revoked.
+        #[arg(long, value_parser = ["active", "needs_reauth", "revoked"])]
+        status: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one connection and its history.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a connection at its provider and delete its tokens.
+    Revoke {
+        id: String,
+        /// Do not ask for confirmation.
+        #[arg(long, short)]
+        yes: bool,
+        /// Kept in the audit log.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Print the latest events, oldest first; with --follow, keep printing new ones.
+    Tail {
+        #[arg(long, short = 'n', default_value_t = 20)]
+        lines: i64,
+        #[arg(long, short)]
+        follow: bool,
+        #[arg(long)]
+        subject: Option<String>,
+        /// An event name, or a prefix such as `admin.`.
+        #[arg(long)]
+        event: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Re-encrypt every stored value under the first key of encryption_keys, while the service
+    /// keeps serving. Safe to interrupt and run again.
+    Rotate {
+        /// Rows per transaction.
+        #[arg(long, default_value_t = 500)]
+        batch_size: usize,
+    },
+    /// Show which key seals how many stored values.
+    Status,
 }
 
 fn load(path: Option<&std::path::Path>) -> Result<Config, ExitCode> {
@@ -92,6 +177,75 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Connections { command } => {
+            ops(cli.config.as_deref(), |o| async move {
+                let mut out = std::io::stdout();
+                match command {
+                    ConnectionsCommand::List {
+                        subject,
+                        provider,
+                        status,
+                        limit,
+                        json,
+                    } => {
+                        let f = ConnectionFilter {
+                            subject,
+                            provider,
+                            status,
+                        };
+                        cli::connections_list(&o, f, limit, json, &mut out).await
+                    }
+                    ConnectionsCommand::Show { id, json } => {
+                        cli::connections_show(&o, &id, json, &mut out).await
+                    }
+                    ConnectionsCommand::Revoke { id, yes, reason } => {
+                        if !yes && !confirm(&format!("Revoke connection {id} at its provider and delete its tokens?")) {
+                            anyhow::bail!("not confirmed (pass --yes to skip the question); nothing changed");
+                        }
+                        cli::connections_revoke(&o, &id, &cli::cli_actor(), reason.as_deref(), &mut out)
+                            .await
+                    }
+                }
+            })
+            .await
+        }
+        Command::Audit {
+            command:
+                AuditCommand::Tail {
+                    lines,
+                    follow,
+                    subject,
+                    event,
+                    json,
+                },
+        } => {
+            ops(cli.config.as_deref(), |o| async move {
+                let f = AuditFilter {
+                    subject,
+                    event,
+                    ..Default::default()
+                };
+                let mut out = std::io::stdout();
+                cli::audit_tail(&o, f, lines, follow, json, &mut out, shutdown_signal()).await
+            })
+            .await
+        }
+        Command::Keys { command } => {
+            ops(cli.config.as_deref(), |o| async move {
+                let mut out = std::io::stdout();
+                match command {
+                    KeysCommand::Rotate { batch_size } => {
+                        let r = cli::keys_rotate(&o, batch_size, &cli::cli_actor(), &mut out).await?;
+                        if r.remaining > 0 || !r.unreadable.is_empty() {
+                            anyhow::bail!("rotation incomplete");
+                        }
+                        Ok(())
+                    }
+                    KeysCommand::Status => cli::keys_status(&o, &mut out).await,
+                }
+            })
+            .await
+        }
         Command::Serve => {
             let c = match load(cli.config.as_deref()) {
                 Ok(c) => c,
@@ -117,6 +271,49 @@ async fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Runs an operator command against the configured database. Logs only warnings unless
+/// MCP_CONNECT_LOG says otherwise, so stdout stays the command's output.
+async fn ops<F, Fut>(config: Option<&std::path::Path>, f: F) -> ExitCode
+where
+    F: FnOnce(Ops) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let c = match load(config) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    telemetry::init_with_default(c.log_format, "warn");
+    let o = match Ops::open(c).await {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("mcp-connect: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match f(o).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcp-connect: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Asks on the terminal; without one, the answer is no.
+fn confirm(question: &str) -> bool {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return false;
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    if std::io::stdin().lock().read_line(&mut line).is_err() {
+        return false;
+    }
+    matches!(line.trim(), "y" | "Y" | "yes")
 }
 
 async fn shutdown_signal() {

@@ -12,11 +12,24 @@ use crate::AppState;
 use crate::api;
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let r = Router::new()
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
+        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }));
+    // With `metrics_listen`, metrics live only on that (private) address.
+    let r = if state.config.metrics_listen.is_none() {
+        r.route("/metrics", get(metrics))
+    } else {
+        r
+    };
+    r.with_state(state)
+}
+
+/// The router of the separate metrics listener (`metrics_listen`).
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
         .route("/metrics", get(metrics))
-        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .with_state(state)
 }
 
@@ -31,16 +44,15 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let pool = &state.db.pool;
-    let body = format!(
-        "# HELP mcp_connect_db_pool_connections Database pool connections.\n\
-         # TYPE mcp_connect_db_pool_connections gauge\n\
-         mcp_connect_db_pool_connections{{state=\"open\"}} {}\n\
-         mcp_connect_db_pool_connections{{state=\"idle\"}} {}\n",
-        pool.size(),
-        pool.num_idle(),
-    );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+    let body = state.metrics.render(&state.db.pool);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 struct BearerAuth;

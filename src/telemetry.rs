@@ -5,8 +5,14 @@ use tracing_subscriber::EnvFilter;
 use crate::config::LogFormat;
 
 pub fn init(format: LogFormat) {
+    init_with_default(format, "info,sqlx=warn,tower_sessions=warn,hyper=warn")
+}
+
+/// Like `init`, with another filter when `MCP_CONNECT_LOG` is not set (operator commands log
+/// only warnings by default).
+pub fn init_with_default(format: LogFormat, default_filter: &str) {
     let filter = EnvFilter::try_from_env("MCP_CONNECT_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_sessions=warn,hyper=warn"));
+        .unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -176,8 +176,13 @@ impl AppState {
         let mut attempt = 0;
         let outcome = loop {
             attempt += 1;
-            match provider
-                .refresh(&self.http, &endpoints, &refresh_token)
+            match self
+                .metrics
+                .upstream(
+                    &provider.name,
+                    "refresh",
+                    provider.refresh(&self.http, &endpoints, &refresh_token),
+                )
                 .await
             {
                 Err(TokenError::Transient(e)) if attempt < REFRESH_ATTEMPTS => {
@@ -187,6 +192,14 @@ impl AppState {
                 other => break other,
             }
         };
+        self.metrics.refresh(
+            &provider.name,
+            match &outcome {
+                Ok(_) => "success",
+                Err(e) if e.is_invalid_grant() => "invalid_grant",
+                Err(_) => "error",
+            },
+        );
         match outcome {
             Ok(t) => {
                 let scopes = t.scopes.clone().unwrap_or_else(|| c.scopes.clone());
@@ -339,7 +352,15 @@ impl AppState {
                         "failed"
                     }
                     (Ok(Some(t)), Ok(ep)) => {
-                        match provider.revoke(&self.http, ep, &t, hint).await {
+                        match self
+                            .metrics
+                            .upstream(
+                                &provider.name,
+                                "revoke",
+                                provider.revoke(&self.http, ep, &t, hint),
+                            )
+                            .await
+                        {
                             Ok(true) => "revoked",
                             Ok(false) => "not_supported",
                             Err(e) => {

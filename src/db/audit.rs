@@ -17,6 +17,21 @@ pub struct AuditEvent<'a> {
     pub detail: Option<&'a str>,
 }
 
+/// Filters over the audit log. `event` matches as a prefix (`admin.` finds every admin action).
+#[derive(Debug, Default, Clone)]
+pub struct AuditFilter {
+    pub subject: Option<String>,
+    pub event: Option<String>,
+    pub actor: Option<String>,
+    /// Unix seconds, inclusive.
+    pub from: Option<i64>,
+    /// Unix seconds, exclusive.
+    pub to: Option<i64>,
+    pub connection_id: Option<String>,
+    /// Only events with a larger id (for following the log).
+    pub after_id: Option<i64>,
+}
+
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct AuditRow {
     pub id: i64,
@@ -68,6 +83,46 @@ impl Db {
         if let Err(err) = r {
             tracing::warn!(error = %err, event = e.event, "could not write the audit log");
         }
+    }
+
+    /// Retention: deletes events recorded before `cutoff` (Unix seconds).
+    pub async fn delete_audit_before(&self, cutoff: i64) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query("DELETE FROM audit_events WHERE at < $1")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    /// One page of events matching `f`, newest first.
+    pub async fn search_audit(
+        &self,
+        f: &AuditFilter,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<AuditRow>, sqlx::Error> {
+        let event = f
+            .event
+            .as_deref()
+            .map(|e| format!("{}%", super::connections::like_escape(e)));
+        sqlx::query_as(
+            "SELECT id, at, event, actor, subject, provider, client_id, connection_id, elicitation_id, request_id, detail \
+             FROM audit_events WHERE ($1 IS NULL OR subject = $1) AND ($2 IS NULL OR event LIKE $2 ESCAPE '\\') \
+             AND ($3 IS NULL OR at >= $3) AND ($4 IS NULL OR at < $4) AND ($5 IS NULL OR connection_id = $5) \
+             AND ($6 IS NULL OR id > $6) AND ($7 IS NULL OR actor = $7) \
+             ORDER BY id DESC LIMIT $8 OFFSET $9",
+        )
+        .bind(f.subject.as_deref())
+        .bind(event.as_deref())
+        .bind(f.from)
+        .bind(f.to)
+        .bind(f.connection_id.as_deref())
+        .bind(f.after_id)
+        .bind(f.actor.as_deref())
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&self.pool)
+        .await
     }
 
     pub async fn recent_audit(

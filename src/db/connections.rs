@@ -345,3 +345,66 @@ impl Db {
             .await
     }
 }
+
+/// Filters for the operator's connection list. Empty means "any".
+#[derive(Debug, Default, Clone)]
+pub struct ConnectionFilter {
+    /// A case-insensitive substring of the subject.
+    pub subject: Option<String>,
+    pub provider: Option<String>,
+    pub status: Option<String>,
+}
+
+/// `s` for a LIKE pattern, with `\`, `%` and `_` taken literally (used with `ESCAPE '\'`).
+pub fn like_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '\\' | '%' | '_') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Db {
+    /// One page of connections matching `f` (most recently changed first) and the total count.
+    pub async fn search_connections(
+        &self,
+        f: &ConnectionFilter,
+        limit: i64,
+        offset: i64,
+    ) -> Result<(Vec<Connection>, i64), sqlx::Error> {
+        let pattern = f
+            .subject
+            .as_deref()
+            .map(|s| format!("%{}%", like_escape(&s.to_lowercase())));
+        const WHERE: &str = "($1 IS NULL OR lower(subject) LIKE $1 ESCAPE '\\') AND ($2 IS NULL OR provider = $2) \
+                             AND ($3 IS NULL OR status = $3)";
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM connections WHERE {WHERE} ORDER BY updated_at DESC, id LIMIT $4 OFFSET $5"
+        ))
+        .bind(pattern.as_deref())
+        .bind(f.provider.as_deref())
+        .bind(f.status.as_deref())
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&self.pool)
+        .await?;
+        let (total,): (i64,) =
+            sqlx::query_as(&format!("SELECT COUNT(*) FROM connections WHERE {WHERE}"))
+                .bind(pattern.as_deref())
+                .bind(f.provider.as_deref())
+                .bind(f.status.as_deref())
+                .fetch_one(&self.pool)
+                .await?;
+        Ok((rows.into_iter().map(Into::into).collect(), total))
+    }
+
+    /// Connections per status, for the operator overview.
+    pub async fn count_connections_by_status(&self) -> Result<Vec<(String, i64)>, sqlx::Error> {
+        sqlx::query_as("SELECT status, COUNT(*) FROM connections GROUP BY status ORDER BY status")
+            .fetch_all(&self.pool)
+            .await
+    }
+}

@@ -158,6 +158,19 @@ impl Db {
         Ok(row.map(Into::into))
     }
 
+    /// Moves every pending elicitation past its expiry to `expired`, returning those it moved (one
+    /// conditional UPDATE: a concurrent completion wins or loses cleanly).
+    pub async fn expire_pending_elicitations(&self) -> Result<Vec<Elicitation>, sqlx::Error> {
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "UPDATE elicitations SET status = 'expired', finished_at = $1 \
+             WHERE status = 'pending' AND expires_at <= $1 RETURNING {COLUMNS}"
+        ))
+        .bind(now())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
     /// Moves a pending elicitation to a final status. Returns false if it was no longer pending.
     pub async fn finish_elicitation(
         &self,
@@ -178,5 +191,59 @@ impl Db {
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected() == 1)
+    }
+}
+
+impl Db {
+    /// Pending (unexpired) elicitations, newest first.
+    pub async fn pending_elicitations(
+        &self,
+        subject: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Elicitation>, sqlx::Error> {
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM elicitations WHERE status = 'pending' AND expires_at > $1 \
+             AND ($2 IS NULL OR subject = $2) ORDER BY created_at DESC, id LIMIT $3"
+        ))
+        .bind(now())
+        .bind(subject)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    /// Elicitations that have an outcome (or ran out of time), newest first, one page.
+    pub async fn finished_elicitations(
+        &self,
+        subject: Option<&str>,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<Elicitation>, sqlx::Error> {
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM elicitations WHERE (status <> 'pending' OR expires_at <= $1) \
+             AND ($2 IS NULL OR subject = $2) ORDER BY created_at DESC, id LIMIT $3 OFFSET $4"
+        ))
+        .bind(now())
+        .bind(subject)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    /// Elicitations that ended in a connection, newest first (who asked for it, and how).
+    pub async fn elicitations_of_connection(
+        &self,
+        connection_id: &str,
+    ) -> Result<Vec<Elicitation>, sqlx::Error> {
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM elicitations WHERE connection_id = $1 ORDER BY created_at DESC LIMIT 20"
+        ))
+        .bind(connection_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 }

@@ -97,7 +97,8 @@ impl Db {
             .map(|_| ())
     }
 
-    /// Deletes expired sessions, auth flows and long-finished elicitations.
+    /// Deletes expired sessions and auth flows. (Pending elicitations past their expiry are moved
+    /// to `expired` by `AppState::expire_elicitations`, which records each one.)
     pub async fn delete_expired(&self) -> Result<u64, sqlx::Error> {
         let now = now();
         let mut n = 0;
@@ -109,11 +110,6 @@ impl Db {
         // Keep used states a while so a replay is recognised as such.
         n += sqlx::query("DELETE FROM auth_flows WHERE expires_at < $1")
             .bind(now - 3600)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        n += sqlx::query("UPDATE elicitations SET status = 'expired', finished_at = $1 WHERE status = 'pending' AND expires_at < $1")
-            .bind(now)
             .execute(&self.pool)
             .await?
             .rows_affected();

@@ -1,4 +1,6 @@
-//! `/account`: the signed-in user's own connections, with Disconnect.
+//! `/account`: the signed-in user's own connections, with Disconnect (revokes upstream) and, for
+//! broken or disconnected ones, Reconnect (a new connect flow for the same provider, started
+//! right here instead of waiting for an app to send a link).
 
 use askama::Template;
 use axum::Form;
@@ -14,7 +16,12 @@ use super::pages::render;
 use super::session::BrowserSession;
 use crate::AppState;
 use crate::db::connections::ConnectionStatus;
-use crate::elicitations::{is_valid_id, rfc3339};
+use crate::db::audit::AuditEvent;
+use crate::db::connections::Connection;
+use crate::elicitations::is_valid_id;
+use crate::identity::SignedInUser;
+use crate::web::admin::when;
+use crate::web::connect::check_origin;
 use crate::error::{Error, Result};
 use crate::middleware::request_id;
 
@@ -25,7 +32,11 @@ pub struct Row {
     pub status_text: &'static str,
     pub scopes: Vec<String>,
     pub since: String,
+    pub last_refresh: Option<String>,
+    /// Why a broken connection needs the user, in words.
+    pub problem: Option<&'static str>,
     pub can_disconnect: bool,
+    pub can_reconnect: bool,
 }
 
 #[derive(Template)]
@@ -71,15 +82,28 @@ pub async fn show(
                 ConnectionStatus::NeedsReauth => "Needs reconnecting",
                 ConnectionStatus::Revoked => "Disconnected",
             },
+            problem: match c.status {
+                ConnectionStatus::NeedsReauth => Some(
+                    "The service no longer accepts this connection (it may have expired or been revoked there). Your apps cannot use it until you reconnect.",
+                ),
+                _ => None,
+            },
             can_disconnect: c.status != ConnectionStatus::Revoked,
+            can_reconnect: c.status != ConnectionStatus::Active
+                && state.providers.get(&c.provider).is_some(),
             scopes: c.scopes,
-            since: rfc3339(c.created_at).replace('T', " ").replace('Z', " UTC"),
+            since: when(c.created_at),
+            last_refresh: c.last_refresh_at.map(when),
             id: c.id,
         })
         .collect();
     let csrf = session.csrf_token().await?;
-    let notice =
-        (q.done.as_deref() == Some("disconnected")).then_some("The account was disconnected.");
+    let notice = match q.done.as_deref() {
+        Some("disconnected") => Some(
+            "The account was disconnected: access was revoked at the service where it supports that, and the stored tokens were deleted.",
+        ),
+        _ => None,
+    };
     Ok(render(
         &AccountPage {
             signed_in_as: Some(shown_name(&user)),
@@ -93,17 +117,19 @@ pub async fn show(
 }
 
 #[derive(Debug, Deserialize)]
-pub struct DisconnectForm {
+pub struct ActionForm {
     csrf: String,
 }
 
-pub async fn disconnect(
-    State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    form: Result<Form<DisconnectForm>, FormRejection>,
-) -> Result<Response> {
+/// Checks the form and returns the signed-in user's own connection `id`, or a page saying no.
+async fn own_connection(
+    state: &AppState,
+    session: &BrowserSession,
+    headers: &HeaderMap,
+    id: &str,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Result<(SignedInUser, Connection)> {
+    check_origin(state, headers)?;
     let Form(form) = form.map_err(|_| {
         Error::page(
             StatusCode::BAD_REQUEST,
@@ -129,15 +155,96 @@ pub async fn disconnect(
             "This connection does not exist or is not yours.",
         )
     };
-    if !is_valid_id(&id) {
+    if !is_valid_id(id) {
         return Err(not_yours());
     }
-    let c = state.db.get_connection(&id).await?.ok_or_else(not_yours)?;
+    let c = state.db.get_connection(id).await?.ok_or_else(not_yours)?;
     if c.issuer != user.issuer || c.subject != user.subject {
         return Err(not_yours());
     }
-    state
-        .revoke_connection(&c, &user.subject, request_id(&headers).as_deref())
-        .await?;
+    Ok((user, c))
+}
+
+pub async fn disconnect(
+    State(state): State<AppState>,
+    session: BrowserSession,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Result<Response> {
+    let (user, c) = own_connection(&state, &session, &headers, &id, form).await?;
+    if c.status != ConnectionStatus::Revoked {
+        state
+            .revoke_connection(&c, &user.subject, request_id(&headers).as_deref())
+            .await?;
+    }
     Ok(Redirect::to("/account?done=disconnected").into_response())
+}
+
+/// Starts a new connect flow for a broken or disconnected connection: an elicitation for the
+/// app that asked for it before (same provider and scopes), then straight to its consent page.
+/// The user's apps see the connection working again as soon as it completes.
+pub async fn reconnect(
+    State(state): State<AppState>,
+    session: BrowserSession,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Result<Response> {
+    let (user, c) = own_connection(&state, &session, &headers, &id, form).await?;
+    let rid = request_id(&headers);
+    if c.status == ConnectionStatus::Active {
+        return Ok(Redirect::to("/account").into_response());
+    }
+    let unavailable = || {
+        Error::page(
+            StatusCode::GONE,
+            "provider_removed",
+            "This service can no longer be connected",
+            "None of the apps that use this service is configured for it any more. Nothing was changed.",
+        )
+    };
+    let provider = state
+        .providers
+        .get(&c.provider)
+        .cloned()
+        .ok_or_else(unavailable)?;
+    // The app that asked before, if it may still use this provider; else any app that may.
+    let earlier = state.db.elicitations_of_connection(&c.id).await?;
+    let usable = |client_id: &str| {
+        state
+            .clients
+            .iter()
+            .find(|x| x.id == client_id && x.providers.contains(&c.provider))
+    };
+    let (client, scopes) = match earlier.iter().find_map(|e| usable(&e.client_id).map(|x| (x, e))) {
+        Some((client, e)) => (client, Some(e.scopes.clone())),
+        None => (
+            state
+                .clients
+                .iter()
+                .find(|x| x.providers.contains(&c.provider))
+                .ok_or_else(unavailable)?,
+            None,
+        ),
+    };
+    let e = state
+        .create_or_reuse_elicitation(client, &user.subject, &provider, scopes, rid.as_deref())
+        .await?;
+    state
+        .db
+        .audit(AuditEvent {
+            event: "connection.reconnect_started",
+            actor: Some(&user.subject),
+            issuer: Some(&c.issuer),
+            subject: Some(&c.subject),
+            provider: Some(&c.provider),
+            client_id: Some(&client.id),
+            connection_id: Some(&c.id),
+            elicitation_id: Some(&e.id),
+            request_id: rid.as_deref(),
+            detail: Some("from /account"),
+        })
+        .await;
+    Ok(Redirect::to(&format!("/connect/{}", e.id)).into_response())
 }

@@ -162,7 +162,7 @@ pub struct ConsentForm {
 }
 
 /// Refuses a form post from another origin (defence in depth beside the CSRF token).
-fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
+pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
     // Browsers send `Origin: null` for same-origin posts from pages with
     // `Referrer-Policy: no-referrer` (ours); the CSRF token is the check that counts then.
     let Some(origin) = headers

@@ -29,9 +29,7 @@ pub struct CallbackQuery {
 /// How long a redirect may take to come back (SPEC: at most 10 minutes).
 pub const FLOW_TTL_SECONDS: i64 = 600;
 
-fn verifier_aad(state_hash: &str) -> String {
-    format!("mcp-connect/v1/flow/{state_hash}/verifier")
-}
+pub use crate::crypto::flow_verifier_aad as verifier_aad;
 
 /// A 303 to an outside URL, never cached.
 fn redirect_away(url: &str) -> Response {

@@ -1,7 +1,8 @@
-//! Browser routes: the connect page, sign-in at the identity issuer, the provider callback and
-//! the account page. Errors here render as pages; sessions live in the database.
+//! Browser routes: the connect page, sign-in at the identity issuer, the provider callback, the
+//! account page and the admin pages (`admin/`). Errors here render as pages; sessions live in the database.
 
 pub mod account;
+pub mod admin;
 pub mod connect;
 pub mod flow;
 pub mod pages;
@@ -57,6 +58,11 @@ pub fn router(state: AppState) -> Router {
             "/account/connections/{id}/disconnect",
             post(account::disconnect),
         )
+        .route(
+            "/account/connections/{id}/reconnect",
+            post(account::reconnect),
+        )
+        .merge(admin::routes())
         .layer(axum::middleware::from_fn(pages::render_error_pages))
         .layer(sessions)
         .layer(DefaultBodyLimit::max(8 * 1024))

@@ -163,13 +163,18 @@ pub async fn callback(
     let redirect_uri = state
         .config
         .url(&format!("/oauth/{}/callback", provider.name));
-    let tokens = match provider
-        .exchange_code(
-            &state.http,
-            &endpoints,
-            code,
-            &redirect_uri,
-            verifier.as_ref().map(|v| v.expose_secret()),
+    let tokens = match state
+        .metrics
+        .upstream(
+            &provider.name,
+            "code_exchange",
+            provider.exchange_code(
+                &state.http,
+                &endpoints,
+                code,
+                &redirect_uri,
+                verifier.as_ref().map(|v| v.expose_secret()),
+            ),
         )
         .await
     {

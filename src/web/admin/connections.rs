@@ -1,0 +1,403 @@
+//! Admin: the connection list (search, filters, pages), one connection with its history, and
+//! revocation with a confirmation step.
+
+use askama::Template;
+use axum::Form;
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::{Admin, PAGE_SIZE, Pager, filter_value, gate, page_number, when, when_opt};
+use crate::AppState;
+use crate::admin_or_respond;
+use crate::db::audit::{AuditEvent, AuditFilter, AuditRow};
+use crate::db::connections::{Connection, ConnectionFilter, ConnectionStatus};
+use crate::db::now;
+use crate::elicitations::is_valid_id;
+use crate::error::{Error, Result};
+use crate::web::connect::check_origin;
+use crate::web::pages::render;
+use crate::web::session::BrowserSession;
+
+pub const STATUSES: &[(&str, &str)] = &[
+    ("active", "Active"),
+    ("needs_reauth", "Needs reconnecting"),
+    ("revoked", "Revoked"),
+];
+
+pub fn status_text(s: ConnectionStatus) -> &'static str {
+    match s {
+        ConnectionStatus::Active => "Active",
+        ConnectionStatus::NeedsReauth => "Needs reconnecting",
+        ConnectionStatus::Revoked => "Revoked",
+    }
+}
+
+pub struct Row {
+    pub id: String,
+    pub subject: String,
+    pub provider: String,
+    pub status: &'static str,
+    pub status_text: &'static str,
+    pub scopes: String,
+    pub expires: String,
+    pub updated: String,
+    pub last_error: Option<String>,
+}
+
+impl Row {
+    fn of(state: &AppState, c: &Connection) -> Self {
+        Self {
+            id: c.id.clone(),
+            subject: c.subject.clone(),
+            provider: provider_name(state, &c.provider),
+            status: c.status.as_str(),
+            status_text: status_text(c.status),
+            scopes: c.scopes.join(" "),
+            expires: expiry_text(c),
+            updated: when(c.updated_at),
+            last_error: c.last_error.clone(),
+        }
+    }
+}
+
+pub fn provider_name(state: &AppState, name: &str) -> String {
+    state
+        .providers
+        .get(name)
+        .map(|p| p.display_name.clone())
+        .unwrap_or_else(|| name.to_owned())
+}
+
+fn expiry_text(c: &Connection) -> String {
+    match c.expires_at {
+        None if c.status == ConnectionStatus::Revoked => "—".into(),
+        None => "does not expire".into(),
+        Some(t) if t <= now() => format!("{} (expired)", when(t)),
+        Some(t) => when(t),
+    }
+}
+
+pub struct Choice {
+    pub value: String,
+    pub label: String,
+    pub selected: bool,
+}
+
+#[derive(Template)]
+#[template(path = "admin/connections.html")]
+pub struct ListPage<'a> {
+    pub signed_in_as: Option<&'a str>,
+    pub request_id: Option<&'a str>,
+    pub csrf: &'a str,
+    pub nav: &'a str,
+    pub q: &'a str,
+    pub providers: Vec<Choice>,
+    pub statuses: Vec<Choice>,
+    pub rows: Vec<Row>,
+    pub total: i64,
+    pub pager: Pager,
+}
+
+#[derive(Debug, Deserialize, Default)]
+pub struct ListQuery {
+    q: Option<String>,
+    provider: Option<String>,
+    status: Option<String>,
+    page: Option<String>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    session: BrowserSession,
+    headers: HeaderMap,
+    uri: Uri,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response> {
+    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
+    let q = q.map(|q| q.0).unwrap_or_default();
+    let filter = ConnectionFilter {
+        subject: filter_value(&q.q),
+        provider: filter_value(&q.provider),
+        status: filter_value(&q.status).filter(|s| STATUSES.iter().any(|(v, _)| v == s)),
+    };
+    let page = page_number(&q.page);
+    let (conns, total) = state
+        .db
+        .search_connections(&filter, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+        .await?;
+    let rows: Vec<Row> = conns.iter().map(|c| Row::of(&state, c)).collect();
+    let pager = Pager::new(
+        "/admin/connections",
+        &[
+            ("q", filter.subject.as_deref()),
+            ("provider", filter.provider.as_deref()),
+            ("status", filter.status.as_deref()),
+        ],
+        page,
+        rows.len(),
+        PAGE_SIZE,
+        Some(total),
+    );
+    let providers = state
+        .providers
+        .iter()
+        .map(|p| Choice {
+            value: p.name.clone(),
+            label: p.display_name.clone(),
+            selected: filter.provider.as_deref() == Some(p.name.as_str()),
+        })
+        .collect();
+    let statuses = STATUSES
+        .iter()
+        .map(|(v, l)| Choice {
+            value: (*v).into(),
+            label: (*l).into(),
+            selected: filter.status.as_deref() == Some(*v),
+        })
+        .collect();
+    Ok(render(
+        &ListPage {
+            signed_in_as: Some(admin.name()),
+            request_id: admin.request_id.as_deref(),
+            csrf: &admin.csrf,
+            nav: "connections",
+            q: filter.subject.as_deref().unwrap_or(""),
+            providers,
+            statuses,
+            rows,
+            total,
+            pager,
+        },
+        StatusCode::OK,
+    ))
+}
+
+pub struct HistoryRow {
+    pub at: String,
+    pub event: String,
+    pub actor: String,
+    pub client: String,
+    pub request_id: String,
+    pub detail: String,
+}
+
+impl From<&AuditRow> for HistoryRow {
+    fn from(r: &AuditRow) -> Self {
+        Self {
+            at: when(r.at),
+            event: r.event.clone(),
+            actor: r.actor.clone().unwrap_or_default(),
+            client: r.client_id.clone().unwrap_or_default(),
+            request_id: r.request_id.clone().unwrap_or_default(),
+            detail: r.detail.clone().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "admin/connection.html")]
+pub struct DetailPage<'a> {
+    pub signed_in_as: Option<&'a str>,
+    pub request_id: Option<&'a str>,
+    pub csrf: &'a str,
+    pub nav: &'a str,
+    pub notice: Option<&'a str>,
+    pub c: Row,
+    pub issuer: String,
+    pub account_label: String,
+    pub has_refresh_token: bool,
+    pub created: String,
+    pub last_refresh: String,
+    pub key_ids: String,
+    pub requested_by: Vec<String>,
+    pub can_revoke: bool,
+    pub history: Vec<HistoryRow>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+pub struct DetailQuery {
+    done: Option<String>,
+}
+
+async fn load(state: &AppState, id: &str) -> Result<Connection> {
+    let missing = || {
+        Error::page(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "No such connection",
+            "There is no connection with this id. It may have been removed.",
+        )
+    };
+    if !is_valid_id(id) {
+        return Err(missing());
+    }
+    state.db.get_connection(id).await?.ok_or_else(missing)
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    session: BrowserSession,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+    q: Result<Query<DetailQuery>, QueryRejection>,
+) -> Result<Response> {
+    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
+    let c = load(&state, &id).await?;
+    let history = state
+        .db
+        .search_audit(
+            &AuditFilter {
+                connection_id: Some(c.id.clone()),
+                ..Default::default()
+            },
+            100,
+            0,
+        )
+        .await?;
+    let mut requested_by: Vec<String> = Vec::new();
+    for e in state.db.elicitations_of_connection(&c.id).await? {
+        let name = state
+            .clients
+            .iter()
+            .find(|x| x.id == e.client_id)
+            .map(|x| format!("{} ({})", x.name, x.id))
+            .unwrap_or(e.client_id);
+        if !requested_by.contains(&name) {
+            requested_by.push(name);
+        }
+    }
+    let notice = match q.ok().and_then(|q| q.0.done).as_deref() {
+        Some("revoked") => Some(
+            "The connection was revoked: its tokens are deleted here, and revocation was sent to the provider where it supports it (see the history below).",
+        ),
+        _ => None,
+    };
+    Ok(render(
+        &DetailPage {
+            signed_in_as: Some(admin.name()),
+            request_id: admin.request_id.as_deref(),
+            csrf: &admin.csrf,
+            nav: "connections",
+            notice,
+            issuer: c.issuer.clone(),
+            account_label: c.account_label.clone().unwrap_or_else(|| "—".into()),
+            has_refresh_token: c.has_refresh_token(),
+            created: when(c.created_at),
+            last_refresh: when_opt(c.last_refresh_at),
+            key_ids: {
+                let ids = c.key_ids();
+                if ids.is_empty() {
+                    "—".into()
+                } else {
+                    ids.join(", ")
+                }
+            },
+            requested_by,
+            can_revoke: c.status != ConnectionStatus::Revoked,
+            history: history.iter().map(HistoryRow::from).collect(),
+            c: Row::of(&state, &c),
+        },
+        StatusCode::OK,
+    ))
+}
+
+#[derive(Template)]
+#[template(path = "admin/revoke.html")]
+pub struct ConfirmPage<'a> {
+    pub signed_in_as: Option<&'a str>,
+    pub request_id: Option<&'a str>,
+    pub csrf: &'a str,
+    pub nav: &'a str,
+    pub c: Row,
+}
+
+pub async fn confirm_revoke(
+    State(state): State<AppState>,
+    session: BrowserSession,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
+    let c = load(&state, &id).await?;
+    if c.status == ConnectionStatus::Revoked {
+        return Ok(Redirect::to(&format!("/admin/connections/{}", c.id)).into_response());
+    }
+    Ok(render(
+        &ConfirmPage {
+            signed_in_as: Some(admin.name()),
+            request_id: admin.request_id.as_deref(),
+            csrf: &admin.csrf,
+            nav: "connections",
+            c: Row::of(&state, &c),
+        },
+        StatusCode::OK,
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RevokeForm {
+    csrf: String,
+    reason: Option<String>,
+}
+
+pub async fn revoke(
+    State(state): State<AppState>,
+    session: BrowserSession,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+    form: Result<Form<RevokeForm>, FormRejection>,
+) -> Result<Response> {
+    check_origin(&state, &headers)?;
+    let Form(form) = form.map_err(|_| {
+        Error::page(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "This form is incomplete",
+            "Go back, reload the page and try again. Nothing was changed.",
+        )
+    })?;
+    session.check_csrf(&form.csrf).await?;
+    let admin: Admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
+    let c = load(&state, &id).await?;
+    if c.status == ConnectionStatus::Revoked {
+        return Err(Error::page(
+            StatusCode::CONFLICT,
+            "already_revoked",
+            "Already revoked",
+            "This connection was revoked already. Nothing was changed.",
+        ));
+    }
+    let reason = filter_value(&form.reason);
+    let rid = admin.request_id.as_deref();
+    let report = state.revoke_connection(&c, &admin.user.subject, rid).await?;
+    let detail = format!(
+        "refresh_token={} access_token={}{}",
+        report.refresh_token,
+        report.access_token,
+        reason
+            .as_deref()
+            .map(|r| format!(" reason={r}"))
+            .unwrap_or_default()
+    );
+    state
+        .db
+        .audit(AuditEvent {
+            event: "admin.connection_revoked",
+            actor: Some(&admin.user.subject),
+            issuer: Some(&c.issuer),
+            subject: Some(&c.subject),
+            provider: Some(&c.provider),
+            connection_id: Some(&c.id),
+            request_id: rid,
+            detail: Some(&detail),
+            ..Default::default()
+        })
+        .await;
+    Ok(Redirect::to(&format!("/admin/connections/{}?done=revoked", c.id)).into_response())
+}

@@ -1,0 +1,114 @@
+//! Admin: pending elicitations, and recent ones with their outcome.
+
+use askama::Template;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+use serde::Deserialize;
+
+use super::connections::provider_name;
+use super::{PAGE_SIZE, Pager, filter_value, gate, page_number, when};
+use crate::AppState;
+use crate::admin_or_respond;
+use crate::db::elicitations::Elicitation;
+use crate::db::now;
+use crate::error::Result;
+use crate::web::pages::render;
+use crate::web::session::BrowserSession;
+
+pub struct Row {
+    pub id: String,
+    pub subject: String,
+    pub provider: String,
+    pub client: String,
+    pub scopes: String,
+    pub created: String,
+    pub expires: String,
+    pub outcome: &'static str,
+    pub failure: String,
+    pub connection_id: Option<String>,
+}
+
+impl Row {
+    fn of(state: &AppState, e: &Elicitation) -> Self {
+        Self {
+            id: e.id.clone(),
+            subject: e.subject.clone(),
+            provider: provider_name(state, &e.provider),
+            client: state
+                .clients
+                .iter()
+                .find(|c| c.id == e.client_id)
+                .map(|c| c.name.clone())
+                .unwrap_or_else(|| e.client_id.clone()),
+            scopes: e.scopes.join(" "),
+            created: when(e.created_at),
+            expires: when(e.expires_at),
+            outcome: e.effective_status(now()).as_str(),
+            failure: e.failure.clone().unwrap_or_default(),
+            connection_id: e.connection_id.clone(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "admin/elicitations.html")]
+pub struct ListPage<'a> {
+    pub signed_in_as: Option<&'a str>,
+    pub request_id: Option<&'a str>,
+    pub csrf: &'a str,
+    pub nav: &'a str,
+    pub subject: &'a str,
+    pub pending: Vec<Row>,
+    pub recent: Vec<Row>,
+    pub pager: Pager,
+}
+
+#[derive(Debug, Deserialize, Default)]
+pub struct ListQuery {
+    subject: Option<String>,
+    page: Option<String>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    session: BrowserSession,
+    headers: HeaderMap,
+    uri: Uri,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response> {
+    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
+    let q = q.map(|q| q.0).unwrap_or_default();
+    let subject = filter_value(&q.subject);
+    let page = page_number(&q.page);
+    let pending = state
+        .db
+        .pending_elicitations(subject.as_deref(), 100)
+        .await?;
+    let recent = state
+        .db
+        .finished_elicitations(subject.as_deref(), PAGE_SIZE, (page - 1) * PAGE_SIZE)
+        .await?;
+    let pager = Pager::new(
+        "/admin/elicitations",
+        &[("subject", subject.as_deref())],
+        page,
+        recent.len(),
+        PAGE_SIZE,
+        None,
+    );
+    Ok(render(
+        &ListPage {
+            signed_in_as: Some(admin.name()),
+            request_id: admin.request_id.as_deref(),
+            csrf: &admin.csrf,
+            nav: "elicitations",
+            subject: subject.as_deref().unwrap_or(""),
+            pending: pending.iter().map(|e| Row::of(&state, e)).collect(),
+            recent: recent.iter().map(|e| Row::of(&state, e)).collect(),
+            pager,
+        },
+        StatusCode::OK,
+    ))
+}

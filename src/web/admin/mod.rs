@@ -1,0 +1,295 @@
+//! `/admin`: the operator pages. Signed in through the identity issuer like every browser page;
+//! admins are named in `[admin]` (subjects, or a claim value such as a group). Every
+//! state-changing action is a POST with the session's CSRF token (and an Origin check) and is
+//! recorded in the audit log with the admin's subject. Plain HTML; works without JavaScript.
+
+pub mod audit;
+pub mod connections;
+pub mod elicitations;
+pub mod overview;
+pub mod providers;
+
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+use axum::routing::get;
+use serde_json::Value;
+
+use super::connect::shown_name;
+use super::flow::start_sign_in;
+use super::pages::{MessagePage, SignOutForm};
+use super::session::BrowserSession;
+use crate::AppState;
+use crate::config::AdminConfig;
+use crate::db::audit::AuditEvent;
+use crate::elicitations::rfc3339;
+use crate::error::Result;
+use crate::identity::SignedInUser;
+use crate::middleware::request_id;
+
+/// Rows per page in admin lists.
+pub const PAGE_SIZE: i64 = 25;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/admin", get(overview::show))
+        .route("/admin/connections", get(connections::list))
+        .route("/admin/connections/{id}", get(connections::show))
+        .route(
+            "/admin/connections/{id}/revoke",
+            get(connections::confirm_revoke).post(connections::revoke),
+        )
+        .route("/admin/elicitations", get(elicitations::list))
+        .route("/admin/audit", get(audit::list))
+        .route("/admin/providers", get(providers::show))
+}
+
+/// Whether `user` may use the admin pages: a listed subject, or a listed value of the configured
+/// claim (a string claim equal to it, or an array claim containing it).
+pub fn is_admin(admin: &AdminConfig, issuer: &str, user: &SignedInUser) -> bool {
+    if user.issuer != issuer {
+        return false;
+    }
+    if admin.subjects.iter().any(|s| s == &user.subject) {
+        return true;
+    }
+    let Some(claim) = &admin.claim else {
+        return false;
+    };
+    let allowed = |v: &Value| {
+        v.as_str()
+            .is_some_and(|s| admin.claim_values.iter().any(|a| a == s))
+    };
+    match user.claims.get(claim) {
+        Some(Value::Array(items)) => items.iter().any(allowed),
+        Some(v) => allowed(v),
+        None => false,
+    }
+}
+
+/// A signed-in administrator, with what every admin page needs.
+pub struct Admin {
+    pub user: SignedInUser,
+    pub csrf: String,
+    pub request_id: Option<String>,
+}
+
+impl Admin {
+    pub fn name(&self) -> &str {
+        shown_name(&self.user)
+    }
+}
+
+/// What a gated page gets: the admin, or the response to send instead (a sign-in redirect, or
+/// the 403 page).
+pub enum Gate {
+    Admin(Admin),
+    Respond(Response),
+}
+
+/// Signs the browser in if needed, and refuses anyone who is not an admin with a 403 page.
+pub async fn gate(
+    state: &AppState,
+    session: &BrowserSession,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Result<Gate> {
+    let rid = request_id(headers);
+    let Some(user) = session.user().await? else {
+        let return_to = uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .filter(|p| p.starts_with("/admin"))
+            .unwrap_or("/admin");
+        return Ok(Gate::Respond(
+            start_sign_in(state, session, return_to).await?,
+        ));
+    };
+    let csrf = session.csrf_token().await?;
+    if !is_admin(&state.config.admin, state.identity.issuer(), &user) {
+        tracing::warn!(target: "security", subject = %user.subject, path = %uri.path(), "admin page refused to a non-admin");
+        state
+            .db
+            .audit(AuditEvent {
+                event: "admin.access_refused",
+                actor: Some(&user.subject),
+                issuer: Some(&user.issuer),
+                subject: Some(&user.subject),
+                request_id: rid.as_deref(),
+                detail: Some(uri.path()),
+                ..Default::default()
+            })
+            .await;
+        let page = MessagePage {
+            signed_in_as: Some(shown_name(&user)),
+            request_id: rid.as_deref(),
+            tone: "error",
+            title: "Administrators only",
+            lead: "These pages are for the operators of this service, and the account you are signed in with is not one of them. Nothing was shown or changed.",
+            next: Some(
+                "To see your own connected accounts, open /account. If you are an operator, sign out and sign in with your administrator account, or ask for it to be added under [admin] in the configuration.",
+            ),
+            sign_out: Some(SignOutForm {
+                csrf,
+                return_to: "/admin".into(),
+            }),
+        };
+        return Ok(Gate::Respond(page.response(StatusCode::FORBIDDEN)));
+    }
+    Ok(Gate::Admin(Admin {
+        user,
+        csrf,
+        request_id: rid,
+    }))
+}
+
+/// Unwraps a gate inside a handler: `let admin = admin!(gate(...).await?);`
+#[macro_export]
+macro_rules! admin_or_respond {
+    ($gate:expr) => {
+        match $gate {
+            $crate::web::admin::Gate::Admin(a) => a,
+            $crate::web::admin::Gate::Respond(r) => return Ok(r),
+        }
+    };
+}
+
+/// A Unix time as operators read it.
+pub fn when(t: i64) -> String {
+    rfc3339(t).replace('T', " ").replace('Z', " UTC")
+}
+
+pub fn when_opt(t: Option<i64>) -> String {
+    t.map(when).unwrap_or_else(|| "—".into())
+}
+
+/// An optional text filter from a query string: trimmed, empty means none, bounded.
+pub fn filter_value(v: &Option<String>) -> Option<String> {
+    v.as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.chars().filter(|c| !c.is_control()).take(200).collect())
+}
+
+/// `?a=b&c=d` from the non-empty pairs, for links that keep the current filters.
+pub fn query_string(pairs: &[(&str, Option<&str>)]) -> String {
+    let mut ser = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            ser.append_pair(k, v);
+        }
+    }
+    let s = ser.finish();
+    if s.is_empty() { s } else { format!("?{s}") }
+}
+
+/// Links to the previous and next page.
+pub struct Pager {
+    pub page: i64,
+    pub pages: i64,
+    pub prev: Option<String>,
+    pub next: Option<String>,
+}
+
+impl Pager {
+    /// `base` is the path; `pairs` the filters to keep; `total` is `None` when unknown (then
+    /// "next" is offered whenever the page is full).
+    pub fn new(
+        base: &str,
+        pairs: &[(&str, Option<&str>)],
+        page: i64,
+        shown: usize,
+        per_page: i64,
+        total: Option<i64>,
+    ) -> Self {
+        let pages = total.map(|t| ((t + per_page - 1) / per_page).max(1));
+        let link = |p: i64| {
+            let ps = p.to_string();
+            let mut all: Vec<(&str, Option<&str>)> = pairs.to_vec();
+            all.push(("page", Some(&ps)));
+            format!("{base}{}", query_string(&all))
+        };
+        let has_next = match pages {
+            Some(n) => page < n,
+            None => shown as i64 >= per_page,
+        };
+        Self {
+            page,
+            pages: pages.unwrap_or(0),
+            prev: (page > 1).then(|| link(page - 1)),
+            next: has_next.then(|| link(page + 1)),
+        }
+    }
+}
+
+/// A 1-based page number from a query string (bad or missing means 1).
+pub fn page_number(p: &Option<String>) -> i64 {
+    p.as_deref()
+        .and_then(|s| s.parse::<i64>().ok())
+        .filter(|n| (1..=100_000).contains(n))
+        .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn user(sub: &str, claims: Value) -> SignedInUser {
+        SignedInUser {
+            issuer: "https://id".into(),
+            subject: sub.into(),
+            display_name: None,
+            claims: claims.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn admins_by_subject_or_claim_value_and_nobody_else() {
+        let cfg = AdminConfig {
+            subjects: vec!["ops-alice".into()],
+            claim: Some("groups".into()),
+            claim_values: vec!["mcp-connect-admins".into()],
+        };
+        assert!(is_admin(&cfg, "https://id", &user("ops-alice", json!({}))));
+        assert!(!is_admin(&cfg, "https://other", &user("ops-alice", json!({}))));
+        assert!(!is_admin(&cfg, "https://id", &user("bob", json!({}))));
+        assert!(is_admin(
+            &cfg,
+            "https://id",
+            &user("bob", json!({"groups": ["x", "mcp-connect-admins"]}))
+        ));
+        assert!(is_admin(
+            &cfg,
+            "https://id",
+            &user("bob", json!({"groups": "mcp-connect-admins"}))
+        ));
+        assert!(!is_admin(
+            &cfg,
+            "https://id",
+            &user("bob", json!({"groups": ["mcp-connect-admins-not"]}))
+        ));
+        assert!(!is_admin(
+            &cfg,
+            "https://id",
+            &user("bob", json!({"roles": ["mcp-connect-admins"]}))
+        ));
+        let nobody = AdminConfig::default();
+        assert!(!is_admin(&nobody, "https://id", &user("ops-alice", json!({}))));
+    }
+
+    #[test]
+    fn pager_links_keep_filters() {
+        let p = Pager::new(
+            "/admin/connections",
+            &[("q", Some("al ice")), ("provider", None)],
+            2,
+            25,
+            25,
+            Some(60),
+        );
+        assert_eq!(p.pages, 3);
+        assert_eq!(p.prev.as_deref(), Some("/admin/connections?q=al+ice&page=1"));
+        assert_eq!(p.next.as_deref(), Some("/admin/connections?q=al+ice&page=3"));
+    }
+}
