@@ -570,7 +570,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             None
         }
     };
-    if metrics_listen.is_some() && metrics_listen == listen {
+    if metrics_listen.is_some_and(|m| m.port() != 0) && metrics_listen == listen {
         err(
             "metrics_listen",
             "must differ from `listen` (leave it out to serve /metrics on the main address)".into(),

@@ -254,6 +254,7 @@ impl TestApp {
     }
 
     pub async fn shutdown(mut self) {
+        self.assert_audit_log_holds_no_secret().await;
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
@@ -391,6 +392,59 @@ impl TestApp {
         .execute(&self.state.db.pool)
         .await
         .unwrap();
+    }
+
+    /// Every test that shuts its app down checks this: no audit event holds a secret, a token
+    /// or a code that this test's peers issued (so the whole test run is covered).
+    pub async fn assert_audit_log_holds_no_secret(&self) {
+        use sqlx::Row;
+        let rows: Vec<sqlx::any::AnyRow> = sqlx::query(
+            "SELECT event, COALESCE(actor, ''), COALESCE(issuer, ''), COALESCE(subject, ''), COALESCE(provider, ''), \
+             COALESCE(client_id, ''), COALESCE(connection_id, ''), COALESCE(elicitation_id, ''), COALESCE(request_id, ''), \
+             COALESCE(detail, '') FROM audit_events",
+        )
+        .fetch_all(&self.state.db.pool)
+        .await
+        .unwrap_or_default();
+        let mut dump = String::new();
+        for r in rows {
+            for i in 0..r.len() {
+                dump.push_str(&r.try_get::<String, _>(i).unwrap_or_default());
+                dump.push('\n');
+            }
+        }
+        let key_b64 = self.key.split_once(':').map(|k| k.1).unwrap_or_default();
+        let mut secrets: Vec<(String, String)> = [
+            ("API key", API_KEY),
+            ("other API key", OTHER_API_KEY),
+            ("identity secret", IDENTITY_SECRET),
+            ("upstream secret", UPSTREAM_SECRET),
+            ("encryption key", key_b64),
+        ]
+        .iter()
+        .map(|(l, v)| (l.to_string(), v.to_string()))
+        .collect();
+        if self.peers.child.is_some() {
+            for (peer, base) in [("identity", &self.peers.identity), ("upstream", &self.peers.upstream)] {
+                let Ok(r) = reqwest::get(format!("{base}/__issued")).await else {
+                    continue;
+                };
+                let issued: Value = r.json().await.unwrap_or(Value::Null);
+                for kind in ["authorization_code", "access_token", "refresh_token"] {
+                    for v in issued[kind].as_array().into_iter().flatten() {
+                        if let Some(v) = v.as_str() {
+                            secrets.push((format!("{peer} {kind}"), v.to_owned()));
+                        }
+                    }
+                }
+            }
+        }
+        for (label, v) in &secrets {
+            assert!(
+                v.len() < 8 || !dump.contains(v.as_str()),
+                "the audit log holds a secret ({label})"
+            );
+        }
     }
 
     /// Raw SQL against the app's database, for invariant checks.

@@ -2,8 +2,10 @@
 
 mod harness;
 
+mod admin;
 mod api_input;
 mod connect_flow;
 mod invariants;
 mod lifecycle;
+mod operations;
 mod provider_quirks;
