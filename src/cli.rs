@@ -142,11 +142,19 @@ pub async fn connections_show(
         ("expires", ts(v.expires_at.clone())),
         (
             "refresh token",
-            if v.has_refresh_token { "stored" } else { "none" }.into(),
+            if v.has_refresh_token {
+                "stored"
+            } else {
+                "none"
+            }
+            .into(),
         ),
         ("created", ts(Some(v.created_at.clone()))),
         ("last refresh", ts(v.last_refresh_at.clone())),
-        ("last error", v.last_error.clone().unwrap_or_else(|| "-".into())),
+        (
+            "last error",
+            v.last_error.clone().unwrap_or_else(|| "-".into()),
+        ),
         ("sealed with", c.key_ids().join(", ")),
     ] {
         writeln!(out, "{k:>14}: {val}")?;
@@ -368,7 +376,11 @@ pub async fn keys_rotate(
 /// `keys status`: which key seals how many stored values.
 pub async fn keys_status(cli: &Cli, out: &mut impl Write) -> anyhow::Result<()> {
     let keys = &cli.state.config.keys;
-    writeln!(out, "current key (seals new values): {:?}", keys.current_id())?;
+    writeln!(
+        out,
+        "current key (seals new values): {:?}",
+        keys.current_id()
+    )?;
     for (id, n) in rotation::key_usage(&cli.state.db).await? {
         writeln!(out, "key {id:?} seals {n} stored value(s)")?;
     }

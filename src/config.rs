@@ -883,7 +883,10 @@ client_secret = "gh-super-secret"
         let c = Config::from_parts(&base(), &[]).unwrap();
         assert_eq!(c.audit_retention_days, 365);
         assert_eq!(c.metrics_listen, None);
-        let text = format!("audit_retention_days = 30\nmetrics_listen = \"127.0.0.1:9464\"\n{}", base());
+        let text = format!(
+            "audit_retention_days = 30\nmetrics_listen = \"127.0.0.1:9464\"\n{}",
+            base()
+        );
         let c = Config::from_parts(&text, &[]).unwrap();
         assert_eq!(c.audit_retention_days, 30);
         assert_eq!(c.metrics_listen.unwrap().port(), 9464);
@@ -892,10 +895,15 @@ client_secret = "gh-super-secret"
             "7".to_string(),
         )];
         assert_eq!(
-            Config::from_parts(&base(), &env).unwrap().audit_retention_days,
+            Config::from_parts(&base(), &env)
+                .unwrap()
+                .audit_retention_days,
             7
         );
-        let text = format!("audit_retention_days = 0\nmetrics_listen = \"nowhere\"\n{}", base());
+        let text = format!(
+            "audit_retention_days = 0\nmetrics_listen = \"nowhere\"\n{}",
+            base()
+        );
         let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
         assert!(e.contains("`audit_retention_days`"), "{e}");
         assert!(e.contains("`metrics_listen`"), "{e}");

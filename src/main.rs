@@ -199,11 +199,23 @@ async fn main() -> ExitCode {
                         cli::connections_show(&o, &id, json, &mut out).await
                     }
                     ConnectionsCommand::Revoke { id, yes, reason } => {
-                        if !yes && !confirm(&format!("Revoke connection {id} at its provider and delete its tokens?")) {
-                            anyhow::bail!("not confirmed (pass --yes to skip the question); nothing changed");
+                        if !yes
+                            && !confirm(&format!(
+                                "Revoke connection {id} at its provider and delete its tokens?"
+                            ))
+                        {
+                            anyhow::bail!(
+                                "not confirmed (pass --yes to skip the question); nothing changed"
+                            );
                         }
-                        cli::connections_revoke(&o, &id, &cli::cli_actor(), reason.as_deref(), &mut out)
-                            .await
+                        cli::connections_revoke(
+                            &o,
+                            &id,
+                            &cli::cli_actor(),
+                            reason.as_deref(),
+                            &mut out,
+                        )
+                        .await
                     }
                 }
             })
@@ -235,7 +247,8 @@ async fn main() -> ExitCode {
                 let mut out = std::io::stdout();
                 match command {
                     KeysCommand::Rotate { batch_size } => {
-                        let r = cli::keys_rotate(&o, batch_size, &cli::cli_actor(), &mut out).await?;
+                        let r =
+                            cli::keys_rotate(&o, batch_size, &cli::cli_actor(), &mut out).await?;
                         if r.remaining > 0 || !r.unreadable.is_empty() {
                             anyhow::bail!("rotation incomplete");
                         }

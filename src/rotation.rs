@@ -38,20 +38,17 @@ pub struct RotationReport {
 /// current key.
 pub async fn count_pending(db: &Db, keys: &KeyRing) -> anyhow::Result<u64> {
     let prefix = format!("{}.", keys.current_id());
-    let len = prefix.len() as i64;
     let (c,): (i64,) = sqlx::query_as(
-        "SELECT COUNT(*) FROM connections WHERE (access_token IS NOT NULL AND substr(access_token, 1, $2) <> $1) \
-         OR (refresh_token IS NOT NULL AND substr(refresh_token, 1, $2) <> $1)",
+        "SELECT COUNT(*) FROM connections WHERE (access_token IS NOT NULL AND substr(access_token, 1, length($1)) <> $1) \
+         OR (refresh_token IS NOT NULL AND substr(refresh_token, 1, length($1)) <> $1)",
     )
     .bind(&prefix)
-    .bind(len)
     .fetch_one(&db.pool)
     .await?;
     let (f,): (i64,) = sqlx::query_as(
-        "SELECT COUNT(*) FROM auth_flows WHERE verifier IS NOT NULL AND substr(verifier, 1, $2) <> $1",
+        "SELECT COUNT(*) FROM auth_flows WHERE verifier IS NOT NULL AND substr(verifier, 1, length($1)) <> $1",
     )
     .bind(&prefix)
-    .bind(len)
     .fetch_one(&db.pool)
     .await?;
     Ok((c + f) as u64)
@@ -156,17 +153,15 @@ async fn rotate_connections(
     progress: &(dyn Fn(u64) + Send + Sync),
 ) -> anyhow::Result<()> {
     let prefix = format!("{}.", keys.current_id());
-    let len = prefix.len() as i64;
     let mut after = String::new();
     loop {
         let rows = sqlx::query(
-            "SELECT id, access_token, refresh_token FROM connections WHERE id > $3 AND \
-             ((access_token IS NOT NULL AND substr(access_token, 1, $2) <> $1) \
-             OR (refresh_token IS NOT NULL AND substr(refresh_token, 1, $2) <> $1)) \
-             ORDER BY id LIMIT $4",
+            "SELECT id, access_token, refresh_token FROM connections WHERE id > $2 AND \
+             ((access_token IS NOT NULL AND substr(access_token, 1, length($1)) <> $1) \
+             OR (refresh_token IS NOT NULL AND substr(refresh_token, 1, length($1)) <> $1)) \
+             ORDER BY id LIMIT $3",
         )
         .bind(&prefix)
-        .bind(len)
         .bind(&after)
         .bind(batch)
         .fetch_all(&db.pool)
@@ -175,7 +170,7 @@ async fn rotate_connections(
         if rows.is_empty() {
             return Ok(());
         }
-        let mut tx = db.pool.begin().await?;
+        let mut updates = Vec::with_capacity(rows.len());
         for row in &rows {
             let id: String = row.try_get("id")?;
             let at: Option<String> = row.try_get("access_token")?;
@@ -200,30 +195,85 @@ async fn rotate_connections(
                 continue;
             };
             let values = u64::from(new_at.is_new()) + u64::from(new_rt.is_new());
-            if values == 0 {
-                continue;
-            }
-            let r = sqlx::query(
-                "UPDATE connections SET access_token = $2, refresh_token = $3 WHERE id = $1 \
-                 AND COALESCE(access_token, '') = $4 AND COALESCE(refresh_token, '') = $5",
-            )
-            .bind(&id)
-            .bind(new_at.value())
-            .bind(new_rt.value())
-            .bind(at.as_deref().unwrap_or(""))
-            .bind(rt.as_deref().unwrap_or(""))
-            .execute(&mut *tx)
-            .await?;
-            if r.rows_affected() == 1 {
-                report.rows_rotated += 1;
-                report.values_rotated += values;
-            } else {
-                report.conflicts += 1;
+            if values > 0 {
+                updates.push(Update {
+                    id,
+                    new_at,
+                    new_rt,
+                    old_at: at.unwrap_or_default(),
+                    old_rt: rt.unwrap_or_default(),
+                    values,
+                });
             }
         }
-        tx.commit().await.context("committing a rotation batch")?;
+        for chunk in updates.chunks(UPDATE_CHUNK) {
+            let done = update_chunk(db, chunk).await?;
+            for u in chunk {
+                if done.contains(&u.id) {
+                    report.rows_rotated += 1;
+                    report.values_rotated += u.values;
+                } else {
+                    report.conflicts += 1;
+                }
+            }
+        }
         progress(*handled);
     }
+}
+
+/// Rows per UPDATE statement (5 parameters each, well under every engine's limit).
+const UPDATE_CHUNK: usize = 100;
+
+struct Update {
+    id: String,
+    new_at: Resealed,
+    new_rt: Resealed,
+    old_at: String,
+    old_rt: String,
+    values: u64,
+}
+
+/// Writes many re-sealed rows in one statement, each only if its ciphertexts are still the ones
+/// read (a refresh in between wins). Returns the ids that were written.
+async fn update_chunk(
+    db: &Db,
+    chunk: &[Update],
+) -> anyhow::Result<std::collections::HashSet<String>> {
+    let rows: Vec<String> = (0..chunk.len())
+        .map(|i| {
+            let b = i * 5;
+            format!(
+                "(${}, ${}, ${}, ${}, ${})",
+                b + 1,
+                b + 2,
+                b + 3,
+                b + 4,
+                b + 5
+            )
+        })
+        .collect();
+    // VALUES columns are column1..column5 on both engines.
+    let sql = format!(
+        "UPDATE connections SET access_token = v.column2, refresh_token = v.column3 \
+         FROM (VALUES {}) AS v WHERE connections.id = v.column1 \
+         AND COALESCE(connections.access_token, '') = v.column4 \
+         AND COALESCE(connections.refresh_token, '') = v.column5 RETURNING connections.id",
+        rows.join(", ")
+    );
+    let mut q = sqlx::query_as::<_, (String,)>(&sql);
+    for u in chunk {
+        q = q
+            .bind(&u.id)
+            .bind(u.new_at.value())
+            .bind(u.new_rt.value())
+            .bind(&u.old_at)
+            .bind(&u.old_rt);
+    }
+    let done = q
+        .fetch_all(&db.pool)
+        .await
+        .context("writing a rotation batch")?;
+    Ok(done.into_iter().map(|(id,)| id).collect())
 }
 
 async fn rotate_flows(
@@ -235,15 +285,13 @@ async fn rotate_flows(
     progress: &(dyn Fn(u64) + Send + Sync),
 ) -> anyhow::Result<()> {
     let prefix = format!("{}.", keys.current_id());
-    let len = prefix.len() as i64;
     let mut after = String::new();
     loop {
         let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT state_hash, verifier FROM auth_flows WHERE state_hash > $3 AND verifier IS NOT NULL \
-             AND substr(verifier, 1, $2) <> $1 ORDER BY state_hash LIMIT $4",
+            "SELECT state_hash, verifier FROM auth_flows WHERE state_hash > $2 AND verifier IS NOT NULL \
+             AND substr(verifier, 1, length($1)) <> $1 ORDER BY state_hash LIMIT $3",
         )
         .bind(&prefix)
-        .bind(len)
         .bind(&after)
         .bind(batch)
         .fetch_all(&db.pool)

@@ -15,15 +15,15 @@ use super::flow::start_sign_in;
 use super::pages::render;
 use super::session::BrowserSession;
 use crate::AppState;
-use crate::db::connections::ConnectionStatus;
 use crate::db::audit::AuditEvent;
 use crate::db::connections::Connection;
+use crate::db::connections::ConnectionStatus;
 use crate::elicitations::is_valid_id;
+use crate::error::{Error, Result};
 use crate::identity::SignedInUser;
+use crate::middleware::request_id;
 use crate::web::admin::when;
 use crate::web::connect::check_origin;
-use crate::error::{Error, Result};
-use crate::middleware::request_id;
 
 pub struct Row {
     pub id: String,
@@ -217,7 +217,10 @@ pub async fn reconnect(
             .iter()
             .find(|x| x.id == client_id && x.providers.contains(&c.provider))
     };
-    let (client, scopes) = match earlier.iter().find_map(|e| usable(&e.client_id).map(|x| (x, e))) {
+    let (client, scopes) = match earlier
+        .iter()
+        .find_map(|e| usable(&e.client_id).map(|x| (x, e)))
+    {
         Some((client, e)) => (client, Some(e.scopes.clone())),
         None => (
             state

@@ -58,12 +58,20 @@ on_both_databases!(
         assert!(page.has("2 connections found"), "{}", page.body);
 
         // alice is a user, not an admin: a clear 403 that shows nothing of the others.
-        for path in ["/admin", "/admin/connections", "/admin/audit", "/admin/providers"] {
+        for path in [
+            "/admin",
+            "/admin/connections",
+            "/admin/audit",
+            "/admin/providers",
+        ] {
             let (_b, refused) = signed_in(&app, "alice", path).await;
             assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path}");
             assert!(refused.has("Administrators only"), "{}", refused.body);
             assert!(!refused.has("bob"), "{}", refused.body);
-            assert!(refused.has("Sign out"), "the refusal offers to switch accounts");
+            assert!(
+                refused.has("Sign out"),
+                "the refusal offers to switch accounts"
+            );
         }
         let refusals = audit_rows(&app, "admin.access_refused").await;
         assert!(refusals.iter().all(|(actor, _, _)| actor == "alice"));
@@ -79,13 +87,23 @@ on_both_databases!(
             .await
             .unwrap();
         assert_eq!(r.status(), StatusCode::SEE_OTHER);
-        assert!(r.headers()["location"].to_str().unwrap().starts_with(&app.peers.identity));
+        assert!(
+            r.headers()["location"]
+                .to_str()
+                .unwrap()
+                .starts_with(&app.peers.identity)
+        );
         app.shutdown().await;
     }
 );
 
 /// Inserts `n` connections for `bulk-000`.. without going through a provider.
-pub async fn insert_bulk(app: &TestApp, keys: &mcp_connect::crypto::KeyRing, n: usize, status: &str) {
+pub async fn insert_bulk(
+    app: &TestApp,
+    keys: &mcp_connect::crypto::KeyRing,
+    n: usize,
+    status: &str,
+) {
     let issuer = app.state.identity.issuer().to_owned();
     let now = mcp_connect::db::now();
     let mut tx = app.db().pool.begin().await.unwrap();
@@ -136,10 +154,18 @@ on_both_databases!(
         let p = get("/admin/connections?q=%25").await;
         assert!(p.has("0 connections found"), "{}", p.body);
         let p = get("/admin/connections?status=needs_reauth&provider=acme").await;
-        assert!(p.has("30 connections found") && !p.has(">alice<"), "{}", p.body);
+        assert!(
+            p.has("30 connections found") && !p.has(">alice<"),
+            "{}",
+            p.body
+        );
         assert!(p.has("Page 1 of 2") && p.has("rel=\"next\""), "{}", p.body);
         let p2 = get("/admin/connections?status=needs_reauth&provider=acme&page=2").await;
-        assert!(p2.has("Page 2 of 2") && p2.has("rel=\"prev\""), "{}", p2.body);
+        assert!(
+            p2.has("Page 2 of 2") && p2.has("rel=\"prev\""),
+            "{}",
+            p2.body
+        );
         let rows = |p: &Page| p.body.matches("href=\"/admin/connections/").count();
         assert_eq!(rows(&p) + rows(&p2), 30);
         let p = get("/admin/connections?status=revoked").await;
@@ -149,15 +175,30 @@ on_both_databases!(
 
         // The overview counts by status; elicitations and providers render.
         let p = get("/admin").await;
-        assert!(p.has("<strong>30</strong>") && p.has("<strong>1</strong>"), "{}", p.body);
+        assert!(
+            p.has("<strong>30</strong>") && p.has("<strong>1</strong>"),
+            "{}",
+            p.body
+        );
         let e = app.elicit("carol").await;
         let p = get("/admin/elicitations").await;
         assert!(p.has("carol") && p.has("completed"), "{}", p.body);
-        assert!(!p.has(e["id"].as_str().unwrap()), "a pending connect URL id is not shown");
+        assert!(
+            !p.has(e["id"].as_str().unwrap()),
+            "a pending connect URL id is not shown"
+        );
         let p = get("/admin/providers").await;
         assert_eq!(p.status, StatusCode::OK);
-        assert!(p.has("✓ reachable"), "the peer provider answers: {}", p.body);
-        assert!(p.has("✗ problem"), "the provider on port 9 does not: {}", p.body);
+        assert!(
+            p.has("✓ reachable"),
+            "the peer provider answers: {}",
+            p.body
+        );
+        assert!(
+            p.has("✗ problem"),
+            "the provider on port 9 does not: {}",
+            p.body
+        );
         assert!(p.has("demo-mcp") && !p.has(API_KEY), "{}", p.body);
         app.shutdown().await;
     }
@@ -170,8 +211,14 @@ on_both_databases!(
         let alice = app.connect("alice").await;
         let before = app.peers.stats().await["revocations"].as_i64().unwrap();
         let (b, _) = signed_in(&app, ADMIN, "/admin").await;
-        let detail = b.get(&format!("{}/admin/connections/{alice}", app.url)).await;
-        assert!(detail.has("Active") && detail.has("connection.created"), "{}", detail.body);
+        let detail = b
+            .get(&format!("{}/admin/connections/{alice}", app.url))
+            .await;
+        assert!(
+            detail.has("Active") && detail.has("connection.created"),
+            "{}",
+            detail.body
+        );
         let confirm = b
             .get(&format!("{}/admin/connections/{alice}/revoke", app.url))
             .await;
@@ -211,10 +258,18 @@ on_both_databases!(
         assert_eq!(status_of(&app, &alice).await, "active");
 
         let done = b
-            .submit(&confirm, "form[action$='/revoke']", &[("reason", "left the company")])
+            .submit(
+                &confirm,
+                "form[action$='/revoke']",
+                &[("reason", "left the company")],
+            )
             .await;
         assert_eq!(done.status, StatusCode::OK, "{}", done.body);
-        assert!(done.has("was revoked") && done.has("Revoked"), "{}", done.body);
+        assert!(
+            done.has("was revoked") && done.has("Revoked"),
+            "{}",
+            done.body
+        );
         assert_eq!(status_of(&app, &alice).await, "revoked");
         let stats = app.peers.stats().await;
         assert!(stats["revocations"].as_i64().unwrap() > before, "{stats}");
@@ -228,16 +283,26 @@ on_both_databases!(
         let revoked = audit_rows(&app, "connection.revoked").await;
         assert_eq!(revoked[0].0, ADMIN);
         let page = b
-            .get(&format!("{}/admin/audit?event=admin.&subject=alice", app.url))
+            .get(&format!(
+                "{}/admin/audit?event=admin.&subject=alice",
+                app.url
+            ))
             .await;
         assert!(
             page.has("<code>admin.connection_revoked</code>") && page.has("left the company"),
             "{}",
             page.body
         );
-        assert!(!page.has("<code>connection.created</code>"), "{}", page.body);
+        assert!(
+            !page.has("<code>connection.created</code>"),
+            "{}",
+            page.body
+        );
         let page = b
-            .get(&format!("{}/admin/audit?from=2000-01-01&to=2000-01-02", app.url))
+            .get(&format!(
+                "{}/admin/audit?from=2000-01-01&to=2000-01-02",
+                app.url
+            ))
             .await;
         assert!(page.has("No events match"), "{}", page.body);
         // A second revoke is refused and changes nothing.
@@ -253,8 +318,15 @@ on_both_databases!(
         let app = TestApp::spawn(kind).await;
         let id = app.connect("alice").await;
         let (b, page) = signed_in(&app, "alice", "/account").await;
-        assert!(page.has("Acme") && page.has("Connected") && page.has("Disconnect"), "{}", page.body);
-        assert!(!page.has("Reconnect</button>"), "an active connection needs no reconnect");
+        assert!(
+            page.has("Acme") && page.has("Connected") && page.has("Disconnect"),
+            "{}",
+            page.body
+        );
+        assert!(
+            !page.has("Reconnect</button>"),
+            "an active connection needs no reconnect"
+        );
 
         // The grant breaks (say, the user revoked it at the provider): Reconnect is offered and
         // runs the whole flow again for the same connection.
@@ -264,36 +336,53 @@ on_both_databases!(
             .await
             .unwrap();
         let page = b.get(&format!("{}/account", app.url)).await;
-        assert!(page.has("Needs reconnecting") && page.has("Reconnect"), "{}", page.body);
-        let consent = b
-            .submit(&page, "form[action$='/reconnect']", &[])
-            .await;
+        assert!(
+            page.has("Needs reconnecting") && page.has("Reconnect"),
+            "{}",
+            page.body
+        );
+        let consent = b.submit(&page, "form[action$='/reconnect']", &[]).await;
         assert!(consent.url.contains("/connect/"), "{}", consent.url);
-        assert!(consent.has("Demo MCP"), "the app that asked before: {}", consent.body);
+        assert!(
+            consent.has("Demo MCP"),
+            "the app that asked before: {}",
+            consent.body
+        );
         let done = b.consent_and_allow(&consent, "alice").await;
         assert_eq!(done.status, StatusCode::OK, "{}", done.body);
         assert_eq!(status_of(&app, &id).await, "active");
         assert_eq!(audit_rows(&app, "connection.reconnected").await[0].2, id);
-        assert_eq!(audit_rows(&app, "connection.reconnect_started").await[0].0, "alice");
+        assert_eq!(
+            audit_rows(&app, "connection.reconnect_started").await[0].0,
+            "alice"
+        );
         let (s, t) = app.token("alice").await;
         assert_eq!(s, StatusCode::OK, "{t}");
 
         let before = app.peers.stats().await["revocations"].as_i64().unwrap();
         let page = b.get(&format!("{}/account", app.url)).await;
-        let done = b
-            .submit(&page, "form[action$='/disconnect']", &[])
-            .await;
-        assert!(done.has("was disconnected") && done.has("Disconnected"), "{}", done.body);
+        let done = b.submit(&page, "form[action$='/disconnect']", &[]).await;
+        assert!(
+            done.has("was disconnected") && done.has("Disconnected"),
+            "{}",
+            done.body
+        );
         let stats = app.peers.stats().await;
         assert!(stats["revocations"].as_i64().unwrap() > before, "{stats}");
         assert_eq!(
-            app.peers.whoami(t["access_token"].as_str().unwrap()).await.0,
+            app.peers
+                .whoami(t["access_token"].as_str().unwrap())
+                .await
+                .0,
             StatusCode::UNAUTHORIZED,
             "the provider no longer accepts the token"
         );
         assert_eq!(app.token("alice").await.1["error"], "not_connected");
         let revoked = audit_rows(&app, "connection.revoked").await;
-        assert_eq!((revoked[0].0.as_str(), revoked[0].1.as_str()), ("alice", "alice"));
+        assert_eq!(
+            (revoked[0].0.as_str(), revoked[0].1.as_str()),
+            ("alice", "alice")
+        );
 
         // Someone else's connection cannot be touched from /account.
         let bob = app.connect("bob").await;
@@ -366,34 +455,74 @@ on_both_databases!(
         let id = e["id"].as_str().unwrap().to_owned();
         app.get(&format!("/v1/elicitations/{id}")).await;
         let (s, _) = app
-            .post("/v1/tokens", json!({"subject": "alice", "provider": "acme", "force_refresh": true}))
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "force_refresh": true}),
+            )
             .await;
         assert_eq!(s, StatusCode::OK);
-        reqwest::get(format!("{}/no/such/{id}", app.url)).await.unwrap();
+        reqwest::get(format!("{}/no/such/{id}", app.url))
+            .await
+            .unwrap();
         let r = reqwest::get(format!("{}/metrics", app.url)).await.unwrap();
         assert_eq!(r.status(), StatusCode::OK);
         let body = r.text().await.unwrap();
         assert!(!body.contains(&id), "no raw URI (nor any id) in a label");
-        assert!(!body.contains("alice") && !body.contains("bob"), "no subject in a label");
+        assert!(
+            !body.contains("alice") && !body.contains("bob"),
+            "no subject in a label"
+        );
         assert_eq!(
-            metric(&body, "mcp_connect_http_requests_total{method=\"GET\",route=\"/v1/elicitations/{id}\",status=\"200\"}"),
+            metric(
+                &body,
+                "mcp_connect_http_requests_total{method=\"GET\",route=\"/v1/elicitations/{id}\",status=\"200\"}"
+            ),
             2.0,
             "{body}"
         );
-        assert!(metric(&body, "mcp_connect_http_requests_total{method=\"GET\",route=\"unmatched\",status=\"404\"}") >= 1.0, "{body}");
-        assert!(body.contains("mcp_connect_http_request_duration_seconds_bucket{le="), "{body}");
-        assert_eq!(metric(&body, "mcp_connect_elicitations_total{outcome=\"created\"}"), 2.0, "{body}");
-        assert_eq!(metric(&body, "mcp_connect_elicitations_total{outcome=\"completed\"}"), 1.0, "{body}");
+        assert!(
+            metric(
+                &body,
+                "mcp_connect_http_requests_total{method=\"GET\",route=\"unmatched\",status=\"404\"}"
+            ) >= 1.0,
+            "{body}"
+        );
+        assert!(
+            body.contains("mcp_connect_http_request_duration_seconds_bucket{le="),
+            "{body}"
+        );
         assert_eq!(
-            metric(&body, "mcp_connect_token_refreshes_total{provider=\"acme\",outcome=\"success\"}"),
+            metric(&body, "mcp_connect_elicitations_total{outcome=\"created\"}"),
+            2.0,
+            "{body}"
+        );
+        assert_eq!(
+            metric(
+                &body,
+                "mcp_connect_elicitations_total{outcome=\"completed\"}"
+            ),
+            1.0,
+            "{body}"
+        );
+        assert_eq!(
+            metric(
+                &body,
+                "mcp_connect_token_refreshes_total{provider=\"acme\",outcome=\"success\"}"
+            ),
             1.0,
             "{body}"
         );
         assert!(
-            metric(&body, "mcp_connect_upstream_request_duration_seconds_count{provider=\"acme\",operation=\"code_exchange\"}") >= 1.0,
+            metric(
+                &body,
+                "mcp_connect_upstream_request_duration_seconds_count{provider=\"acme\",operation=\"code_exchange\"}"
+            ) >= 1.0,
             "{body}"
         );
-        assert!(body.contains("mcp_connect_db_pool_connections{state=\"open\"}"), "{body}");
+        assert!(
+            body.contains("mcp_connect_db_pool_connections{state=\"open\"}"),
+            "{body}"
+        );
 
         // The upstream failing: counted as errors per provider.
         let http = reqwest::Client::new();
@@ -401,16 +530,30 @@ on_both_databases!(
             .send()
             .await
             .unwrap();
-        app.post("/v1/tokens", json!({"subject": "alice", "provider": "acme", "force_refresh": true}))
-            .await;
-        let body = reqwest::get(format!("{}/metrics", app.url)).await.unwrap().text().await.unwrap();
+        app.post(
+            "/v1/tokens",
+            json!({"subject": "alice", "provider": "acme", "force_refresh": true}),
+        )
+        .await;
+        let body = reqwest::get(format!("{}/metrics", app.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         assert_eq!(
-            metric(&body, "mcp_connect_upstream_errors_total{provider=\"acme\",operation=\"refresh\"}"),
+            metric(
+                &body,
+                "mcp_connect_upstream_errors_total{provider=\"acme\",operation=\"refresh\"}"
+            ),
             1.0,
             "{body}"
         );
         assert_eq!(
-            metric(&body, "mcp_connect_token_refreshes_total{provider=\"acme\",outcome=\"error\"}"),
+            metric(
+                &body,
+                "mcp_connect_token_refreshes_total{provider=\"acme\",outcome=\"error\"}"
+            ),
             1.0,
             "{body}"
         );
@@ -424,22 +567,41 @@ async fn metrics_can_move_to_their_own_address() {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let peers = Peers::detached();
     let db = db_url(DbKind::Sqlite);
-    let toml = config_toml(&url, &db, &peers, &mcp_connect::crypto::generate_key("k1"), "")
-        .replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"")
-        .replace("issuer = \"\"", "issuer = \"http://127.0.0.1:9\"");
-    let config = mcp_connect::config::Config::from_parts(&toml, &[]).unwrap_or_else(|e| panic!("{e}\n{toml}"));
-    let app = mcp_connect::Application::build_with_listener(config, listener).await.unwrap();
+    let toml = config_toml(
+        &url,
+        &db,
+        &peers,
+        &mcp_connect::crypto::generate_key("k1"),
+        "",
+    )
+    .replace(
+        "listen = \"127.0.0.1:0\"",
+        "listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"",
+    )
+    .replace("issuer = \"\"", "issuer = \"http://127.0.0.1:9\"");
+    let config = mcp_connect::config::Config::from_parts(&toml, &[])
+        .unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    let app = mcp_connect::Application::build_with_listener(config, listener)
+        .await
+        .unwrap();
     let metrics = format!("http://{}", app.metrics_addr().unwrap());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(app.run_until(async {
         let _ = rx.await;
     }));
     let r = reqwest::get(format!("{url}/metrics")).await.unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND, "not on the public address");
+    assert_eq!(
+        r.status(),
+        StatusCode::NOT_FOUND,
+        "not on the public address"
+    );
     let r = reqwest::get(format!("{metrics}/metrics")).await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let body = r.text().await.unwrap();
-    assert!(body.contains("route=\"/metrics\"") || body.contains("mcp_connect_http_requests_total"), "{body}");
+    assert!(
+        body.contains("route=\"/metrics\"") || body.contains("mcp_connect_http_requests_total"),
+        "{body}"
+    );
     let _ = tx.send(());
     task.await.unwrap().unwrap();
 }

@@ -425,7 +425,10 @@ impl TestApp {
         .map(|(l, v)| (l.to_string(), v.to_string()))
         .collect();
         if self.peers.child.is_some() {
-            for (peer, base) in [("identity", &self.peers.identity), ("upstream", &self.peers.upstream)] {
+            for (peer, base) in [
+                ("identity", &self.peers.identity),
+                ("upstream", &self.peers.upstream),
+            ] {
                 let Ok(r) = reqwest::get(format!("{base}/__issued")).await else {
                     continue;
                 };

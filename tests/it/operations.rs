@@ -57,11 +57,10 @@ async fn fetch(api: &reqwest::Client, base: &str, body: Value) -> (StatusCode, V
 async fn not_under(db: &Db, key_id: &str) -> i64 {
     let prefix = format!("{key_id}.");
     let (n,): (i64,) = sqlx::query_as(
-        "SELECT COUNT(*) FROM connections WHERE (access_token IS NOT NULL AND substr(access_token, 1, $2) <> $1) \
-         OR (refresh_token IS NOT NULL AND substr(refresh_token, 1, $2) <> $1)",
+        "SELECT COUNT(*) FROM connections WHERE (access_token IS NOT NULL AND substr(access_token, 1, length($1)) <> $1) \
+         OR (refresh_token IS NOT NULL AND substr(refresh_token, 1, length($1)) <> $1)",
     )
     .bind(&prefix)
-    .bind(prefix.len() as i64)
     .fetch_one(&db.pool)
     .await
     .unwrap();
@@ -92,14 +91,27 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
             let mut failures = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 if worker == 0 {
-                    let (s, v) = fetch(&api, &base, json!({"subject": "alice", "provider": "acme", "force_refresh": true})).await;
+                    let (s, v) = fetch(
+                        &api,
+                        &base,
+                        json!({"subject": "alice", "provider": "acme", "force_refresh": true}),
+                    )
+                    .await;
                     if s != StatusCode::OK {
                         failures.push(format!("alice: {s} {v}"));
                     }
                 } else {
                     i = (i + 101) % n;
-                    let (s, v) = fetch(&api, &base, json!({"subject": format!("bulk-{i:05}"), "provider": "acme"})).await;
-                    if s != StatusCode::OK || v["access_token"] != format!("bulk-at-{i}") {
+                    let (s, v) = fetch(
+                        &api,
+                        &base,
+                        json!({"subject": format!("bulk-{i:05}"), "provider": "acme"}),
+                    )
+                    .await;
+                    let t = v["access_token"].as_str().unwrap_or_default();
+                    if s != StatusCode::OK
+                        || (t != format!("bulk-at-{i}") && t != format!("bulk-at-{i}-v2"))
+                    {
                         failures.push(format!("bulk-{i}: {s} {v}"));
                     }
                 }
@@ -108,6 +120,51 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
             failures
         }));
     }
+    // Another writer stores new tokens for bulk rows while the rotation runs, as refreshes in
+    // the service would (sealed with the service's current key, fenced by token_version). The
+    // rotation must never put an older value back over one of these.
+    let rewriter = {
+        let (stop, state) = (stop.clone(), b.state.clone());
+        tokio::spawn(async move {
+            let issuer = state.identity.issuer().to_owned();
+            let mut rewritten = std::collections::HashMap::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) && rewritten.len() < n / 2 {
+                i = (i + 37) % n;
+                let subject = format!("bulk-{i:05}");
+                let c = state
+                    .db
+                    .find_connection(&issuer, &subject, "acme")
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let at = SecretString::from(format!("bulk-at-{i}-v2"));
+                let rt = SecretString::from(format!("bulk-rt-{i}-v2"));
+                let stored = state
+                    .db
+                    .save_refreshed_tokens(
+                        &state.config.keys,
+                        &c.id,
+                        c.token_version,
+                        &mcp_connect::db::connections::NewTokens {
+                            access_token: &at,
+                            refresh_token: Some(&rt),
+                            token_type: "Bearer",
+                            expires_at: None,
+                            scopes: &["api".to_owned()],
+                            account_label: None,
+                        },
+                    )
+                    .await
+                    .unwrap();
+                if stored {
+                    rewritten.insert(c.id, i);
+                }
+                tokio::task::yield_now().await;
+            }
+            rewritten
+        })
+    };
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // `keys rotate` is another process: its own pool on the same database.
@@ -121,14 +178,33 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
     stop.store(true, Ordering::Relaxed);
     for f in fetchers {
         let failures = f.await.unwrap();
-        assert!(failures.is_empty(), "token fetches failed during rotation: {failures:?}");
+        assert!(
+            failures.is_empty(),
+            "token fetches failed during rotation: {failures:?}"
+        );
     }
-    assert!(ok.load(Ordering::Relaxed) > 10, "fetches ran during the rotation");
+    assert!(
+        ok.load(Ordering::Relaxed) > 10,
+        "fetches ran during the rotation"
+    );
+    let rewritten = rewriter.await.unwrap();
+    assert!(
+        !rewritten.is_empty(),
+        "tokens were rewritten during the rotation"
+    );
     assert_eq!(report.remaining, 0, "{report:?}");
     assert!(report.unreadable.is_empty(), "{report:?}");
-    assert!(report.rows_rotated as usize >= n, "{report:?}");
+    assert!(
+        report.rows_rotated as usize + rewritten.len() >= n,
+        "{report:?}"
+    );
     assert_eq!(not_under(&cli_db, "k2").await, 0);
-    assert_eq!(mcp_connect::rotation::count_pending(&cli_db, &ring(&[&k2])).await.unwrap(), 0);
+    assert_eq!(
+        mcp_connect::rotation::count_pending(&cli_db, &ring(&[&k2]))
+            .await
+            .unwrap(),
+        0
+    );
 
     // Every value opens with the new key alone, and is what was stored.
     let only_new = ring(&[&k2]);
@@ -147,7 +223,16 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
             .unwrap();
         if let Some(i) = subject.strip_prefix("bulk-") {
             let i: usize = i.parse().unwrap();
-            assert_eq!(String::from_utf8(at).unwrap(), format!("bulk-at-{i}"));
+            let expected = if rewritten.contains_key(id) {
+                format!("bulk-at-{i}-v2")
+            } else {
+                format!("bulk-at-{i}")
+            };
+            assert_eq!(
+                String::from_utf8(at).unwrap(),
+                expected,
+                "a newer value was overwritten"
+            );
         }
     }
     assert_eq!(audit_rows(&b, "keys.rotated").await[0].0, "test");
@@ -156,15 +241,27 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
     // and alice's refresh token (rotated by the provider during the run) still works.
     let c = restart(b, &with_keys(&[&k2], "")).await;
     let (s, t) = c
-        .post("/v1/tokens", json!({"subject": "alice", "provider": "acme", "force_refresh": true}))
+        .post(
+            "/v1/tokens",
+            json!({"subject": "alice", "provider": "acme", "force_refresh": true}),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{t}");
-    assert_eq!(c.peers.whoami(t["access_token"].as_str().unwrap()).await.0, StatusCode::OK);
+    assert_eq!(
+        c.peers.whoami(t["access_token"].as_str().unwrap()).await.0,
+        StatusCode::OK
+    );
     assert_eq!(c.peers.stats().await["refresh_invalid_grant"], 0);
     for i in [0, n / 2, n - 1] {
         let (s, v) = c.token(&format!("bulk-{i:05}")).await;
         assert_eq!(s, StatusCode::OK, "{v}");
-        assert_eq!(v["access_token"], format!("bulk-at-{i}"));
+        assert!(
+            v["access_token"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("bulk-at-{i}")),
+            "{v}"
+        );
     }
     c.shutdown().await;
 }
@@ -190,7 +287,10 @@ async fn rotation_never_overwrites_a_value_that_changed_meanwhile() {
     let (at_before, _) = db.raw_connection_secrets(&id).await.unwrap();
     // A refresh under the service's key lands: the value differs from what a stale reader saw.
     let (s, _) = app
-        .post("/v1/tokens", json!({"subject": "alice", "provider": "acme", "force_refresh": true}))
+        .post(
+            "/v1/tokens",
+            json!({"subject": "alice", "provider": "acme", "force_refresh": true}),
+        )
         .await;
     assert_eq!(s, StatusCode::OK);
     let (at_now, _) = db.raw_connection_secrets(&id).await.unwrap();
@@ -206,9 +306,16 @@ async fn rotation_never_overwrites_a_value_that_changed_meanwhile() {
     assert_eq!(r.rows_affected(), 0, "the stale write is refused");
     // Rotating twice is harmless: the second run has nothing to do.
     let both = ring(&[&k2, &k1]);
-    let first = mcp_connect::rotation::rotate(&db, &both, 1, "t", &|_| {}).await.unwrap();
-    assert_eq!((first.rows_rotated, first.values_rotated, first.remaining), (1, 2, 0));
-    let again = mcp_connect::rotation::rotate(&db, &both, 1, "t", &|_| {}).await.unwrap();
+    let first = mcp_connect::rotation::rotate(&db, &both, 1, "t", &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.rows_rotated, first.values_rotated, first.remaining),
+        (1, 2, 0)
+    );
+    let again = mcp_connect::rotation::rotate(&db, &both, 1, "t", &|_| {})
+        .await
+        .unwrap();
     assert_eq!((again.rows_rotated, again.remaining), (0, 0));
     app.shutdown().await;
 }
@@ -225,7 +332,12 @@ fn bin() -> std::process::Command {
 }
 
 fn run(config: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let out = bin().arg("--config").arg(config).args(args).output().unwrap();
+    let out = bin()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -233,79 +345,125 @@ fn run(config: &std::path::Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-on_both_databases!(cli_lists_shows_tails_revokes_and_rotates, |kind| async move {
-    let k1 = generate_key("k1");
-    let k2 = generate_key("k2");
-    let app = TestApp::spawn_with(kind, with_keys(&[&k1], "")).await;
-    let alice = app.connect("alice").await;
-    app.connect("bob").await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("mcp-connect.toml");
-    std::fs::write(&config, config_toml(&app.url, &app.db_url, &app.peers, &k1, "")).unwrap();
-
-    let (ok, out, err) = run(&config, &["connections", "list", "--subject", "ALI"]);
-    assert!(ok, "{err}");
-    assert!(out.contains(&alice) && out.contains("active") && !out.contains("bob"), "{out}");
-    let (ok, out, _) = run(&config, &["connections", "list", "--json"]);
-    assert!(ok);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["total"], 2);
-    assert!(!out.contains("access_token\""), "never a token: {out}");
-    let (ok, out, _) = run(&config, &["connections", "show", &alice]);
-    assert!(ok);
-    assert!(out.contains("connection.created") && out.contains("sealed with: k1"), "{out}");
-    let (ok, out, _) = run(&config, &["audit", "tail", "-n", "100"]);
-    assert!(ok);
-    assert!(out.contains("elicitation.completed") && out.contains("subject=alice"), "{out}");
-
-    // --follow prints what happens after it started.
-    let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
-        .arg("--config")
-        .arg(&config)
-        .args(["audit", "tail", "-n", "1", "--follow", "--event", "elicitation."])
-        .stdout(Stdio::piped())
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
+on_both_databases!(
+    cli_lists_shows_tails_revokes_and_rotates,
+    |kind| async move {
+        let k1 = generate_key("k1");
+        let k2 = generate_key("k2");
+        let app = TestApp::spawn_with(kind, with_keys(&[&k1], "")).await;
+        let alice = app.connect("alice").await;
+        app.connect("bob").await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("mcp-connect.toml");
+        std::fs::write(
+            &config,
+            config_toml(&app.url, &app.db_url, &app.peers, &k1, ""),
+        )
         .unwrap();
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
-        follow.stdout.take().unwrap(),
-    ));
-    lines.next_line().await.unwrap(); // the one past event
-    app.elicit("carol").await;
-    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
-        .await
-        .expect("a followed event within 10 s")
-        .unwrap()
+
+        let (ok, out, err) = run(&config, &["connections", "list", "--subject", "ALI"]);
+        assert!(ok, "{err}");
+        assert!(
+            out.contains(&alice) && out.contains("active") && !out.contains("bob"),
+            "{out}"
+        );
+        let (ok, out, _) = run(&config, &["connections", "list", "--json"]);
+        assert!(ok);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["total"], 2);
+        assert!(!out.contains("access_token\""), "never a token: {out}");
+        let (ok, out, _) = run(&config, &["connections", "show", &alice]);
+        assert!(ok);
+        assert!(
+            out.contains("connection.created") && out.contains("sealed with: k1"),
+            "{out}"
+        );
+        let (ok, out, _) = run(&config, &["audit", "tail", "-n", "100"]);
+        assert!(ok);
+        assert!(
+            out.contains("elicitation.completed") && out.contains("subject=alice"),
+            "{out}"
+        );
+
+        // --follow prints what happens after it started.
+        let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "audit",
+                "tail",
+                "-n",
+                "1",
+                "--follow",
+                "--event",
+                "elicitation.",
+            ])
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
+            follow.stdout.take().unwrap(),
+        ));
+        lines.next_line().await.unwrap(); // the one past event
+        app.elicit("carol").await;
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("a followed event within 10 s")
+            .unwrap()
+            .unwrap();
+        assert!(
+            line.contains("elicitation.created") && line.contains("subject=carol"),
+            "{line}"
+        );
+        let _ = follow.kill().await;
+
+        // Revoking asks first; with no terminal to ask on, nothing happens without --yes.
+        let (ok, _, err) = run(&config, &["connections", "revoke", &alice]);
+        assert!(!ok && err.contains("--yes"), "{err}");
+        assert_eq!(app.token("alice").await.0, StatusCode::OK);
+        let before = app.peers.stats().await["revocations"].as_i64().unwrap();
+        let (ok, out, err) = run(
+            &config,
+            &[
+                "connections",
+                "revoke",
+                &alice,
+                "--yes",
+                "--reason",
+                "offboarding",
+            ],
+        );
+        assert!(ok, "{err}");
+        assert!(out.contains("revoked"), "{out}");
+        assert!(app.peers.stats().await["revocations"].as_i64().unwrap() > before);
+        assert_eq!(app.token("alice").await.1["error"], "not_connected");
+        let events = audit_rows(&app, "admin.connection_revoked").await;
+        assert!(events[0].0.starts_with("cli:"), "{events:?}");
+
+        // keys rotate with the new key first; then status shows only the new key.
+        std::fs::write(
+            &config,
+            config_toml(
+                &app.url,
+                &app.db_url,
+                &app.peers,
+                &format!("{k2}\", \"{k1}"),
+                "",
+            ),
+        )
         .unwrap();
-    assert!(line.contains("elicitation.created") && line.contains("subject=carol"), "{line}");
-    let _ = follow.kill().await;
-
-    // Revoking asks first; with no terminal to ask on, nothing happens without --yes.
-    let (ok, _, err) = run(&config, &["connections", "revoke", &alice]);
-    assert!(!ok && err.contains("--yes"), "{err}");
-    assert_eq!(app.token("alice").await.0, StatusCode::OK);
-    let before = app.peers.stats().await["revocations"].as_i64().unwrap();
-    let (ok, out, err) = run(&config, &["connections", "revoke", &alice, "--yes", "--reason", "offboarding"]);
-    assert!(ok, "{err}");
-    assert!(out.contains("revoked"), "{out}");
-    assert!(app.peers.stats().await["revocations"].as_i64().unwrap() > before);
-    assert_eq!(app.token("alice").await.1["error"], "not_connected");
-    let events = audit_rows(&app, "admin.connection_revoked").await;
-    assert!(events[0].0.starts_with("cli:"), "{events:?}");
-
-    // keys rotate with the new key first; then status shows only the new key.
-    std::fs::write(
-        &config,
-        config_toml(&app.url, &app.db_url, &app.peers, &format!("{k2}\", \"{k1}"), ""),
-    )
-    .unwrap();
-    let (ok, out, err) = run(&config, &["keys", "rotate", "--batch-size", "1"]);
-    assert!(ok, "{out}\n{err}");
-    assert!(out.contains("done:"), "{out}");
-    assert_eq!(not_under(app.db(), "k2").await, 0);
-    let (ok, out, _) = run(&config, &["keys", "status"]);
-    assert!(ok);
-    assert!(out.contains("key \"k2\" seals") && !out.contains("key \"k1\" seals"), "{out}");
-    app.shutdown().await;
-});
+        let (ok, out, err) = run(&config, &["keys", "rotate", "--batch-size", "1"]);
+        assert!(ok, "{out}\n{err}");
+        assert!(out.contains("done:"), "{out}");
+        assert_eq!(not_under(app.db(), "k2").await, 0);
+        let (ok, out, _) = run(&config, &["keys", "status"]);
+        assert!(ok);
+        assert!(
+            out.contains("key \"k2\" seals") && !out.contains("key \"k1\" seals"),
+            "{out}"
+        );
+        app.shutdown().await;
+    }
+);

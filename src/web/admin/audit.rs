@@ -116,7 +116,11 @@ pub fn parse_time(s: &str) -> Option<i64> {
         }
     };
     let t = time::Time::from_hms(h, min, sec).ok()?;
-    Some(time::PrimitiveDateTime::new(date, t).assume_utc().unix_timestamp())
+    Some(
+        time::PrimitiveDateTime::new(date, t)
+            .assume_utc()
+            .unix_timestamp(),
+    )
 }
 
 pub async fn list(

@@ -375,7 +375,9 @@ pub async fn revoke(
     }
     let reason = filter_value(&form.reason);
     let rid = admin.request_id.as_deref();
-    let report = state.revoke_connection(&c, &admin.user.subject, rid).await?;
+    let report = state
+        .revoke_connection(&c, &admin.user.subject, rid)
+        .await?;
     let detail = format!(
         "refresh_token={} access_token={}{}",
         report.refresh_token,

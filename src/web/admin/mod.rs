@@ -252,7 +252,11 @@ mod tests {
             claim_values: vec!["mcp-connect-admins".into()],
         };
         assert!(is_admin(&cfg, "https://id", &user("ops-alice", json!({}))));
-        assert!(!is_admin(&cfg, "https://other", &user("ops-alice", json!({}))));
+        assert!(!is_admin(
+            &cfg,
+            "https://other",
+            &user("ops-alice", json!({}))
+        ));
         assert!(!is_admin(&cfg, "https://id", &user("bob", json!({}))));
         assert!(is_admin(
             &cfg,
@@ -275,7 +279,11 @@ mod tests {
             &user("bob", json!({"roles": ["mcp-connect-admins"]}))
         ));
         let nobody = AdminConfig::default();
-        assert!(!is_admin(&nobody, "https://id", &user("ops-alice", json!({}))));
+        assert!(!is_admin(
+            &nobody,
+            "https://id",
+            &user("ops-alice", json!({}))
+        ));
     }
 
     #[test]
@@ -289,7 +297,13 @@ mod tests {
             Some(60),
         );
         assert_eq!(p.pages, 3);
-        assert_eq!(p.prev.as_deref(), Some("/admin/connections?q=al+ice&page=1"));
-        assert_eq!(p.next.as_deref(), Some("/admin/connections?q=al+ice&page=3"));
+        assert_eq!(
+            p.prev.as_deref(),
+            Some("/admin/connections?q=al+ice&page=1")
+        );
+        assert_eq!(
+            p.next.as_deref(),
+            Some("/admin/connections?q=al+ice&page=3")
+        );
     }
 }

@@ -34,12 +34,18 @@ async fn probe(http: &reqwest::Client, name: &'static str, url: &str) -> Probe {
     let r = tokio::time::timeout(PROBE_TIMEOUT, http.get(url).send()).await;
     let ms = started.elapsed().as_millis();
     let (ok, outcome) = match r {
-        Err(_) => (false, format!("no answer within {}s", PROBE_TIMEOUT.as_secs())),
+        Err(_) => (
+            false,
+            format!("no answer within {}s", PROBE_TIMEOUT.as_secs()),
+        ),
         Ok(Err(e)) => (false, format!("unreachable: {}", root_cause(&e))),
         Ok(Ok(resp)) if resp.status().is_server_error() => {
             (false, format!("HTTP {} in {ms} ms", resp.status().as_u16()))
         }
-        Ok(Ok(resp)) => (true, format!("answers (HTTP {}) in {ms} ms", resp.status().as_u16())),
+        Ok(Ok(resp)) => (
+            true,
+            format!("answers (HTTP {}) in {ms} ms", resp.status().as_u16()),
+        ),
     };
     Probe {
         name,
@@ -88,8 +94,7 @@ async fn check_provider(state: &AppState, p: &Provider) -> ProviderView {
             if let Some(u) = &ep.userinfo_url {
                 targets.push(("userinfo", u.clone()));
             }
-            let probes =
-                join_all(targets.iter().map(|(n, u)| probe(&state.http, n, u))).await;
+            let probes = join_all(targets.iter().map(|(n, u)| probe(&state.http, n, u))).await;
             (None, probes)
         }
     };
