@@ -118,11 +118,13 @@ impl Connection {
 
     /// The ids of the keys that sealed this row's values.
     pub fn key_ids(&self) -> Vec<&str> {
-        [&self.sealed_access_token, &self.sealed_refresh_token]
+        let mut ids: Vec<&str> = [&self.sealed_access_token, &self.sealed_refresh_token]
             .into_iter()
             .flatten()
             .filter_map(|s| KeyRing::key_id_of(s))
-            .collect()
+            .collect();
+        ids.dedup();
+        ids
     }
 }
 

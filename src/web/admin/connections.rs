@@ -264,7 +264,13 @@ pub async fn show(
             .clients
             .iter()
             .find(|x| x.id == e.client_id)
-            .map(|x| format!("{} ({})", x.name, x.id))
+            .map(|x| {
+                if x.name == x.id {
+                    x.id.clone()
+                } else {
+                    format!("{} ({})", x.name, x.id)
+                }
+            })
             .unwrap_or(e.client_id);
         if !requested_by.contains(&name) {
             requested_by.push(name);
