@@ -28,6 +28,8 @@ use crate::web::connect::check_origin;
 pub struct Row {
     pub id: String,
     pub provider: String,
+    /// The upstream account, as the provider names it (when it says).
+    pub account: Option<String>,
     pub status: &'static str,
     pub status_text: &'static str,
     pub scopes: Vec<String>,
@@ -76,6 +78,7 @@ pub async fn show(
                 .get(&c.provider)
                 .map(|p| p.display_name.clone())
                 .unwrap_or(c.provider.clone()),
+            account: c.account_label.clone(),
             status: c.status.as_str(),
             status_text: match c.status {
                 ConnectionStatus::Active => "Connected",

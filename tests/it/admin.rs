@@ -565,15 +565,9 @@ on_both_databases!(
 async fn metrics_can_move_to_their_own_address() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let peers = Peers::detached();
+    let peers = crate::operations::no_peers();
     let db = db_url(DbKind::Sqlite);
-    let toml = config_toml(
-        &url,
-        &db,
-        &peers,
-        &mcp_connect::crypto::generate_key("k1"),
-        "",
-    )
+    let toml = config_toml(&url, &db, &peers, &Options::default())
     .replace(
         "listen = \"127.0.0.1:0\"",
         "listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"",

@@ -33,9 +33,18 @@ fn with_keys(keys: &[&str], extra: &str) -> Options {
     }
 }
 
+/// Peers that belong to nobody (the app that started them keeps them; see `restart`).
+pub fn no_peers() -> Peers {
+    Peers {
+        identity: String::new(),
+        upstream: String::new(),
+        child: None,
+    }
+}
+
 async fn restart(app: TestApp, opts: &Options) -> TestApp {
     let mut app = app;
-    let peers = std::mem::replace(&mut app.peers, Peers::detached());
+    let peers = std::mem::replace(&mut app.peers, no_peers());
     let db_url = app.db_url.clone();
     app.shutdown().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -357,7 +366,7 @@ on_both_databases!(
         let config = dir.path().join("mcp-connect.toml");
         std::fs::write(
             &config,
-            config_toml(&app.url, &app.db_url, &app.peers, &k1, ""),
+            config_toml(&app.url, &app.db_url, &app.peers, &with_keys(&[&k1], "")),
         )
         .unwrap();
 
@@ -445,13 +454,7 @@ on_both_databases!(
         // keys rotate with the new key first; then status shows only the new key.
         std::fs::write(
             &config,
-            config_toml(
-                &app.url,
-                &app.db_url,
-                &app.peers,
-                &format!("{k2}\", \"{k1}"),
-                "",
-            ),
+            config_toml(&app.url, &app.db_url, &app.peers, &with_keys(&[&k2, &k1], "")),
         )
         .unwrap();
         let (ok, out, err) = run(&config, &["keys", "rotate", "--batch-size", "1"]);
