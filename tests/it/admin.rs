@@ -289,12 +289,12 @@ on_both_databases!(
             ))
             .await;
         assert!(
-            page.has("<code>admin.connection_revoked</code>") && page.has("left the company"),
+            page.has("<code class=\"event\">admin.connection_revoked</code>") && page.has("left the company"),
             "{}",
             page.body
         );
         assert!(
-            !page.has("<code>connection.created</code>"),
+            !page.has(">connection.created</code>"),
             "{}",
             page.body
         );
