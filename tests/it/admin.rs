@@ -289,15 +289,12 @@ on_both_databases!(
             ))
             .await;
         assert!(
-            page.has("<code class=\"event\">admin.connection_revoked</code>") && page.has("left the company"),
+            page.has("<code class=\"event\">admin.connection_revoked</code>")
+                && page.has("left the company"),
             "{}",
             page.body
         );
-        assert!(
-            !page.has(">connection.created</code>"),
-            "{}",
-            page.body
-        );
+        assert!(!page.has(">connection.created</code>"), "{}", page.body);
         let page = b
             .get(&format!(
                 "{}/admin/audit?from=2000-01-01&to=2000-01-02",
@@ -568,11 +565,11 @@ async fn metrics_can_move_to_their_own_address() {
     let peers = crate::operations::no_peers();
     let db = db_url(DbKind::Sqlite);
     let toml = config_toml(&url, &db, &peers, &Options::default())
-    .replace(
-        "listen = \"127.0.0.1:0\"",
-        "listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"",
-    )
-    .replace("issuer = \"\"", "issuer = \"http://127.0.0.1:9\"");
+        .replace(
+            "listen = \"127.0.0.1:0\"",
+            "listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"",
+        )
+        .replace("issuer = \"\"", "issuer = \"http://127.0.0.1:9\"");
     let config = mcp_connect::config::Config::from_parts(&toml, &[])
         .unwrap_or_else(|e| panic!("{e}\n{toml}"));
     let app = mcp_connect::Application::build_with_listener(config, listener)

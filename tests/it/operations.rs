@@ -454,7 +454,12 @@ on_both_databases!(
         // keys rotate with the new key first; then status shows only the new key.
         std::fs::write(
             &config,
-            config_toml(&app.url, &app.db_url, &app.peers, &with_keys(&[&k2, &k1], "")),
+            config_toml(
+                &app.url,
+                &app.db_url,
+                &app.peers,
+                &with_keys(&[&k2, &k1], ""),
+            ),
         )
         .unwrap();
         let (ok, out, err) = run(&config, &["keys", "rotate", "--batch-size", "1"]);

@@ -30,6 +30,7 @@ pub const EVENTS: &[&str] = &[
     "state.session_mismatch_refused",
     "connection.created",
     "connection.reconnected",
+    "connection.reconnect_started",
     "connection.refreshed",
     "connection.needs_reauth",
     "connection.revoked",
