@@ -102,6 +102,8 @@ struct RawClient {
     api_key_sha256: Option<String>,
     #[serde(default)]
     providers: Vec<String>,
+    webhook_url: Option<String>,
+    webhook_secret: Option<SecretString>,
 }
 
 /// Who may use `/admin`.
@@ -188,6 +190,8 @@ pub struct ClientConfig {
     pub name: String,
     pub api_key_sha256: [u8; 32],
     pub providers: Vec<String>,
+    /// Where completion signals are POSTed, signed (Standard Webhooks).
+    pub webhook: Option<WebhookConfig>,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -195,8 +199,43 @@ impl fmt::Debug for ClientConfig {
         f.debug_struct("ClientConfig")
             .field("id", &self.id)
             .field("providers", &self.providers)
+            .field("webhook", &self.webhook)
             .finish_non_exhaustive()
     }
+}
+
+/// A client's webhook endpoint and its signing key (the decoded bytes of a `whsec_` secret).
+#[derive(Clone)]
+pub struct WebhookConfig {
+    pub url: Url,
+    pub secret: std::sync::Arc<secrecy::SecretSlice<u8>>,
+}
+
+impl fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebhookConfig")
+            .field("url", &redact_url(self.url.as_str()))
+            .field("secret", &"[redacted]")
+            .finish()
+    }
+}
+
+/// Decodes a Standard Webhooks secret: `whsec_` followed by base64 of 24 to 64 random bytes.
+pub fn parse_webhook_secret(s: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    let b64 = s
+        .strip_prefix("whsec_")
+        .ok_or("must start with `whsec_` (a Standard Webhooks secret)")?;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|_| "the part after `whsec_` is not valid base64".to_string())?;
+    if !(24..=64).contains(&raw.len()) {
+        return Err(format!(
+            "must hold 24 to 64 bytes after `whsec_`, got {}",
+            raw.len()
+        ));
+    }
+    Ok(raw)
 }
 
 /// The background refresher: tokens expiring within `margin_seconds` are refreshed ahead of
@@ -729,12 +768,61 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 );
             }
         }
+        let webhook = match (&c.webhook_url, &c.webhook_secret) {
+            (None, None) => None,
+            (Some(_), None) => {
+                err(
+                    &format!("{key}.webhook_secret"),
+                    "is required with webhook_url (\"whsec_\" + base64 of 24 to 64 random bytes)"
+                        .into(),
+                );
+                None
+            }
+            (None, Some(_)) => {
+                err(
+                    &format!("{key}.webhook_url"),
+                    "is required with webhook_secret".into(),
+                );
+                None
+            }
+            (Some(u), Some(sec)) => {
+                let url = match Url::parse(u) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Some(u),
+                    Ok(_) => {
+                        err(
+                            &format!("{key}.webhook_url"),
+                            "must be an http(s) URL".into(),
+                        );
+                        None
+                    }
+                    Err(e) => {
+                        err(&format!("{key}.webhook_url"), format!("is not a URL: {e}"));
+                        None
+                    }
+                };
+                let secret = match parse_webhook_secret(sec.expose_secret()) {
+                    Ok(raw) => Some(raw),
+                    Err(m) => {
+                        err(&format!("{key}.webhook_secret"), m);
+                        None
+                    }
+                };
+                match (url, secret) {
+                    (Some(url), Some(raw)) => Some(WebhookConfig {
+                        url,
+                        secret: std::sync::Arc::new(secrecy::SecretSlice::from(raw)),
+                    }),
+                    _ => None,
+                }
+            }
+        };
         if let Some(h) = hash {
             clients.push(ClientConfig {
                 name: c.name.unwrap_or_else(|| id.clone()),
                 id,
                 api_key_sha256: h,
                 providers: c.providers,
+                webhook,
             });
         }
     }
@@ -785,6 +873,8 @@ client_secret = "identity-super-secret"
 id = "github-mcp"
 api_key = "abcdefghijklmnopqrstuvwxyz0123"
 providers = ["github"]
+webhook_url = "https://mcp.example.com/hooks"
+webhook_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 [providers.github]
 kind = "github"
 client_id = "gh"
@@ -810,6 +900,7 @@ client_secret = "gh-super-secret"
             "gh-super-secret",
             "abcdefghijklmnopqrstuvwxyz0123",
             "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         ] {
             assert!(!dbg.contains(s), "{s} leaked in {dbg}");
         }
@@ -943,5 +1034,40 @@ client_secret = "gh-super-secret"
         let text = base().replace("providers = [\"github\"]", "providers = [\"gitlab\"]");
         let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
         assert!(e.contains("clients[0].providers"), "{e}");
+    }
+
+    #[test]
+    fn webhook_settings_are_validated_and_named() {
+        let c = Config::from_parts(&base(), &[]).unwrap();
+        let w = c.clients[0].webhook.as_ref().unwrap();
+        assert_eq!(w.url.as_str(), "https://mcp.example.com/hooks");
+        for (from, to, key) in [
+            (
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                "clients[0].webhook_secret",
+            ),
+            (
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                "whsec_c2hvcnQ=",
+                "clients[0].webhook_secret",
+            ),
+            (
+                "https://mcp.example.com/hooks",
+                "ftp://mcp.example.com/hooks",
+                "clients[0].webhook_url",
+            ),
+        ] {
+            let e = Config::from_parts(&base().replace(from, to), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{e}");
+        }
+        let no_secret = base().replace(
+            "webhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n",
+            "",
+        );
+        let e = Config::from_parts(&no_secret, &[]).unwrap_err().to_string();
+        assert!(e.contains("clients[0].webhook_secret"), "{e}");
     }
 }

@@ -53,9 +53,15 @@ pub struct ElicitationView {
     pub expires_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connection_id: Option<String>,
-    /// Ready-to-send payloads, keyed by MCP protocol version.
+    /// Ready-to-send payloads, keyed by MCP protocol version: `2026-07-28` is the
+    /// `{method, params}` to put into `InputRequiredResult.inputRequests`; `2025-11-25` has the
+    /// `elicitation/create` params and the complete `-32042` error.
     #[schema(value_type = Object)]
     pub mcp: Value,
+    /// Sealed state bound to this API client, the subject, the provider and this elicitation,
+    /// valid until `expires_at`. Put it verbatim into `InputRequiredResult.requestState`; hand it
+    /// back to `POST /v1/tokens` as `request_state`.
+    pub request_state: String,
 }
 
 impl AppState {
@@ -109,6 +115,7 @@ impl AppState {
             expires_at: rfc3339(e.expires_at),
             connection_id: e.connection_id.clone(),
             mcp,
+            request_state: crate::request_state::seal(&self.config.keys, e),
         }
     }
 
@@ -202,6 +209,13 @@ impl AppState {
                 })
                 .await;
             self.waiters.notify(&self.db, &e.id).await;
+            let finished = Elicitation {
+                status,
+                connection_id: connection_id.map(str::to_owned),
+                failure: failure.map(str::to_owned),
+                ..e.clone()
+            };
+            self.emit_elicitation_event(&finished, status).await;
         }
         Ok(changed)
     }

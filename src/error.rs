@@ -31,6 +31,19 @@ pub enum Error {
         provider: String,
         elicitation: Option<Box<Value>>,
     },
+    /// A `request_state` that this service did not issue to this client for this subject and
+    /// provider, or that has expired. `reason` is `invalid`, `foreign` or `expired`.
+    #[error("{message}")]
+    InvalidRequestState {
+        reason: &'static str,
+        message: String,
+    },
+    /// The elicitation the caller waited for was declined by the user, and nothing is connected.
+    #[error("the user declined to connect {provider}")]
+    AuthorizationDeclined {
+        provider: String,
+        elicitation_id: String,
+    },
     /// A browser-facing refusal with its own title, status and advice.
     #[error("{message}")]
     Page {
@@ -48,6 +61,27 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every API error body. Stable codes: `unauthorized`, `forbidden_provider`, `invalid_request`,
+/// `invalid_request_state`, `not_found`, `not_connected`, `authorization_required`,
+/// `reauthorization_required`, `authorization_declined`, `unavailable`, `upstream_error`,
+/// `internal`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// The stable error code.
+    pub error: String,
+    /// A human sentence.
+    pub message: String,
+    /// `invalid_request_state` only: `invalid` (not ours, altered, or another client's),
+    /// `foreign` (another subject or provider) or `expired`.
+    pub reason: Option<String>,
+    /// `authorization_required` / `reauthorization_required` with `elicit`: the elicitation to
+    /// hand to the MCP client.
+    #[schema(value_type = Option<Object>)]
+    pub elicitation: Option<Value>,
+    /// `authorization_declined`: the elicitation the user declined.
+    pub elicitation_id: Option<String>,
+}
 
 /// What a response carries so the browser layer can render it as a page.
 #[derive(Debug, Clone)]
@@ -89,11 +123,11 @@ impl Error {
         match self {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::ForbiddenProvider(_) => StatusCode::FORBIDDEN,
-            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::InvalidRequest(_) | Self::InvalidRequestState { .. } => StatusCode::BAD_REQUEST,
             Self::NotFound(_) | Self::NotConnected { .. } => StatusCode::NOT_FOUND,
-            Self::AuthorizationRequired { .. } | Self::ReauthorizationRequired { .. } => {
-                StatusCode::CONFLICT
-            }
+            Self::AuthorizationRequired { .. }
+            | Self::ReauthorizationRequired { .. }
+            | Self::AuthorizationDeclined { .. } => StatusCode::CONFLICT,
             Self::Page { status, .. } => *status,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Upstream(_) => StatusCode::BAD_GATEWAY,
@@ -106,6 +140,8 @@ impl Error {
             Self::Unauthorized => "unauthorized",
             Self::ForbiddenProvider(_) => "forbidden_provider",
             Self::InvalidRequest(_) => "invalid_request",
+            Self::InvalidRequestState { .. } => "invalid_request_state",
+            Self::AuthorizationDeclined { .. } => "authorization_declined",
             Self::NotFound(_) => "not_found",
             Self::NotConnected { .. } => "not_connected",
             Self::AuthorizationRequired { .. } => "authorization_required",
@@ -163,6 +199,10 @@ impl IntoResponse for Error {
                 elicitation: Some(e),
                 ..
             } => body["elicitation"] = (**e).clone(),
+            Self::InvalidRequestState { reason, .. } => body["reason"] = json!(reason),
+            Self::AuthorizationDeclined { elicitation_id, .. } => {
+                body["elicitation_id"] = json!(elicitation_id)
+            }
             _ => {}
         }
         let rendered = RenderedError {

@@ -13,6 +13,7 @@ pub mod crypto;
 pub mod db;
 pub mod elicitations;
 pub mod error;
+pub mod events;
 pub mod http_client;
 pub mod identity;
 pub mod metrics;
@@ -20,6 +21,7 @@ pub mod middleware;
 pub mod ops;
 pub mod providers;
 pub mod refresh_ahead;
+pub mod request_state;
 pub mod rotation;
 pub mod telemetry;
 pub mod tokens;
@@ -51,6 +53,7 @@ pub struct AppInner {
     pub providers: Providers,
     pub clients: Vec<ClientConfig>,
     pub waiters: Waiters,
+    pub events: events::Hub,
     pub refresh: tokens::RefreshCoordinator,
     pub metrics: metrics::Metrics,
     pub shutdown: watch::Receiver<bool>,
@@ -81,6 +84,7 @@ impl AppState {
             db,
             http,
             waiters,
+            events: events::Hub::new(),
             shutdown,
         }))
     }
@@ -132,6 +136,7 @@ impl Application {
             );
         }
         tasks.push(spawn_cleanup(state.clone()));
+        tasks.push(events::spawn_delivery(state.clone()));
         tasks.extend(refresh_ahead::spawn(state.clone()));
         let router = router(state.clone());
         Ok(Self {

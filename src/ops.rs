@@ -75,8 +75,8 @@ impl utoipa::Modify for BearerAuth {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "mcp-connect", description = "Third-party OAuth for MCP servers through URL-mode elicitation. Errors are `{\"error\": code, \"message\": text}`."),
-    paths(api::elicitations::create, api::elicitations::show, api::tokens::fetch, api::connections::list, api::connections::revoke),
+    info(title = "mcp-connect", description = "Third-party OAuth for MCP servers through URL-mode elicitation. Errors are `{\"error\": code, \"message\": text}` (schema `ErrorBody`). Completion signals: `GET /v1/events` (server-sent events) and, for clients with a `webhook_url`, webhooks signed per Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of \"id.timestamp.body\">`) whose body is `EventBody`."),
+    paths(api::elicitations::create, api::elicitations::show, api::tokens::fetch, api::connections::list, api::connections::revoke, api::events::stream),
     components(schemas(
         api::elicitations::CreateElicitation,
         crate::elicitations::ElicitationView,
@@ -87,6 +87,10 @@ impl utoipa::Modify for BearerAuth {
         api::connections::ConnectionList,
         crate::db::connections::ConnectionStatus,
         crate::tokens::RevocationReport,
+        crate::error::ErrorBody,
+        crate::events::EventBody,
+        crate::events::EventData,
+        crate::events::EventType,
     )),
     modifiers(&BearerAuth)
 )]

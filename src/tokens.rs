@@ -315,6 +315,10 @@ impl AppState {
                 ..Default::default()
             })
             .await;
+        if event == "connection.needs_reauth" {
+            self.emit_connection_event(crate::events::EventType::ConnectionNeedsReauth, c)
+                .await;
+        }
     }
 
     /// Revokes a connection upstream (refresh token first, then access token) and removes its
@@ -406,6 +410,8 @@ impl AppState {
                 detail: Some(&detail),
                 ..Default::default()
             })
+            .await;
+        self.emit_connection_event(crate::events::EventType::ConnectionRevoked, c)
             .await;
         Ok(report)
     }

@@ -2,6 +2,7 @@
 
 pub mod connections;
 pub mod elicitations;
+pub mod events;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tokens", post(tokens::fetch))
         .route("/v1/connections", get(connections::list))
         .route("/v1/connections/{id}", delete(connections::revoke))
+        .route("/v1/events", get(events::stream))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }

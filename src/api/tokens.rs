@@ -12,6 +12,7 @@ use super::elicitations::MAX_WAIT_SECONDS;
 use super::{ApiClient, ApiJson, validate_subject};
 use crate::AppState;
 use crate::db::connections::ConnectionStatus;
+use crate::db::elicitations::ElicitationStatus;
 use crate::elicitations::rfc3339;
 use crate::error::{Error, Result};
 use crate::middleware::request_id;
@@ -31,6 +32,12 @@ pub struct TokenRequest {
     pub elicit: bool,
     /// Wait for this elicitation to finish first (with `wait_seconds`).
     pub elicitation_id: Option<String>,
+    /// Instead of `elicitation_id`: the `request_state` of an elicitation, exactly as handed out
+    /// (and as echoed back by the MCP client in a 2026-07-28 retry). Refused with
+    /// `invalid_request_state` when altered, expired, or issued to another client or subject.
+    pub request_state: Option<String>,
+    /// With `elicitation_id` or `request_state`: hold the request up to this many seconds (at
+    /// most 60) while the elicitation is pending.
     pub wait_seconds: Option<u64>,
 }
 
@@ -46,8 +53,9 @@ pub struct TokenResponse {
 
 #[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest,
     responses((status = 200, body = TokenResponse),
-        (status = 404, description = "`not_connected`"),
-        (status = 409, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set")),
+        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`, or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
+        (status = 404, body = crate::error::ErrorBody, description = "`not_connected`"),
+        (status = 409, body = crate::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set; `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected")),
     security(("api_key" = [])))]
 pub async fn fetch(
     State(state): State<AppState>,
@@ -65,8 +73,33 @@ pub async fn fetch(
     }
     let rid = request_id(&headers);
 
-    if let Some(eid) = &req.elicitation_id {
-        let e = state.client_elicitation(&client.0, eid).await?;
+    let awaited = match (&req.elicitation_id, &req.request_state) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(
+                "give elicitation_id or request_state, not both",
+            ));
+        }
+        (Some(eid), None) => Some(eid.clone()),
+        (None, Some(sealed)) => {
+            let rs = crate::request_state::open(
+                &state.config.keys,
+                sealed,
+                &crate::request_state::Expected {
+                    client_id: &client.0.id,
+                    issuer: state.identity.issuer(),
+                    subject: &req.subject,
+                    provider: &req.provider,
+                    now: crate::db::now(),
+                },
+            )?;
+            Some(rs.elicitation_id)
+        }
+        (None, None) => None,
+    };
+    // The awaited elicitation, if the user declined it.
+    let mut declined = None;
+    if let Some(eid) = &awaited {
+        let mut e = state.client_elicitation(&client.0, eid).await?;
         if e.subject != req.subject || e.provider != req.provider {
             return Err(Error::invalid(
                 "the elicitation was made for another subject or provider",
@@ -79,15 +112,23 @@ pub async fn fetch(
                 )));
             }
             Some(w) if w > 0 => {
-                state
+                if let Some(done) = state
                     .waiters
                     .wait(&state.db, &e.id, Duration::from_secs(w))
-                    .await?;
+                    .await?
+                {
+                    e = done;
+                }
             }
             _ => {}
         }
+        if e.effective_status(crate::db::now()) == ElicitationStatus::Declined {
+            declined = Some(e.id.clone());
+        }
     } else if req.wait_seconds.is_some() {
-        return Err(Error::invalid("wait_seconds needs elicitation_id"));
+        return Err(Error::invalid(
+            "wait_seconds needs elicitation_id or request_state",
+        ));
     }
 
     let connection = state
@@ -96,6 +137,14 @@ pub async fn fetch(
         .await?
         .filter(|c| c.status != ConnectionStatus::Revoked);
     let Some(connection) = connection else {
+        // The user said no to this very request: tell the caller, rather than hand out a new
+        // elicitation it would show again.
+        if let Some(id) = declined {
+            return Err(Error::AuthorizationDeclined {
+                provider: provider.name.clone(),
+                elicitation_id: id,
+            });
+        }
         if req.elicit {
             let view =
                 offer_elicitation(&state, &client, &req.subject, &provider, rid.as_deref()).await?;
@@ -126,6 +175,12 @@ pub async fn fetch(
             scopes: t.scopes,
             connection_id: t.connection_id,
         })),
+        Err(Error::ReauthorizationRequired { .. }) if declined.is_some() => {
+            Err(Error::AuthorizationDeclined {
+                provider: provider.name.clone(),
+                elicitation_id: declined.unwrap_or_default(),
+            })
+        }
         Err(Error::ReauthorizationRequired { provider: p, .. }) if req.elicit => {
             let view =
                 offer_elicitation(&state, &client, &req.subject, &provider, rid.as_deref()).await?;

@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod connections;
 pub mod elicitations;
+pub mod events;
 pub mod flows;
 pub mod refresh_lock;
 pub mod sessions;

@@ -190,6 +190,8 @@ pub struct Options {
     pub extra_toml: String,
     /// The body of `[providers.other]` (only the client `other-mcp` may use it).
     pub other_provider: String,
+    /// Extra keys for the `demo-mcp` client (e.g. its webhook).
+    pub demo_client_extra: String,
     pub key: String,
 }
 
@@ -200,6 +202,7 @@ impl Default for Options {
             refresh_ahead: 0,
             extra_toml: String::new(),
             other_provider: "authorization_url = \"http://127.0.0.1:9/authorize\"\ntoken_url = \"http://127.0.0.1:9/token\"\nclient_id = \"x\"".into(),
+            demo_client_extra: String::new(),
             key: mcp_connect::crypto::generate_key("k1"),
         }
     }
@@ -261,6 +264,26 @@ impl TestApp {
         if let Some(t) = self.task.take() {
             let _ = t.await;
         }
+    }
+
+    /// Stops the app but keeps its peers running; returns what a restarted app needs (its
+    /// database URL, peers and encryption key).
+    pub async fn stop_keeping_peers(self) -> (String, Peers, String) {
+        let TestApp {
+            db_url,
+            peers,
+            key,
+            stop,
+            task,
+            ..
+        } = self;
+        if let Some(tx) = stop {
+            let _ = tx.send(());
+        }
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+        (db_url, peers, key)
     }
 
     pub fn browser(&self) -> Browser {
@@ -461,6 +484,7 @@ pub fn config_toml(url: &str, db_url: &str, peers: &Peers, opts: &Options) -> St
     let extra = &opts.extra_toml;
     let other = &opts.other_provider;
     let refresh_ahead = opts.refresh_ahead;
+    let demo_extra = &opts.demo_client_extra;
     format!(
         r#"
 public_url = "{url}"
@@ -480,6 +504,7 @@ id = "demo-mcp"
 name = "Demo MCP"
 api_key = "{API_KEY}"
 providers = ["acme"]
+{demo_extra}
 
 [[clients]]
 id = "other-mcp"

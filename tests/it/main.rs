@@ -9,3 +9,4 @@ mod invariants;
 mod lifecycle;
 mod operations;
 mod provider_quirks;
+mod signals;

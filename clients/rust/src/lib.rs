@@ -1,0 +1,391 @@
+//! A small typed client for [mcp-connect](../../docs/mcp-integration.md): the service that gives
+//! an MCP server third-party OAuth through URL-mode elicitation.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), mcp_connect_client::Error> {
+//! use mcp_connect_client::{Client, TokenRequest};
+//! let connect = Client::new("https://connect.example.com", "api-key");
+//! match connect.token(&TokenRequest::new("user-sub", "github").elicit()).await {
+//!     Ok(token) => println!("call GitHub with {}", token.access_token.len()),
+//!     Err(e) => match e.elicitation() {
+//!         // Hand the ready payload to the MCP client (see `Elicitation::mcp`).
+//!         Some(el) => println!("ask the user to open {}", el.url),
+//!         None => return Err(e),
+//!     },
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Webhook signatures (Standard Webhooks) are checked by [`webhooks::Verifier`].
+
+pub mod webhooks;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The two MCP protocol versions whose payloads every elicitation carries.
+pub const MCP_2025_11_25: &str = "2025-11-25";
+pub const MCP_2026_07_28: &str = "2026-07-28";
+
+/// The longest the service holds a waiting request.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The service answered with an error body.
+    #[error("mcp-connect answered {status}: {} ({})", .body.message, .body.error)]
+    Api { status: u16, body: Box<ApiError> },
+    #[error("could not reach mcp-connect: {0}")]
+    Http(#[from] reqwest::Error),
+}
+
+impl Error {
+    /// The stable error code (`not_connected`, `authorization_required`, …), if the service sent one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Self::Api { body, .. } => Some(&body.error),
+            Self::Http(_) => None,
+        }
+    }
+
+    /// The ready elicitation that came with `authorization_required` /
+    /// `reauthorization_required` (when the request set `elicit`).
+    pub fn elicitation(&self) -> Option<&Elicitation> {
+        match self {
+            Self::Api { body, .. } => body.elicitation.as_ref(),
+            Self::Http(_) => None,
+        }
+    }
+
+    /// The user declined the awaited elicitation and nothing is connected.
+    pub fn is_declined(&self) -> bool {
+        self.code() == Some("authorization_declined")
+    }
+
+    /// The `request_state` was refused (`invalid`, `foreign` or `expired`).
+    pub fn is_invalid_request_state(&self) -> bool {
+        self.code() == Some("invalid_request_state")
+    }
+}
+
+/// The JSON error body: `{error, message}` plus what some codes carry.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ApiError {
+    pub error: String,
+    pub message: String,
+    /// `invalid_request_state`: `invalid`, `foreign` or `expired`.
+    pub reason: Option<String>,
+    pub elicitation: Option<Elicitation>,
+    /// `authorization_declined`: the declined elicitation.
+    pub elicitation_id: Option<String>,
+}
+
+/// An elicitation as the service hands it out.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Elicitation {
+    pub id: String,
+    /// The connect URL for the user. Carries no personal data.
+    pub url: String,
+    /// What the MCP client shows the user; names the provider.
+    pub message: String,
+    /// `pending`, `completed`, `declined`, `expired` or `failed`.
+    pub status: String,
+    pub subject: String,
+    pub provider: String,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    pub expires_at: String,
+    pub connection_id: Option<String>,
+    /// Ready-to-send payloads keyed by protocol version (see the helpers below).
+    pub mcp: Value,
+    /// Sealed state to put verbatim into `InputRequiredResult.requestState` (2026-07-28) and to
+    /// hand back as [`TokenRequest::request_state`].
+    pub request_state: Option<String>,
+}
+
+impl Elicitation {
+    pub fn is_pending(&self) -> bool {
+        self.status == "pending"
+    }
+
+    /// 2026-07-28: the `{method: "elicitation/create", params: {mode: "url", message, url}}`
+    /// object for `InputRequiredResult.inputRequests`.
+    pub fn input_request(&self) -> &Value {
+        &self.mcp[MCP_2026_07_28]
+    }
+
+    /// 2026-07-28: a complete `InputRequiredResult` asking for this elicitation under `key`.
+    pub fn input_required_result(&self, key: &str) -> Value {
+        let mut r = serde_json::json!({
+            "resultType": "input_required",
+            "inputRequests": { key: self.input_request() },
+        });
+        if let Some(s) = &self.request_state {
+            r["requestState"] = Value::String(s.clone());
+        }
+        r
+    }
+
+    /// 2025-11-25: the `elicitation/create` params (`mode`, `elicitationId`, `url`, `message`).
+    pub fn create_params(&self) -> &Value {
+        &self.mcp[MCP_2025_11_25]["params"]
+    }
+
+    /// 2025-11-25: the URLElicitationRequiredError (`code: -32042`, `message`, `data`).
+    pub fn url_elicitation_required_error(&self) -> &Value {
+        &self.mcp[MCP_2025_11_25]["error"]
+    }
+}
+
+/// A token to call the provider with.
+#[derive(Clone, Deserialize)]
+pub struct Token {
+    pub access_token: String,
+    pub token_type: String,
+    pub expires_at: Option<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    pub connection_id: String,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("access_token", &"[redacted]")
+            .field("token_type", &self.token_type)
+            .field("expires_at", &self.expires_at)
+            .field("connection_id", &self.connection_id)
+            .finish()
+    }
+}
+
+/// `POST /v1/tokens`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TokenRequest {
+    pub subject: String,
+    pub provider: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_ttl_seconds: Option<i64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub force_refresh: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub elicit: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elicitation_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_state: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_seconds: Option<u64>,
+}
+
+impl TokenRequest {
+    pub fn new(subject: impl Into<String>, provider: impl Into<String>) -> Self {
+        Self {
+            subject: subject.into(),
+            provider: provider.into(),
+            ..Self::default()
+        }
+    }
+
+    /// When not connected, answer `authorization_required` with a ready elicitation.
+    pub fn elicit(mut self) -> Self {
+        self.elicit = true;
+        self
+    }
+
+    /// Wait for this elicitation first (with [`Self::wait`]).
+    pub fn elicitation_id(mut self, id: impl Into<String>) -> Self {
+        self.elicitation_id = Some(id.into());
+        self
+    }
+
+    /// Wait for the elicitation sealed in this `request_state` first (with [`Self::wait`]).
+    pub fn request_state(mut self, state: impl Into<String>) -> Self {
+        self.request_state = Some(state.into());
+        self
+    }
+
+    /// Hold the request while the awaited elicitation is pending (at most 60 s).
+    pub fn wait(mut self, d: Duration) -> Self {
+        self.wait_seconds = Some(d.min(MAX_WAIT).as_secs());
+        self
+    }
+
+    pub fn min_ttl(mut self, d: Duration) -> Self {
+        self.min_ttl_seconds = Some(d.as_secs() as i64);
+        self
+    }
+}
+
+/// A connection's metadata (never its tokens).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Connection {
+    pub id: String,
+    pub subject: String,
+    pub provider: String,
+    /// `active`, `needs_reauth` or `revoked`.
+    pub status: String,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    pub account_label: Option<String>,
+    pub expires_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// What revoking a connection did.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Revocation {
+    pub connection_id: String,
+    pub refresh_token: String,
+    pub access_token: String,
+    pub tokens_deleted: bool,
+    pub message: String,
+}
+
+/// The API client. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    api_key: String,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// `base_url` is mcp-connect's `public_url`; `api_key` one from its `[[clients]]`.
+    pub fn new(base_url: impl Into<String>, api_key: impl Into<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            // Long enough for the longest wait the service holds.
+            .timeout(MAX_WAIT + Duration::from_secs(15))
+            .build()
+            .unwrap_or_default();
+        Self::with_http(http, base_url, api_key)
+    }
+
+    pub fn with_http(
+        http: reqwest::Client,
+        base_url: impl Into<String>,
+        api_key: impl Into<String>,
+    ) -> Self {
+        Self {
+            http,
+            base: base_url.into().trim_end_matches('/').to_owned(),
+            api_key: api_key.into(),
+        }
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, Error> {
+        let resp = req.bearer_auth(&self.api_key).send().await?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp.json().await?);
+        }
+        let text = resp.text().await?;
+        let body = serde_json::from_str::<ApiError>(&text).unwrap_or_else(|_| ApiError {
+            error: "unexpected_response".into(),
+            message: text.chars().take(200).collect(),
+            reason: None,
+            elicitation: None,
+            elicitation_id: None,
+        });
+        Err(Error::Api {
+            status: status.as_u16(),
+            body: Box::new(body),
+        })
+    }
+
+    /// `POST /v1/elicitations`: a connect URL for `subject` at `provider` (a still-pending one
+    /// for the same request is handed out again).
+    pub async fn create_elicitation(
+        &self,
+        subject: &str,
+        provider: &str,
+        scopes: Option<&[String]>,
+    ) -> Result<Elicitation, Error> {
+        let mut body = serde_json::json!({ "subject": subject, "provider": provider });
+        if let Some(s) = scopes {
+            body["scopes"] = serde_json::json!(s);
+        }
+        self.call(
+            self.http
+                .post(format!("{}/v1/elicitations", self.base))
+                .json(&body),
+        )
+        .await
+    }
+
+    /// `GET /v1/elicitations/{id}`.
+    pub async fn elicitation(&self, id: &str) -> Result<Elicitation, Error> {
+        self.wait_elicitation(id, Duration::ZERO).await
+    }
+
+    /// `GET /v1/elicitations/{id}?wait=`: returns once it is no longer pending, or when `wait`
+    /// (at most 60 s) has passed.
+    pub async fn wait_elicitation(&self, id: &str, wait: Duration) -> Result<Elicitation, Error> {
+        let secs = wait.min(MAX_WAIT).as_secs();
+        let mut url = format!("{}/v1/elicitations/{}", self.base, encode(id));
+        if secs > 0 {
+            url.push_str(&format!("?wait={secs}"));
+        }
+        self.call(self.http.get(url)).await
+    }
+
+    /// `POST /v1/tokens`.
+    pub async fn token(&self, req: &TokenRequest) -> Result<Token, Error> {
+        self.call(self.http.post(format!("{}/v1/tokens", self.base)).json(req))
+            .await
+    }
+
+    /// `GET /v1/connections?subject=`.
+    pub async fn connections(&self, subject: &str) -> Result<Vec<Connection>, Error> {
+        #[derive(Deserialize)]
+        struct List {
+            connections: Vec<Connection>,
+        }
+        let l: List = self
+            .call(
+                self.http
+                    .get(format!("{}/v1/connections", self.base))
+                    .query(&[("subject", subject)]),
+            )
+            .await?;
+        Ok(l.connections)
+    }
+
+    /// `DELETE /v1/connections/{id}`: revokes at the provider and deletes the tokens.
+    pub async fn revoke(&self, connection_id: &str) -> Result<Revocation, Error> {
+        self.call(self.http.delete(format!(
+            "{}/v1/connections/{}",
+            self.base,
+            encode(connection_id)
+        )))
+        .await
+    }
+}
+
+/// Ids are URL-safe by construction; anything else is percent-encoded rather than trusted.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}

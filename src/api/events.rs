@@ -1,0 +1,108 @@
+//! `GET /v1/events`: the authenticated client's events as server-sent events, for MCP servers
+//! that prefer listening to receiving webhooks. Each message has `id` (a sequence number to
+//! resume from with `Last-Event-ID`), `event` (the type) and `data` (the same JSON body a
+//! webhook carries).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use tokio::sync::{broadcast, watch};
+
+use super::ApiClient;
+use crate::AppState;
+use crate::db::events::EventRow;
+use crate::error::Result;
+
+/// A comment line this often keeps proxies from closing an idle stream.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Events written by other replicas are noticed at least this often.
+const POLL_EVERY: Duration = Duration::from_secs(1);
+
+struct Cursor {
+    state: AppState,
+    client_id: String,
+    last: i64,
+    buf: VecDeque<EventRow>,
+    rx: broadcast::Receiver<String>,
+    shutdown: watch::Receiver<bool>,
+    hello: bool,
+}
+
+#[utoipa::path(get, path = "/v1/events",
+    params(("Last-Event-ID" = Option<String>, Header, description = "resume after this event id (a sequence number); without it the stream starts with the next new event")),
+    responses((status = 200, content_type = "text/event-stream", body = crate::events::EventBody,
+        description = "Server-sent events: `id` (sequence number), `event` (the type) and `data` (the event body, as webhooks carry it). A comment line is sent on connect and every 15 s."),
+        (status = 401, body = crate::error::ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn stream(
+    State(state): State<AppState>,
+    client: ApiClient,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    // Subscribe before reading the position, so nothing recorded in between is missed.
+    let rx = state.events.subscribe();
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|n| *n >= 0);
+    let last = match resume {
+        Some(n) => n,
+        None => state.db.last_event_seq(&client.0.id).await?,
+    };
+    let cursor = Cursor {
+        shutdown: state.shutdown.clone(),
+        client_id: client.0.id.clone(),
+        state,
+        last,
+        buf: VecDeque::new(),
+        rx,
+        hello: true,
+    };
+    let stream = futures_util::stream::unfold(cursor, |mut c| async move {
+        let ev = next_event(&mut c).await?;
+        Some((Ok(ev), c))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}
+
+/// The next message, or `None` when the service shuts down (so graceful shutdown is not held
+/// up by open streams).
+async fn next_event(c: &mut Cursor) -> Option<Event> {
+    if c.hello {
+        c.hello = false;
+        return Some(Event::default().comment("connected"));
+    }
+    loop {
+        if let Some(row) = c.buf.pop_front() {
+            c.last = row.seq;
+            return Some(
+                Event::default()
+                    .id(row.seq.to_string())
+                    .event(row.event_type)
+                    .data(row.payload),
+            );
+        }
+        if *c.shutdown.borrow() {
+            return None;
+        }
+        match c.state.db.events_after(&c.client_id, c.last, 100).await {
+            Ok(rows) if !rows.is_empty() => {
+                c.buf.extend(rows);
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "event stream could not read events"),
+        }
+        tokio::select! {
+            _ = c.rx.recv() => {}
+            _ = tokio::time::sleep(POLL_EVERY) => {}
+            r = c.shutdown.changed() => if r.is_err() { return None },
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! MCP integration signals: sealed `request_state` round trips and refusals, signed webhooks with
+//! retries, and the `GET /v1/events` stream.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode as AxStatus};
+use mcp_connect_client::webhooks::{Verifier, WebhookError};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+use crate::on_both_databases;
+
+const WEBHOOK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Completes `e` in a fresh browser as `subject` (identity sign-in, consent, upstream Allow).
+async fn complete(app: &TestApp, e: &Value, subject: &str) {
+    let b = app.browser();
+    let page = b
+        .sign_in_to_consent(e["url"].as_str().unwrap(), subject)
+        .await;
+    let done = b.consent_and_allow(&page, subject).await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+}
+
+async fn decline(app: &TestApp, e: &Value, subject: &str) {
+    let b = app.browser();
+    let page = b
+        .sign_in_to_consent(e["url"].as_str().unwrap(), subject)
+        .await;
+    let done = b
+        .submit(&page, "form.actions", &[("action", "decline")])
+        .await;
+    assert!(done.status.is_success(), "{} {}", done.status, done.body);
+}
+
+fn invalid_state(s: StatusCode, v: &Value, reason: &str) {
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"], "invalid_request_state", "{v}");
+    assert_eq!(v["reason"], reason, "{v}");
+    assert!(v["message"].as_str().unwrap().len() > 20, "{v}");
+}
+
+on_both_databases!(
+    request_state_round_trip_waits_for_completion_then_gives_the_token,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        // Not connected, elicit: the error carries the elicitation with its sealed state.
+        let (s, v) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "elicit": true}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CONFLICT, "{v}");
+        let e = v["elicitation"].clone();
+        let state = e["request_state"].as_str().unwrap().to_owned();
+        assert!(!state.contains("alice") && !state.contains(e["id"].as_str().unwrap()));
+        // Both eras' payloads, ready to send.
+        let p26 = &e["mcp"]["2026-07-28"];
+        assert_eq!(p26["method"], "elicitation/create");
+        assert_eq!(p26["params"]["mode"], "url");
+        assert_eq!(p26["params"]["url"], e["url"]);
+        assert!(p26["params"].get("elicitationId").is_none());
+        assert!(p26["params"]["message"].as_str().unwrap().contains("Acme"));
+        let p25 = &e["mcp"]["2025-11-25"];
+        assert_eq!(p25["params"]["elicitationId"], e["id"]);
+        assert_eq!(p25["error"]["code"], -32042);
+        assert_eq!(p25["error"]["data"]["elicitations"][0], p25["params"]);
+
+        // A waiting call with only the request state returns once the user has connected.
+        let waiting = {
+            let api = app.api.clone();
+            let url = format!("{}/v1/tokens", app.url);
+            let body = json!({"subject": "alice", "provider": "acme", "request_state": state, "wait_seconds": 30});
+            tokio::spawn(async move {
+                let r = api
+                    .post(url)
+                    .bearer_auth(API_KEY)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                (r.status(), r.json::<Value>().await.unwrap())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !waiting.is_finished(),
+            "the call waits while the elicitation is pending"
+        );
+        complete(&app, &e, "alice").await;
+        let (s, t) = tokio::time::timeout(Duration::from_secs(20), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(s, StatusCode::OK, "{t}");
+        let (who, me) = app.peers.whoami(t["access_token"].as_str().unwrap()).await;
+        assert_eq!(who, StatusCode::OK);
+        assert_eq!(me["sub"], "alice");
+
+        // GET of the elicitation also carries a (fresh) state that works the same way.
+        let (_, shown) = app
+            .get(&format!("/v1/elicitations/{}", e["id"].as_str().unwrap()))
+            .await;
+        assert_eq!(shown["status"], "completed");
+        let (s, _) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "request_state": shown["request_state"]}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    tampered_expired_and_foreign_request_states_are_refused,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        app.connect("alice").await;
+        let e = app.elicit("bob").await;
+        let state = e["request_state"].as_str().unwrap().to_owned();
+        let body = |subject: &str, rs: &str| json!({"subject": subject, "provider": "acme", "request_state": rs});
+
+        // Tampered: one character changed.
+        let mut t = state.clone().into_bytes();
+        let i = t.len() - 5;
+        t[i] = if t[i] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(t).unwrap();
+        let (s, v) = app.post("/v1/tokens", body("bob", &tampered)).await;
+        invalid_state(s, &v, "invalid");
+        let (s, v) = app.post("/v1/tokens", body("bob", "forged.state")).await;
+        invalid_state(s, &v, "invalid");
+
+        // Foreign subject: bob's state presented for alice (who is connected) is refused, and
+        // no token leaks.
+        let (s, v) = app.post("/v1/tokens", body("alice", &state)).await;
+        invalid_state(s, &v, "foreign");
+        assert!(v.get("access_token").is_none());
+
+        // Foreign client: another API client cannot use demo-mcp's state.
+        let r = app
+            .api
+            .post(format!("{}/v1/tokens", app.url))
+            .bearer_auth(OTHER_API_KEY)
+            .json(&body("bob", &state))
+            .send()
+            .await
+            .unwrap();
+        let s = r.status();
+        invalid_state(s, &r.json().await.unwrap(), "invalid");
+
+        // Expired: a state sealed by this service's own keys for an elicitation that has expired.
+        let mut row = app
+            .db()
+            .get_elicitation(e["id"].as_str().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        row.expires_at = mcp_connect::db::now() - 1;
+        let expired = mcp_connect::request_state::seal(&app.state.config.keys, &row);
+        let (s, v) = app.post("/v1/tokens", body("bob", &expired)).await;
+        invalid_state(s, &v, "expired");
+
+        // Both ways of naming the elicitation at once is a plain invalid_request.
+        let (s, v) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "bob", "provider": "acme", "request_state": state, "elicitation_id": e["id"]}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        assert_eq!(v["error"], "invalid_request");
+
+        // The genuine state still works: bob is simply not connected yet.
+        let (s, v) = app.post("/v1/tokens", body("bob", &state)).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+        assert_eq!(v["error"], "not_connected");
+        let doc = app.get("/openapi.json").await.1;
+        assert!(doc.to_string().contains("invalid_request_state"));
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    declined_elicitation_ends_a_request_state_wait_with_authorization_declined,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        let e = app.elicit("alice").await;
+        decline(&app, &e, "alice").await;
+        let (s, v) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "elicit": true,
+                       "request_state": e["request_state"], "wait_seconds": 5}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CONFLICT, "{v}");
+        assert_eq!(v["error"], "authorization_declined", "{v}");
+        assert_eq!(v["elicitation_id"], e["id"]);
+        app.shutdown().await;
+    }
+);
+
+/// What the local webhook receiver saw.
+#[derive(Default)]
+struct Received {
+    requests: Vec<(HeaderMap, Bytes)>,
+    /// Answer 500 to this many requests first.
+    fail_first: usize,
+}
+
+async fn receiver(fail_first: usize) -> (String, Arc<Mutex<Received>>) {
+    let seen = Arc::new(Mutex::new(Received {
+        fail_first,
+        ..Default::default()
+    }));
+    let s = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            let s = s.clone();
+            async move {
+                let mut r = s.lock().unwrap();
+                r.requests.push((headers, body));
+                if r.requests.len() <= r.fail_first {
+                    AxStatus::INTERNAL_SERVER_ERROR
+                } else {
+                    AxStatus::NO_CONTENT
+                }
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    (url, seen)
+}
+
+async fn wait_for_requests(seen: &Arc<Mutex<Received>>, n: usize) -> Vec<(HeaderMap, Bytes)> {
+    for _ in 0..200 {
+        {
+            let r = seen.lock().unwrap();
+            if r.requests.len() >= n {
+                return r.requests.clone();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "expected {n} webhook requests, got {}",
+        seen.lock().unwrap().requests.len()
+    );
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
+    h.get(name).unwrap().to_str().unwrap()
+}
+
+on_both_databases!(
+    webhooks_are_signed_retried_after_a_failure_and_carry_the_elicitation,
+    |kind| async move {
+        let (hook, seen) = receiver(1).await;
+        let app = TestApp::spawn_with(
+            kind,
+            Options {
+                demo_client_extra: format!(
+                    "webhook_url = \"{hook}\"\nwebhook_secret = \"{WEBHOOK_SECRET}\""
+                ),
+                ..Options::default()
+            },
+        )
+        .await;
+        let e = app.elicit("alice").await;
+        complete(&app, &e, "alice").await;
+
+        // The first attempt got a 500; the retry (after about a second) succeeded.
+        let reqs = wait_for_requests(&seen, 2).await;
+        let (h1, b1) = &reqs[0];
+        let (h2, b2) = &reqs[1];
+        assert_eq!(
+            header(h1, "webhook-id"),
+            header(h2, "webhook-id"),
+            "a retry keeps its id"
+        );
+        assert_eq!(b1, b2);
+        assert!(header(h2, "webhook-signature").starts_with("v1,"));
+        let verifier = Verifier::new(WEBHOOK_SECRET).unwrap();
+        let ev = verifier.verify(h2, b2).expect("a valid signature");
+        assert_eq!(ev.event_type, "elicitation.completed");
+        assert_eq!(ev.data.subject, "alice");
+        assert_eq!(ev.data.provider, "acme");
+        assert_eq!(ev.data.client_id, "demo-mcp");
+        assert_eq!(ev.data.elicitation_id.as_deref(), e["id"].as_str());
+        let (_, shown) = app
+            .get(&format!("/v1/elicitations/{}", e["id"].as_str().unwrap()))
+            .await;
+        assert_eq!(
+            ev.data.connection_id.as_deref(),
+            shown["connection_id"].as_str()
+        );
+
+        // A tampered body, a wrong secret or a stale timestamp does not verify.
+        let mut forged = b2.to_vec();
+        let at = forged.len() - 3;
+        forged[at] ^= 1;
+        assert_eq!(
+            verifier.verify(h2, &forged).unwrap_err(),
+            WebhookError::BadSignature
+        );
+        let wrong = Verifier::new("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").unwrap();
+        assert_eq!(
+            wrong.verify(h2, b2).unwrap_err(),
+            WebhookError::BadSignature
+        );
+        let ts: i64 = header(h2, "webhook-timestamp").parse().unwrap();
+        assert_eq!(
+            verifier
+                .verify_at(
+                    header(h2, "webhook-id"),
+                    &ts.to_string(),
+                    header(h2, "webhook-signature"),
+                    b2,
+                    ts + 3600
+                )
+                .unwrap_err(),
+            WebhookError::Stale
+        );
+
+        // The outbox recorded both attempts and the delivery.
+        let (attempts, delivered, _) = app
+            .db()
+            .event_delivery(header(h2, "webhook-id"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((attempts, delivered), (2, true));
+
+        // Revoking the connection signals connection.revoked to this client too.
+        let cid = shown["connection_id"].as_str().unwrap();
+        let (s, _) = app.delete(&format!("/v1/connections/{cid}")).await;
+        assert_eq!(s, StatusCode::OK);
+        let reqs = wait_for_requests(&seen, 3).await;
+        let ev = verifier.verify(&reqs[2].0, &reqs[2].1).unwrap();
+        assert_eq!(ev.event_type, "connection.revoked");
+        assert_eq!(ev.data.connection_id.as_deref(), Some(cid));
+        assert_eq!(ev.data.subject, "alice");
+        assert!(ev.data.elicitation_id.is_none());
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(undelivered_webhooks_survive_a_restart, |kind| async move {
+    // The receiver is down (always 500) while the first app runs...
+    let (hook, seen) = receiver(usize::MAX).await;
+    let opts = Options {
+        demo_client_extra: format!(
+            "webhook_url = \"{hook}\"\nwebhook_secret = \"{WEBHOOK_SECRET}\""
+        ),
+        ..Options::default()
+    };
+    let app = TestApp::spawn_with(kind, opts.clone()).await;
+    let e = app.elicit("alice").await;
+    decline(&app, &e, "alice").await;
+    let (h, _) = wait_for_requests(&seen, 1).await.remove(0);
+    let id = header(&h, "webhook-id").to_owned();
+    // Stop once the failed attempt is on record (the retry is then a second away).
+    for _ in 0..50 {
+        if app.db().event_delivery(&id).await.unwrap().unwrap().0 >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (db_url, peers, key) = app.stop_keeping_peers().await;
+    let attempts_before = seen.lock().unwrap().requests.len();
+    seen.lock().unwrap().fail_first = 0;
+    // ...then a new process on the same database delivers what is still due.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let app2 = TestApp::spawn_on(listener, peers, db_url, &Options { key, ..opts }).await;
+    let reqs = wait_for_requests(&seen, attempts_before + 1).await;
+    let (h, b) = reqs.last().unwrap();
+    let ev = Verifier::new(WEBHOOK_SECRET).unwrap().verify(h, b).unwrap();
+    assert_eq!(ev.event_type, "elicitation.declined");
+    assert_eq!(ev.data.elicitation_id.as_deref(), e["id"].as_str());
+    app2.shutdown().await;
+});
+
+/// Reads server-sent events until `want` has arrived; returns every (event, data) seen.
+async fn read_events(
+    mut resp: reqwest::Response,
+    want: &str,
+) -> (Vec<(String, Value, String)>, bool) {
+    let mut buf = String::new();
+    let mut got = Vec::new();
+    let mut saw_comment = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, resp.chunk()).await {
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut ev, mut data, mut id) = (String::new(), String::new(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    ev = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim());
+                } else if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().to_owned();
+                } else if line.starts_with(':') {
+                    saw_comment = true;
+                }
+            }
+            if !ev.is_empty() {
+                let done = ev == want;
+                got.push((ev, serde_json::from_str(&data).unwrap(), id));
+                if done {
+                    return (got, saw_comment);
+                }
+            }
+        }
+    }
+    panic!("no {want} event within 20 s; got {got:?}");
+}
+
+async fn open_stream(app: &TestApp, key: &str, last_event_id: Option<&str>) -> reqwest::Response {
+    let mut req = app
+        .api
+        .get(format!("{}/v1/events", app.url))
+        .bearer_auth(key);
+    if let Some(id) = last_event_id {
+        req = req.header("last-event-id", id);
+    }
+    let mut resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    // Wait for the opening comment, so the stream is live before anything happens.
+    let first = resp.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).starts_with(':'));
+    resp
+}
+
+on_both_databases!(
+    event_stream_delivers_own_completions_only_and_resumes,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        let r = app
+            .api
+            .get(format!("{}/v1/events", app.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+
+        let mine = open_stream(&app, API_KEY, None).await;
+        let theirs = open_stream(&app, OTHER_API_KEY, None).await;
+        let e = app.elicit("alice").await;
+        complete(&app, &e, "alice").await;
+        let (got, _) = read_events(mine, "elicitation.completed").await;
+        let (_, data, id) = got.last().unwrap();
+        assert_eq!(data["type"], "elicitation.completed");
+        assert_eq!(data["data"]["elicitation_id"], e["id"]);
+        assert_eq!(data["data"]["subject"], "alice");
+        assert_eq!(data["data"]["provider"], "acme");
+        assert!(data["data"]["connection_id"].is_string());
+
+        // The other client hears nothing of demo-mcp's elicitation: the first thing it gets is
+        // the revocation of the connection (its provider is one it may use).
+        let cid = data["data"]["connection_id"].as_str().unwrap().to_owned();
+        let (s, _) = app.delete(&format!("/v1/connections/{cid}")).await;
+        assert_eq!(s, StatusCode::OK);
+        let (got_theirs, _) = read_events(theirs, "connection.revoked").await;
+        assert_eq!(got_theirs.len(), 1, "{got_theirs:?}");
+        assert_eq!(got_theirs[0].1["data"]["client_id"], "other-mcp");
+
+        // Resuming from before the completion replays it, then the revocation.
+        let before: i64 = id.parse::<i64>().unwrap() - 1;
+        let again = open_stream(&app, API_KEY, Some(&before.to_string())).await;
+        let (replayed, _) = read_events(again, "connection.revoked").await;
+        let kinds: Vec<&str> = replayed.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(kinds, ["elicitation.completed", "connection.revoked"]);
+
+        // Shutting down ends open streams instead of hanging on them.
+        let open = open_stream(&app, API_KEY, None).await;
+        tokio::time::timeout(Duration::from_secs(10), app.shutdown())
+            .await
+            .expect("shutdown is not held up by an open event stream");
+        drop(open);
+    }
+);
