@@ -1,0 +1,209 @@
+//! An MCP server on `rmcp` (stdio) whose tool needs the user's token at a provider, and gets it
+//! from mcp-connect — in both protocol eras:
+//!
+//! * 2026-07-28: answer `InputRequiredResult` with mcp-connect's ready `inputRequests` entry and
+//!   its sealed `request_state`; on the client's retry, hand the echoed state back to mcp-connect
+//!   (which waits briefly for the user to finish) and decide from the token store, never from
+//!   the client's `accept`.
+//! * 2025-11-25: send `elicitation/create` (URL mode) and wait for the connection, then send
+//!   `notifications/elicitation/complete`; a client without URL elicitation gets the `-32042`
+//!   error instead.
+//!
+//! ```sh
+//! MCP_CONNECT_URL=http://127.0.0.1:8080 MCP_CONNECT_API_KEY=... PROVIDER=acme \
+//! PROVIDER_API=https://api.acme.test/whoami MCP_SUBJECT=alice \
+//!   cargo run -p mcp-connect-client --example rmcp_server
+//! ```
+//!
+//! Over stdio the server runs as one local user, given as `MCP_SUBJECT`. An HTTP server takes the
+//! subject from the `sub` of the user's validated MCP access token instead — never from input.
+
+use std::time::Duration;
+
+use mcp_connect_client::{Client, Elicitation, TokenRequest};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomNotification,
+    ElicitationAction, ErrorCode, InputRequest, InputRequests, InputRequiredResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    ServerNotification, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+/// The key of our one input request in `inputRequests` / `inputResponses`.
+const KEY: &str = "connect";
+
+struct Whoami {
+    connect: Client,
+    provider: String,
+    provider_api: String,
+    subject: String,
+    http: reqwest::Client,
+}
+
+fn text(s: impl Into<String>) -> CallToolResponse {
+    CallToolResult::success(vec![ContentBlock::text(s.into())]).into()
+}
+
+impl Whoami {
+    /// What the tool is for: call the provider's API with the user's token.
+    async fn call_provider(&self, token: &str) -> Result<CallToolResponse, McpError> {
+        let r = self
+            .http
+            .get(&self.provider_api)
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| McpError::internal_error(format!("provider unreachable: {e}"), None))?;
+        let body = r.text().await.unwrap_or_default();
+        Ok(text(format!("{} says: {body}", self.provider)))
+    }
+
+    async fn call(
+        &self,
+        req: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let modern = ctx
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        // A 2026-07-28 retry: the user's answer to the URL request, and our echoed state.
+        let answer = req
+            .input_responses
+            .as_ref()
+            .and_then(|r| r.get(KEY))
+            .and_then(|v| v["action"].as_str());
+        if matches!(answer, Some("decline" | "cancel")) {
+            return Ok(text(format!(
+                "Not connected to {}: you chose not to.",
+                self.provider
+            )));
+        }
+        let mut ask = TokenRequest::new(&self.subject, &self.provider).elicit();
+        if let Some(state) = &req.request_state {
+            ask = ask.request_state(state).wait(Duration::from_secs(20));
+        }
+        match self.connect.token(&ask).await {
+            Ok(t) => self.call_provider(&t.access_token).await,
+            Err(e) if e.is_declined() => Ok(text(format!(
+                "Not connected to {}: you declined.",
+                self.provider
+            ))),
+            Err(e) => match e.elicitation().cloned() {
+                Some(el) if modern => input_required(&el),
+                Some(el) => self.elicit_2025(&el, &ctx).await,
+                None => Err(McpError::internal_error(e.to_string(), None)),
+            },
+        }
+    }
+
+    /// 2025-11-25: ask over `elicitation/create`, wait, and say when it is done.
+    async fn elicit_2025(
+        &self,
+        el: &Elicitation,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let url: url::Url = el
+            .url
+            .parse()
+            .map_err(|_| McpError::internal_error("bad connect URL", None))?;
+        let action = match ctx.peer.elicit_url(&el.message, url, &el.id).await {
+            Ok(a) => a,
+            // No URL elicitation on this client: the -32042 error carries the same URL.
+            Err(_) => {
+                let err = el.url_elicitation_required_error();
+                return Err(McpError::new(
+                    ErrorCode(-32042),
+                    err["message"].as_str().unwrap_or_default().to_owned(),
+                    Some(err["data"].clone()),
+                ));
+            }
+        };
+        if action != ElicitationAction::Accept {
+            return Ok(text(format!(
+                "Not connected to {}: you chose not to.",
+                self.provider
+            )));
+        }
+        // `accept` only means the user opened the URL: wait for mcp-connect to say it is done.
+        for _ in 0..5 {
+            let ask = TokenRequest::new(&self.subject, &self.provider)
+                .elicitation_id(&el.id)
+                .wait(Duration::from_secs(60));
+            match self.connect.token(&ask).await {
+                Ok(t) => {
+                    let done = CustomNotification::new(
+                        "notifications/elicitation/complete",
+                        Some(json!({ "elicitationId": el.id })),
+                    );
+                    let _ = ctx
+                        .peer
+                        .send_notification(ServerNotification::CustomNotification(done))
+                        .await;
+                    return self.call_provider(&t.access_token).await;
+                }
+                Err(e) if e.is_declined() => break,
+                Err(e) if e.code() == Some("not_connected") => continue,
+                Err(e) => return Err(McpError::internal_error(e.to_string(), None)),
+            }
+        }
+        Ok(text(format!("Not connected to {}.", self.provider)))
+    }
+}
+
+/// 2026-07-28: mcp-connect's ready request and sealed state, verbatim.
+fn input_required(el: &Elicitation) -> Result<CallToolResponse, McpError> {
+    let request: InputRequest = serde_json::from_value(el.input_request().clone())
+        .map_err(|e| McpError::internal_error(format!("bad elicitation payload: {e}"), None))?;
+    let requests: InputRequests = [(KEY.to_owned(), request)].into();
+    Ok(InputRequiredResult::new(Some(requests), el.request_state.clone()).into())
+}
+
+impl ServerHandler for Whoami {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let schema = json!({"type": "object", "properties": {}});
+        let Value::Object(schema) = schema else {
+            return Err(McpError::internal_error("schema", None));
+        };
+        Ok(ListToolsResult::with_all_items(vec![Tool::new(
+            "whoami",
+            "Who you are at the provider (connects your account first if needed)",
+            schema,
+        )]))
+    }
+
+    async fn call_tool(
+        &self,
+        req: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        match req.name.as_ref() {
+            "whoami" => self.call(req, ctx).await,
+            other => Err(McpError::invalid_params(format!("no tool {other}"), None)),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let env = |k: &str| std::env::var(k).map_err(|_| anyhow::anyhow!("set {k}"));
+    let server = Whoami {
+        connect: Client::new(env("MCP_CONNECT_URL")?, env("MCP_CONNECT_API_KEY")?),
+        provider: env("PROVIDER")?,
+        provider_api: env("PROVIDER_API")?,
+        subject: env("MCP_SUBJECT")?,
+        http: reqwest::Client::new(),
+    };
+    let running = server.serve(rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}
