@@ -1,0 +1,80 @@
+"""An MCP server (official Python SDK, protocol 2026-07-28) whose tool needs the user's token at a
+provider, and gets it from mcp-connect: `InputRequiredResult` + `requestState`.
+
+    pip install -r requirements.txt
+    MCP_CONNECT_URL=http://127.0.0.1:8080 MCP_CONNECT_API_KEY=... PROVIDER=acme \
+    PROVIDER_API=https://api.acme.test/whoami DEMO_USERS=token-of-alice=alice \
+    python server.py --port 8765
+"""
+
+import argparse
+import os
+
+import httpx2 as httpx
+import uvicorn
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import InputRequiredResult
+
+CONNECT, KEY = os.environ["MCP_CONNECT_URL"], os.environ["MCP_CONNECT_API_KEY"]
+PROVIDER, PROVIDER_API = os.environ["PROVIDER"], os.environ["PROVIDER_API"]
+
+
+class DemoVerifier:
+    """Stands in for MCP authorization: a real server validates the user's access token (JWT or
+    introspection) and takes its `sub`. Never take the subject from tool input."""
+
+    users = dict(pair.split("=", 1) for pair in os.environ.get("DEMO_USERS", "").split(",") if pair)
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        sub = self.users.get(token)
+        return AccessToken(token=token, client_id="demo-client", scopes=[], subject=sub) if sub else None
+
+
+async def connect_api(http: httpx.AsyncClient, body: dict) -> tuple[int, dict]:
+    r = await http.post(f"{CONNECT}/v1/tokens", json=body, headers={"authorization": f"Bearer {KEY}"})
+    return r.status_code, r.json()
+
+
+def build(url: str) -> MCPServer:
+    mcp = MCPServer(
+        "whoami-python",
+        token_verifier=DemoVerifier(),
+        auth=AuthSettings(issuer_url=url, resource_server_url=f"{url}/mcp", validate_token_resource=False),
+    )
+
+    @mcp.tool()
+    async def whoami(ctx: Context) -> str | InputRequiredResult:
+        """Who you are at the provider (connects your account first if needed)."""
+        answer = (ctx.input_responses or {}).get("connect")
+        if answer is not None and answer.action != "accept":  # decline / cancel
+            return f"Not connected to {PROVIDER}: you chose to {answer.action}."
+        ask = {"subject": get_access_token().subject, "provider": PROVIDER, "elicit": True}
+        if ctx.request_state:  # the retry: `accept` only means the URL was opened, so let
+            # mcp-connect check its token store (waiting a little for the user to finish)
+            ask |= {"request_state": ctx.request_state, "wait_seconds": 20}
+        async with httpx.AsyncClient(timeout=60) as http:
+            status, body = await connect_api(http, ask)
+            if status == 200:
+                me = await http.get(PROVIDER_API, headers={"authorization": f"Bearer {body['access_token']}"})
+                return f"{PROVIDER} says you are {me.json()['sub']}"
+        if body["error"] in ("authorization_required", "reauthorization_required"):
+            el = body["elicitation"]  # mcp-connect's ready request and sealed state, verbatim
+            return InputRequiredResult(input_requests={"connect": el["mcp"]["2026-07-28"]},
+                                       request_state=el["request_state"])
+        if body["error"] == "authorization_declined":
+            return f"Not connected to {PROVIDER}: you declined."
+        raise ToolError(f"{body['error']}: {body['message']}")  # e.g. invalid_request_state
+
+    return mcp
+
+
+if __name__ == "__main__":
+    args = argparse.ArgumentParser()
+    args.add_argument("--port", type=int, default=8765)
+    port = args.parse_args().port
+    url = f"http://127.0.0.1:{port}"
+    uvicorn.run(build(url).streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
