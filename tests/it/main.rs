@@ -9,4 +9,5 @@ mod invariants;
 mod lifecycle;
 mod operations;
 mod provider_quirks;
+mod rmcp_example;
 mod signals;

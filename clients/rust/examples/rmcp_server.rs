@@ -34,12 +34,12 @@ use serde_json::{Value, json};
 /// The key of our one input request in `inputRequests` / `inputResponses`.
 const KEY: &str = "connect";
 
-struct Whoami {
-    connect: Client,
-    provider: String,
-    provider_api: String,
-    subject: String,
-    http: reqwest::Client,
+pub struct Whoami {
+    pub connect: Client,
+    pub provider: String,
+    pub provider_api: String,
+    pub subject: String,
+    pub http: reqwest::Client,
 }
 
 fn text(s: impl Into<String>) -> CallToolResponse {
@@ -90,6 +90,11 @@ impl Whoami {
                 "Not connected to {}: you declined.",
                 self.provider
             ))),
+            // A requestState that mcp-connect did not issue for this user (forged, altered,
+            // replayed by someone else, or expired): say so; the caller can start over.
+            Err(e) if e.is_invalid_request_state() => {
+                Ok(CallToolResult::error(vec![ContentBlock::text(e.to_string())]).into())
+            }
             Err(e) => match e.elicitation().cloned() {
                 Some(el) if modern => input_required(&el),
                 Some(el) => self.elicit_2025(&el, &ctx).await,
