@@ -141,7 +141,8 @@ pub struct ProviderConfig {
     /// Extra parameters added to the authorization URL, e.g. `access_type = "offline"`.
     #[serde(default)]
     pub authorize_params: BTreeMap<String, String>,
-    /// Message shown to the user by the MCP client; `{provider}` is replaced by the display name.
+    /// Message shown to the user by the MCP client; `{provider}` is replaced by the display name
+    /// and `{client}` by the API client's name.
     pub message: Option<String>,
 }
 

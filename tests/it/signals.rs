@@ -496,3 +496,39 @@ on_both_databases!(
         drop(open);
     }
 );
+
+on_both_databases!(
+    operators_override_the_end_user_message_per_provider,
+    |kind| async move {
+        let opts = Options {
+            other_provider: "display_name = \"Other Cloud\"\nauthorization_url = \"http://127.0.0.1:9/authorize\"\ntoken_url = \"http://127.0.0.1:9/token\"\nclient_id = \"x\"\nmessage = \"Connect your {provider} account so {client} can read your files.\"".into(),
+            ..Options::default()
+        };
+        let app = TestApp::spawn_with(kind, opts).await;
+        // The default message names the client and the provider.
+        let e = app.elicit("alice").await;
+        assert_eq!(
+            e["message"],
+            "Demo MCP needs access to your Acme account. Open the link to sign in and connect it."
+        );
+        // The operator's message, with its placeholders filled in, in every payload.
+        let r = app
+            .api
+            .post(format!("{}/v1/elicitations", app.url))
+            .bearer_auth(OTHER_API_KEY)
+            .json(&json!({"subject": "alice", "provider": "other"}))
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        let want = "Connect your Other Cloud account so other-mcp can read your files.";
+        assert_eq!(v["message"], want, "{v}");
+        assert_eq!(v["mcp"]["2026-07-28"]["params"]["message"], want);
+        assert_eq!(v["mcp"]["2025-11-25"]["params"]["message"], want);
+        assert_eq!(
+            v["mcp"]["2025-11-25"]["error"]["data"]["elicitations"][0]["message"],
+            want
+        );
+        app.shutdown().await;
+    }
+);
