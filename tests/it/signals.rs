@@ -488,6 +488,20 @@ on_both_databases!(
         let kinds: Vec<&str> = replayed.iter().map(|(k, _, _)| k.as_str()).collect();
         assert_eq!(kinds, ["elicitation.completed", "connection.revoked"]);
 
+        // The client crate reads the same stream, typed.
+        let connect = mcp_connect_client::Client::new(&app.url, API_KEY);
+        let mut typed = connect.events(Some(before)).await.unwrap();
+        let first = typed.next().await.unwrap().unwrap();
+        assert_eq!(first.event.event_type, "elicitation.completed");
+        assert_eq!(first.event.data.elicitation_id.as_deref(), e["id"].as_str());
+        assert_eq!(first.id, before + 1);
+        let second = typed.next().await.unwrap().unwrap();
+        assert_eq!(second.event.event_type, "connection.revoked");
+        assert_eq!(
+            second.event.data.connection_id.as_deref(),
+            Some(cid.as_str())
+        );
+
         // Shutting down ends open streams instead of hanging on them.
         let open = open_stream(&app, API_KEY, None).await;
         tokio::time::timeout(Duration::from_secs(10), app.shutdown())

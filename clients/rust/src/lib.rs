@@ -16,7 +16,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Webhook signatures (Standard Webhooks) are checked by [`webhooks::Verifier`].
+//! Completion signals: [`Client::events`] reads `GET /v1/events`; webhook signatures (Standard
+//! Webhooks) are checked by [`webhooks::Verifier`].
 
 pub mod webhooks;
 
@@ -374,6 +375,87 @@ impl Client {
             encode(connection_id)
         )))
         .await
+    }
+}
+
+impl Client {
+    /// `GET /v1/events`: this client's events as they happen (completion signals for servers
+    /// that prefer listening to receiving webhooks). Pass the last [`StreamedEvent::id`] seen to
+    /// replay what was missed while disconnected. The stream ends when the service shuts down;
+    /// reconnect then.
+    pub async fn events(&self, last_event_id: Option<i64>) -> Result<EventStream, Error> {
+        let mut req = self
+            .http
+            .get(format!("{}/v1/events", self.base))
+            .bearer_auth(&self.api_key)
+            .header("accept", "text/event-stream")
+            // A stream stays open; only connecting is bounded.
+            .timeout(Duration::from_secs(365 * 86_400));
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id.to_string());
+        }
+        let resp = req.send().await?;
+        if !resp.status().is_success() {
+            let status = resp.status().as_u16();
+            let text = resp.text().await?;
+            let body = serde_json::from_str::<ApiError>(&text).unwrap_or_else(|_| ApiError {
+                error: "unexpected_response".into(),
+                message: text.chars().take(200).collect(),
+                reason: None,
+                elicitation: None,
+                elicitation_id: None,
+            });
+            return Err(Error::Api {
+                status,
+                body: Box::new(body),
+            });
+        }
+        Ok(EventStream {
+            resp,
+            buf: Vec::new(),
+        })
+    }
+}
+
+/// One message of `GET /v1/events`.
+#[derive(Debug, Clone)]
+pub struct StreamedEvent {
+    /// The sequence number to resume after.
+    pub id: i64,
+    pub event: webhooks::Event,
+}
+
+/// An open `GET /v1/events` stream.
+pub struct EventStream {
+    resp: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl EventStream {
+    /// The next event; `None` when the stream ended. Keep-alive comments are skipped.
+    pub async fn next(&mut self) -> Option<Result<StreamedEvent, Error>> {
+        loop {
+            while let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let raw: Vec<u8> = self.buf.drain(..end + 2).collect();
+                let block = String::from_utf8_lossy(&raw);
+                let (mut id, mut data) = (None, String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                    }
+                }
+                if let (Some(id), Ok(event)) = (id, serde_json::from_str(&data)) {
+                    return Some(Ok(StreamedEvent { id, event }));
+                }
+            }
+            match self.resp.chunk().await {
+                Ok(Some(c)) => self.buf.extend_from_slice(&c),
+                Ok(None) => return None,
+                Err(e) => return Some(Err(e.into())),
+            }
+        }
     }
 }
 
