@@ -33,6 +33,8 @@ const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const PYTHON = path.resolve(ROOT, process.env.PYTHON || 'tests/sdk/.venv/bin/python');
 const TS_DIR = path.join(ROOT, 'examples', 'typescript');
 const VERBOSE = process.env.E2E_VERBOSE === '1';
+// No step may hang the suite: a client waiting for an answer that never comes fails instead.
+const STEP = { timeout: 120_000 };
 
 const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 const toml = (v) => JSON.stringify(v);
@@ -268,7 +270,7 @@ describe('Python SDK client and the Python example server (2026-07-28)', { skip:
     return events;
   }
 
-  test('input required, the browser connects, the retry with requestState returns upstream data', withLogs(() => server, async () => {
+  test('input required, the browser connects, the retry with requestState returns upstream data', STEP, withLogs(() => server, async () => {
     const asked = [];
     const events = await pythonClient([tokenOf('alice'), 'call'], async (params) => {
       asked.push(params);
@@ -288,7 +290,7 @@ describe('Python SDK client and the Python example server (2026-07-28)', { skip:
   }));
 
   for (const [user, action] of [['bob', 'decline'], ['carol', 'cancel']]) {
-    test(`${action} in the MCP client ends the tool call cleanly and connects nothing`, withLogs(() => server, async () => {
+    test(`${action} in the MCP client ends the tool call cleanly and connects nothing`, STEP, withLogs(() => server, async () => {
       const events = await pythonClient([tokenOf(user), 'call'], async () => ({ action }));
       const result = events.at(-1);
       assert.equal(result.event, 'result', JSON.stringify(events));
@@ -299,7 +301,7 @@ describe('Python SDK client and the Python example server (2026-07-28)', { skip:
     }));
   }
 
-  test('Decline on the consent page ends the retried call with "declined"', withLogs(() => server, async () => {
+  test('Decline on the consent page ends the retried call with "declined"', STEP, withLogs(() => server, async () => {
     const events = await pythonClient([tokenOf('dave'), 'call'], async (params) => (
       { action: 'accept', after: () => userOpens(params.url, 'dave', 'decline') }));
     const result = events.at(-1);
@@ -307,7 +309,7 @@ describe('Python SDK client and the Python example server (2026-07-28)', { skip:
     assert.equal(result.text, 'Not connected to acme: you declined.');
   }));
 
-  test('forged, altered and replayed requestState are refused', withLogs(() => server, async () => {
+  test('forged, altered and replayed requestState are refused', STEP, withLogs(() => server, async () => {
     const events = await pythonClient([tokenOf('erin'), 'forged', tokenOf('frank')], async () => ({ action: 'cancel' }));
     const r = events.at(-1);
     assert.equal(r.event, 'result', JSON.stringify(events));
@@ -365,7 +367,7 @@ describe('TypeScript SDK client and the TypeScript example server (2025-11-25)',
 
   const textOf = (r) => r.content.map((c) => c.text).join('');
 
-  test('elicitation/create, the browser connects, the completion notification arrives, upstream data returns', withLogs(() => server, async () => {
+  test('elicitation/create, the browser connects, the completion notification arrives, upstream data returns', STEP, withLogs(() => server, async () => {
     const c = await tsClient('gina', async (params) => ({ action: 'accept', after: () => userOpens(params.url, 'gina') }));
     try {
       assert.equal(c.transport.protocolVersion, '2025-11-25');
@@ -383,7 +385,7 @@ describe('TypeScript SDK client and the TypeScript example server (2025-11-25)',
   }));
 
   for (const [user, action] of [['hank', 'decline'], ['ivan', 'cancel']]) {
-    test(`${action} of elicitation/create ends the tool call cleanly`, withLogs(() => server, async () => {
+    test(`${action} of elicitation/create ends the tool call cleanly`, STEP, withLogs(() => server, async () => {
       const c = await tsClient(user, async () => ({ action }));
       try {
         const result = await c.client.callTool({ name: 'whoami', arguments: {} });
@@ -394,7 +396,7 @@ describe('TypeScript SDK client and the TypeScript example server (2025-11-25)',
     }));
   }
 
-  test('-32042 carries the URL; mcp-connect\'s event stream drives the completion notification; the retry succeeds', withLogs(() => server, async () => {
+  test('-32042 carries the URL; mcp-connect\'s event stream drives the completion notification; the retry succeeds', STEP, withLogs(() => server, async () => {
     const c = await tsClient('judy', async () => { throw new Error('no elicitation/create expected'); });
     try {
       let err;
