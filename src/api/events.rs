@@ -3,7 +3,7 @@
 //! resume from with `Last-Event-ID`), `event` (the type) and `data` (the same JSON body a
 //! webhook carries).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -22,11 +22,17 @@ use crate::error::Result;
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Events written by other replicas are noticed at least this often.
 const POLL_EVERY: Duration = Duration::from_secs(1);
+/// On Postgres, sequence numbers are handed out at insert but become visible at commit, so a
+/// lower one can appear after a higher one. The stream keeps looking this far back.
+const SETTLE: Duration = Duration::from_secs(5);
 
 struct Cursor {
     state: AppState,
     client_id: String,
-    last: i64,
+    /// Every event at or below this has been sent or will never be.
+    floor: i64,
+    /// Events sent above `floor`, and when.
+    sent: VecDeque<(i64, tokio::time::Instant)>,
     buf: VecDeque<EventRow>,
     rx: broadcast::Receiver<String>,
     shutdown: watch::Receiver<bool>,
@@ -51,7 +57,7 @@ pub async fn stream(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<i64>().ok())
         .filter(|n| *n >= 0);
-    let last = match resume {
+    let floor = match resume {
         Some(n) => n,
         None => state.db.last_event_seq(&client.0.id).await?,
     };
@@ -59,7 +65,8 @@ pub async fn stream(
         shutdown: state.shutdown.clone(),
         client_id: client.0.id.clone(),
         state,
-        last,
+        floor,
+        sent: VecDeque::new(),
         buf: VecDeque::new(),
         rx,
         hello: true,
@@ -80,7 +87,7 @@ async fn next_event(c: &mut Cursor) -> Option<Event> {
     }
     loop {
         if let Some(row) = c.buf.pop_front() {
-            c.last = row.seq;
+            c.sent.push_back((row.seq, tokio::time::Instant::now()));
             return Some(
                 Event::default()
                     .id(row.seq.to_string())
@@ -91,12 +98,24 @@ async fn next_event(c: &mut Cursor) -> Option<Event> {
         if *c.shutdown.borrow() {
             return None;
         }
-        match c.state.db.events_after(&c.client_id, c.last, 100).await {
-            Ok(rows) if !rows.is_empty() => {
-                c.buf.extend(rows);
-                continue;
+        while let Some(&(seq, at)) = c.sent.front() {
+            if at.elapsed() < SETTLE {
+                break;
             }
-            Ok(_) => {}
+            c.floor = c.floor.max(seq);
+            c.sent.pop_front();
+        }
+        match c.state.db.events_after(&c.client_id, c.floor, 100).await {
+            Ok(rows) => {
+                let seen: HashSet<i64> = c.sent.iter().map(|(s, _)| *s).collect();
+                c.buf.extend(
+                    rows.into_iter()
+                        .filter(|r| r.seq > c.floor && !seen.contains(&r.seq)),
+                );
+                if !c.buf.is_empty() {
+                    continue;
+                }
+            }
             Err(e) => tracing::warn!(error = %e, "event stream could not read events"),
         }
         tokio::select! {
