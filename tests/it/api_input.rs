@@ -13,7 +13,13 @@ async fn raw(
     key: Option<&str>,
     body: Option<(&str, &str)>,
 ) -> (StatusCode, Value) {
-    let mut r = app.api.request(method, format!("{}{path}", app.url));
+    // A fresh connection per request: the server closes a connection whose oversized body it
+    // refused unread, and a pooled client could otherwise reuse it for the next request.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let mut r = client.request(method, format!("{}{path}", app.url));
     if let Some(k) = key {
         r = r.bearer_auth(k);
     }
