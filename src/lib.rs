@@ -4,13 +4,15 @@
 //! sign-in, provider callback), `providers/` (everything provider-specific), `identity` (sign-in
 //! at the MCP authorization server), `crypto` (sealing tokens), `db/` (storage), `tokens`
 //! (handing out fresh tokens, refresh), `config`, `metrics` (Prometheus), `rotation` (re-sealing
-//! stored values under a new key), `cli` (the operator commands).
+//! stored values under a new key), `cli` (the operator commands), and `demo` (the `demo` command
+//! with its development-only issuer and sandbox provider, never mounted by `serve`).
 
 pub mod api;
 pub mod cli;
 pub mod config;
 pub mod crypto;
 pub mod db;
+pub mod demo;
 pub mod elicitations;
 pub mod error;
 pub mod events;
@@ -147,6 +149,13 @@ impl Application {
             shutdown_tx,
             tasks,
         })
+    }
+
+    /// Serves `routes` next to the service's own, on the same listener. Only `mcp-connect demo`
+    /// does this, for its development issuer and sandbox; `serve` never does.
+    pub fn with_extra_routes(mut self, routes: Router) -> Self {
+        self.router = self.router.merge(routes);
+        self
     }
 
     pub fn local_addr(&self) -> SocketAddr {

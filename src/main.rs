@@ -32,6 +32,19 @@ enum Command {
     Migrate,
     /// Validate the configuration and report every problem, key by key.
     CheckConfig,
+    /// Try it on this machine: the real service on 127.0.0.1 with SQLite in a data folder, plus
+    /// a development identity issuer and sandbox provider (development only; never use for real).
+    Demo {
+        /// The port to listen on (0 picks a free one).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// The address to listen on; must be loopback.
+        #[arg(long, default_value = "127.0.0.1", value_parser = mcp_connect::demo::parse_host)]
+        host: std::net::IpAddr,
+        /// Where the database, keys and generated configuration live (created if missing).
+        #[arg(long, default_value = "demo-data")]
+        data_dir: PathBuf,
+    },
     /// Print a new encryption key in the `id:base64` form for `encryption_keys`.
     GenKey {
         /// The key id (defaults to today's date, e.g. k20261202).
@@ -140,6 +153,34 @@ async fn main() -> ExitCode {
             });
             println!("{}", mcp_connect::crypto::generate_key(&id));
             ExitCode::SUCCESS
+        }
+        Command::Demo {
+            port,
+            host,
+            data_dir,
+        } => {
+            if cli.config.is_some() {
+                eprintln!(
+                    "mcp-connect demo: ignoring --config / MCP_CONNECT_CONFIG (the demo writes its own)"
+                );
+            }
+            telemetry::init(mcp_connect::config::LogFormat::Text);
+            let opts = mcp_connect::demo::DemoOptions {
+                host,
+                port,
+                data_dir,
+            };
+            match mcp_connect::demo::run(opts, shutdown_signal()).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mcp-connect demo: {e:#}");
+                    if e.is::<mcp_connect::demo::NotLoopback>() {
+                        ExitCode::from(2)
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+            }
         }
         Command::CheckConfig => match load(cli.config.as_deref()) {
             Ok(c) => {

@@ -4,7 +4,9 @@ mod harness;
 
 mod admin;
 mod api_input;
+mod conformance;
 mod connect_flow;
+mod demo;
 mod invariants;
 mod lifecycle;
 mod operations;

@@ -1,0 +1,429 @@
+//! The development OpenID Connect issuer (`/dev/issuer`): discovery, JWKS, an authorize step
+//! with a sign-in form that accepts any user name, and a token endpoint with client
+//! authentication and PKCE S256 that returns an ES256 ID token (nonce echoed) signed with a key
+//! made at start. It plays the MCP authorization server for `mcp-connect demo`.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, anyhow};
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Json, Router};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use ring::rand::SystemRandom;
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::oauth::{
+    AuthRequest, AuthorizePolicy, AuthorizeQuery, CODE_TTL, Expiring, OAuthError, REQUEST_TTL,
+    RegisteredClient, authenticate_client, pkce_matches, redirect_back, token_json, valid_login,
+};
+use super::pages::{ErrorPage, IndexPage, SignInPage, render_page};
+use crate::crypto::random_token;
+use crate::db::now;
+
+const SERVER: &str = "Development identity issuer";
+const SCOPES: &[&str] = &["openid", "profile"];
+const ID_TOKEN_TTL: i64 = 600;
+
+/// The signing key, made at start and never written anywhere.
+struct SigningKey {
+    kid: String,
+    key: EncodingKey,
+    jwk: Value,
+}
+
+impl SigningKey {
+    fn generate() -> anyhow::Result<Self> {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+            .map_err(|_| anyhow!("generating the issuer's P-256 key"))?;
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .map_err(|_| anyhow!("reading the issuer's P-256 key"))?;
+        // An uncompressed point: 0x04 || x || y.
+        let point = pair.public_key().as_ref();
+        if point.len() != 65 {
+            return Err(anyhow!("unexpected P-256 public key length"));
+        }
+        let kid = random_token(9);
+        let jwk = json!({
+            "kty": "EC",
+            "crv": "P-256",
+            "x": URL_SAFE_NO_PAD.encode(&point[1..33]),
+            "y": URL_SAFE_NO_PAD.encode(&point[33..65]),
+            "use": "sig",
+            "alg": "ES256",
+            "kid": kid,
+        });
+        Ok(Self {
+            kid,
+            key: EncodingKey::from_ec_der(pkcs8.as_ref()),
+            jwk,
+        })
+    }
+}
+
+/// A code waiting to be redeemed.
+struct IssuedCode {
+    request: AuthRequest,
+    subject: String,
+}
+
+#[derive(Default)]
+struct Pending {
+    requests: Expiring<AuthRequest>,
+    codes: Expiring<IssuedCode>,
+}
+
+pub struct Issuer {
+    issuer: String,
+    client: RegisteredClient,
+    key: SigningKey,
+    pending: Mutex<Pending>,
+}
+
+impl std::fmt::Debug for Issuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Issuer")
+            .field("issuer", &self.issuer)
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Issuer {
+    /// `issuer` is this server's public URL (`http://127.0.0.1:PORT/dev/issuer`).
+    pub fn new(issuer: String, client: RegisteredClient) -> anyhow::Result<Arc<Self>> {
+        Ok(Arc::new(Self {
+            issuer,
+            client,
+            key: SigningKey::generate().context("development issuer key")?,
+            pending: Mutex::new(Pending::default()),
+        }))
+    }
+
+    fn endpoint(&self, path: &str) -> String {
+        format!("{}{path}", self.issuer)
+    }
+
+    fn path(&self, path: &str) -> String {
+        let base = url::Url::parse(&self.issuer)
+            .map(|u| u.path().trim_end_matches('/').to_owned())
+            .unwrap_or_default();
+        format!("{base}{path}")
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        // A panic while holding the lock leaves plain maps behind, still usable.
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn policy(&self) -> AuthorizePolicy<'_> {
+        AuthorizePolicy {
+            server_name: SERVER,
+            issuer: &self.issuer,
+            client: &self.client,
+            scopes_supported: SCOPES,
+            default_scopes: &["openid"],
+            require_openid: true,
+        }
+    }
+
+    fn sign_in_page(&self, request: &str, error: Option<&str>, status: StatusCode) -> Response {
+        render_page(
+            &SignInPage {
+                server: SERVER,
+                action: &self.path("/authorize"),
+                request,
+                client: &self.client.client_id,
+                hint: "Type any user name: it becomes your subject (sub). There is no password.",
+                error,
+            },
+            status,
+        )
+    }
+
+    fn id_token(&self, subject: &str, nonce: Option<&str>) -> anyhow::Result<String> {
+        let now = now();
+        let mut claims = json!({
+            "iss": self.issuer,
+            "sub": subject,
+            "aud": self.client.client_id,
+            "azp": self.client.client_id,
+            "iat": now,
+            "auth_time": now,
+            "exp": now + ID_TOKEN_TTL,
+            "name": subject,
+            "preferred_username": subject,
+        });
+        if let Some(n) = nonce {
+            claims["nonce"] = Value::String(n.to_owned());
+        }
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(self.key.kid.clone());
+        jsonwebtoken::encode(&header, &claims, &self.key.key).context("signing the ID token")
+    }
+}
+
+pub fn router(issuer: Arc<Issuer>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/.well-known/openid-configuration", get(discovery))
+        .route("/jwks", get(jwks))
+        .route("/authorize", get(authorize).post(sign_in))
+        .route("/token", post(token))
+        .with_state(issuer)
+}
+
+async fn index(State(s): State<Arc<Issuer>>) -> Response {
+    render_page(
+        &IndexPage {
+            server: SERVER,
+            what: "An OpenID Connect issuer for trying mcp-connect: it plays the MCP authorization server. Any user name signs in; the ID tokens are signed with a key made when the demo started.",
+            issuer: &s.issuer,
+            endpoints: vec![
+                ("discovery", s.endpoint("/.well-known/openid-configuration")),
+                ("authorize", s.endpoint("/authorize")),
+                ("token", s.endpoint("/token")),
+                ("jwks", s.endpoint("/jwks")),
+            ],
+        },
+        StatusCode::OK,
+    )
+}
+
+async fn discovery(State(s): State<Arc<Issuer>>) -> Response {
+    Json(json!({
+        "issuer": s.issuer,
+        "authorization_endpoint": s.endpoint("/authorize"),
+        "token_endpoint": s.endpoint("/token"),
+        "jwks_uri": s.endpoint("/jwks"),
+        "response_types_supported": ["code"],
+        "response_modes_supported": ["query"],
+        "grant_types_supported": ["authorization_code"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["ES256"],
+        "scopes_supported": SCOPES,
+        "claims_supported": ["sub", "name", "preferred_username", "nonce", "auth_time"],
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+        "authorization_response_iss_parameter_supported": true,
+        "service_documentation": s.endpoint("/"),
+    }))
+    .into_response()
+}
+
+async fn jwks(State(s): State<Arc<Issuer>>) -> Response {
+    Json(json!({ "keys": [s.key.jwk] })).into_response()
+}
+
+async fn authorize(
+    State(s): State<Arc<Issuer>>,
+    q: Result<Query<AuthorizeQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return render_page(
+            &ErrorPage {
+                server: SERVER,
+                title: "Malformed request",
+                message: "The authorization request could not be read.",
+            },
+            StatusCode::BAD_REQUEST,
+        );
+    };
+    let request = match s.policy().check(q) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    let handle = s.pending().requests.insert(request, REQUEST_TTL, now());
+    s.sign_in_page(&handle, None, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+struct SignInForm {
+    request: String,
+    #[serde(default)]
+    login: String,
+    cancel: Option<String>,
+}
+
+fn expired_page() -> Response {
+    render_page(
+        &ErrorPage {
+            server: SERVER,
+            title: "This sign-in has expired",
+            message: "Sign-in requests are single-use and last ten minutes. Go back to the application and start again.",
+        },
+        StatusCode::BAD_REQUEST,
+    )
+}
+
+async fn sign_in(
+    State(s): State<Arc<Issuer>>,
+    form: Result<Form<SignInForm>, FormRejection>,
+) -> Response {
+    let Ok(Form(form)) = form else {
+        return expired_page();
+    };
+    let now = now();
+    if form.cancel.is_some() {
+        let Some(req) = s.pending().requests.take(&form.request, now) else {
+            return expired_page();
+        };
+        return redirect_back(
+            &req.redirect_uri,
+            &[
+                ("error", "access_denied"),
+                ("error_description", "the user cancelled the sign-in"),
+            ],
+            req.state.as_deref(),
+            &s.issuer,
+        );
+    }
+    let Some(login) = valid_login(&form.login) else {
+        if s.pending().requests.get_mut(&form.request, now).is_none() {
+            return expired_page();
+        }
+        return s.sign_in_page(
+            &form.request,
+            Some("Type a user name (up to 64 characters)."),
+            StatusCode::BAD_REQUEST,
+        );
+    };
+    let mut pending = s.pending();
+    let Some(request) = pending.requests.take(&form.request, now) else {
+        return expired_page();
+    };
+    let redirect_uri = request.redirect_uri.clone();
+    let state = request.state.clone();
+    let code = pending.codes.insert(
+        IssuedCode {
+            request,
+            subject: login,
+        },
+        CODE_TTL,
+        now,
+    );
+    drop(pending);
+    redirect_back(
+        &redirect_uri,
+        &[("code", &code)],
+        state.as_deref(),
+        &s.issuer,
+    )
+}
+
+#[derive(Deserialize)]
+struct TokenForm {
+    grant_type: Option<String>,
+    code: Option<String>,
+    redirect_uri: Option<String>,
+    code_verifier: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<String>,
+}
+
+async fn token(
+    State(s): State<Arc<Issuer>>,
+    headers: HeaderMap,
+    form: Result<Form<TokenForm>, FormRejection>,
+) -> Result<Response, OAuthError> {
+    let Form(f) = form.map_err(|_| {
+        OAuthError::new(
+            "invalid_request",
+            "send an application/x-www-form-urlencoded body",
+        )
+    })?;
+    authenticate_client(
+        &s.client,
+        &headers,
+        f.client_id.as_deref(),
+        f.client_secret.as_deref(),
+    )?;
+    if f.grant_type.as_deref() != Some("authorization_code") {
+        return Err(OAuthError::new(
+            "unsupported_grant_type",
+            "only authorization_code is supported",
+        ));
+    }
+    let code = f
+        .code
+        .as_deref()
+        .ok_or_else(|| OAuthError::new("invalid_request", "code is required"))?;
+    // Taken whatever happens next: a code gets one attempt.
+    let issued = s
+        .pending()
+        .codes
+        .take(code, now())
+        .ok_or_else(|| OAuthError::new("invalid_grant", "unknown, used or expired code"))?;
+    if f.redirect_uri.as_deref() != Some(issued.request.redirect_uri.as_str()) {
+        return Err(OAuthError::new(
+            "invalid_grant",
+            "redirect_uri does not match the authorization request",
+        ));
+    }
+    let verifier = f
+        .code_verifier
+        .as_deref()
+        .ok_or_else(|| OAuthError::new("invalid_grant", "code_verifier is required (PKCE)"))?;
+    if !pkce_matches(verifier, &issued.request.code_challenge) {
+        return Err(OAuthError::new("invalid_grant", "PKCE verification failed"));
+    }
+    let id_token = s
+        .id_token(&issued.subject, issued.request.nonce.as_deref())
+        .map_err(|e| {
+            tracing::error!(
+                error = format!("{e:#}"),
+                "development issuer could not sign"
+            );
+            OAuthError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                error: "server_error",
+                description: "could not sign the ID token".into(),
+            }
+        })?;
+    Ok(token_json(json!({
+        "access_token": random_token(32),
+        "token_type": "Bearer",
+        "expires_in": ID_TOKEN_TTL,
+        "id_token": id_token,
+        "scope": issued.request.scopes.join(" "),
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::jwk::Jwk;
+    use jsonwebtoken::{DecodingKey, Validation};
+    use secrecy::SecretString;
+
+    #[test]
+    fn id_tokens_verify_with_the_published_jwk() {
+        let issuer = Issuer::new(
+            "http://127.0.0.1:1/dev/issuer".into(),
+            RegisteredClient {
+                client_id: "mcp-connect".into(),
+                client_secret: SecretString::from("x".to_owned()),
+                redirect_uri: "http://127.0.0.1:1/auth/callback".into(),
+            },
+        )
+        .unwrap();
+        let token = issuer.id_token("alice", Some("n-1")).unwrap();
+        let jwk: Jwk = serde_json::from_value(issuer.key.jwk.clone()).unwrap();
+        let mut v = Validation::new(Algorithm::ES256);
+        v.set_audience(&["mcp-connect"]);
+        v.set_issuer(&["http://127.0.0.1:1/dev/issuer"]);
+        let data = jsonwebtoken::decode::<Value>(&token, &DecodingKey::from_jwk(&jwk).unwrap(), &v)
+            .unwrap();
+        assert_eq!(data.claims["sub"], "alice");
+        assert_eq!(data.claims["nonce"], "n-1");
+        assert_eq!(data.header.kid.as_deref(), Some(issuer.key.kid.as_str()));
+    }
+}

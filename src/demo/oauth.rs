@@ -1,0 +1,438 @@
+//! What the development issuer and the sandbox provider share: the registered client and its
+//! authentication, checking an authorization request, PKCE S256, OAuth error answers, and
+//! short-lived single-use records.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use serde_json::json;
+use url::Url;
+
+use super::pages::{self, ErrorPage};
+use crate::crypto::{ct_eq, random_token, sha256_b64};
+
+/// Pending sign-ins and consents live this long.
+pub const REQUEST_TTL: i64 = 600;
+/// Authorization codes live this long (RFC 6749 §4.1.2 recommends at most ten minutes).
+pub const CODE_TTL: i64 = 60;
+
+/// The one client registered at a development server: mcp-connect itself.
+pub struct RegisteredClient {
+    pub client_id: String,
+    pub client_secret: SecretString,
+    /// Compared exactly, as real servers must.
+    pub redirect_uri: String,
+}
+
+impl std::fmt::Debug for RegisteredClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredClient")
+            .field("client_id", &self.client_id)
+            .field("redirect_uri", &self.redirect_uri)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An error answered by a token, revocation or resource endpoint: JSON, never cached.
+#[derive(Debug)]
+pub struct OAuthError {
+    pub status: StatusCode,
+    pub error: &'static str,
+    pub description: String,
+}
+
+impl OAuthError {
+    pub fn new(error: &'static str, description: impl Into<String>) -> Self {
+        let status = match error {
+            "invalid_client" => StatusCode::UNAUTHORIZED,
+            "invalid_token" => StatusCode::UNAUTHORIZED,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        Self {
+            status,
+            error,
+            description: description.into(),
+        }
+    }
+}
+
+impl IntoResponse for OAuthError {
+    fn into_response(self) -> Response {
+        let mut r = (
+            self.status,
+            Json(json!({"error": self.error, "error_description": self.description})),
+        )
+            .into_response();
+        let h = r.headers_mut();
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+        if self.error == "invalid_client" {
+            h.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"development only\""),
+            );
+        }
+        r
+    }
+}
+
+/// A JSON answer from a token endpoint (RFC 6749 §5.1: never cached).
+pub fn token_json(value: serde_json::Value) -> Response {
+    let mut r = Json(value).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// Client authentication at the token and revocation endpoints (RFC 6749 §2.3.1):
+/// `client_secret_basic` or `client_secret_post`, exactly one of them.
+pub fn authenticate_client(
+    client: &RegisteredClient,
+    headers: &HeaderMap,
+    form_id: Option<&str>,
+    form_secret: Option<&str>,
+) -> Result<(), OAuthError> {
+    let basic = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("basic").then_some(rest.trim())
+        });
+    let (id, secret) = match (basic, form_secret) {
+        (Some(_), Some(_)) => {
+            return Err(OAuthError::new(
+                "invalid_request",
+                "use one client authentication method, not two",
+            ));
+        }
+        (Some(b64), None) => {
+            let decoded = STANDARD
+                .decode(b64)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| OAuthError::new("invalid_client", "malformed Basic credentials"))?;
+            let (id, secret) = decoded
+                .split_once(':')
+                .ok_or_else(|| OAuthError::new("invalid_client", "malformed Basic credentials"))?;
+            // Both parts are form-url-encoded before Basic encoding (RFC 6749 §2.3.1).
+            (form_decode(id), form_decode(secret))
+        }
+        (None, Some(secret)) => (form_id.unwrap_or_default().to_owned(), secret.to_owned()),
+        (None, None) => {
+            return Err(OAuthError::new(
+                "invalid_client",
+                "client authentication is required",
+            ));
+        }
+    };
+    if let Some(fid) = form_id {
+        if fid != id {
+            return Err(OAuthError::new(
+                "invalid_request",
+                "client_id does not match the authenticated client",
+            ));
+        }
+    }
+    let id_ok = ct_eq(id.as_bytes(), client.client_id.as_bytes());
+    let secret_ok = ct_eq(
+        secret.as_bytes(),
+        client.client_secret.expose_secret().as_bytes(),
+    );
+    if id_ok && secret_ok {
+        Ok(())
+    } else {
+        Err(OAuthError::new(
+            "invalid_client",
+            "unknown client or wrong secret",
+        ))
+    }
+}
+
+fn form_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(&s.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// RFC 7636: a verifier is 43–128 unreserved characters, and its S256 is the challenge.
+pub fn pkce_matches(verifier: &str, challenge: &str) -> bool {
+    (43..=128).contains(&verifier.len())
+        && verifier
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+        && ct_eq(
+            sha256_b64(verifier.as_bytes()).as_bytes(),
+            challenge.as_bytes(),
+        )
+}
+
+/// The query of an authorization request.
+#[derive(Debug, Default, Deserialize)]
+pub struct AuthorizeQuery {
+    pub response_type: Option<String>,
+    pub client_id: Option<String>,
+    pub redirect_uri: Option<String>,
+    pub scope: Option<String>,
+    pub state: Option<String>,
+    pub nonce: Option<String>,
+    pub code_challenge: Option<String>,
+    pub code_challenge_method: Option<String>,
+}
+
+/// A checked authorization request, waiting for the user.
+#[derive(Debug, Clone)]
+pub struct AuthRequest {
+    pub redirect_uri: String,
+    pub scopes: Vec<String>,
+    pub state: Option<String>,
+    pub nonce: Option<String>,
+    pub code_challenge: String,
+}
+
+/// What an authorization server knows when it checks a request.
+pub struct AuthorizePolicy<'a> {
+    pub server_name: &'a str,
+    pub issuer: &'a str,
+    pub client: &'a RegisteredClient,
+    pub scopes_supported: &'a [&'a str],
+    pub default_scopes: &'a [&'a str],
+    pub require_openid: bool,
+}
+
+impl AuthorizePolicy<'_> {
+    /// Checks an authorization request (RFC 6749 §4.1.1, RFC 7636). A bad client or redirect
+    /// URI gets a page and no redirect (§4.1.2.1: never redirect to an unchecked URI); every
+    /// other problem goes back to the client as `error=`. The refusal is the response to send.
+    pub fn check(&self, q: AuthorizeQuery) -> Result<AuthRequest, Box<Response>> {
+        let page = |title: &str, message: &str| {
+            Box::new(pages::render_page(
+                &ErrorPage {
+                    server: self.server_name,
+                    title,
+                    message,
+                },
+                StatusCode::BAD_REQUEST,
+            ))
+        };
+        match q.client_id.as_deref() {
+            Some(id) if id == self.client.client_id => {}
+            Some(_) => {
+                return Err(page(
+                    "Unknown client",
+                    "No application with this client_id is registered here.",
+                ));
+            }
+            None => return Err(page("Missing client_id", "The request names no client.")),
+        }
+        let Some(redirect_uri) = q.redirect_uri.clone() else {
+            return Err(page(
+                "Missing redirect_uri",
+                "The request names no redirect_uri.",
+            ));
+        };
+        if redirect_uri != self.client.redirect_uri {
+            return Err(page(
+                "Unregistered redirect_uri",
+                "The redirect_uri is not the one registered for this client (it must match exactly).",
+            ));
+        }
+        let back = |error: &str, description: &str| {
+            Box::new(redirect_back(
+                &redirect_uri,
+                &[("error", error), ("error_description", description)],
+                q.state.as_deref(),
+                self.issuer,
+            ))
+        };
+        if q.response_type.as_deref() != Some("code") {
+            return Err(back(
+                "unsupported_response_type",
+                "only response_type=code is supported",
+            ));
+        }
+        let Some(code_challenge) = q.code_challenge.clone().filter(|c| !c.is_empty()) else {
+            return Err(back(
+                "invalid_request",
+                "PKCE is required: send code_challenge with code_challenge_method=S256",
+            ));
+        };
+        if q.code_challenge_method.as_deref() != Some("S256") {
+            return Err(back(
+                "invalid_request",
+                "code_challenge_method must be S256",
+            ));
+        }
+        if code_challenge.len() != 43
+            || !code_challenge
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(back(
+                "invalid_request",
+                "code_challenge must be a base64url SHA-256",
+            ));
+        }
+        let mut scopes: Vec<String> = q
+            .scope
+            .as_deref()
+            .unwrap_or_default()
+            .split(' ')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        scopes.dedup();
+        if scopes.is_empty() {
+            scopes = self.default_scopes.iter().map(|s| s.to_string()).collect();
+        }
+        if let Some(bad) = scopes
+            .iter()
+            .find(|s| !self.scopes_supported.contains(&s.as_str()))
+        {
+            return Err(back("invalid_scope", &format!("unknown scope {bad}")));
+        }
+        if self.require_openid && !scopes.iter().any(|s| s == "openid") {
+            return Err(back("invalid_scope", "the openid scope is required"));
+        }
+        Ok(AuthRequest {
+            redirect_uri,
+            scopes,
+            state: q.state,
+            nonce: q.nonce,
+            code_challenge,
+        })
+    }
+}
+
+/// The authorization response: back to the client with `params`, its `state`, and our `iss`
+/// (RFC 9207).
+pub fn redirect_back(
+    redirect_uri: &str,
+    params: &[(&str, &str)],
+    state: Option<&str>,
+    issuer: &str,
+) -> Response {
+    let Ok(mut url) = Url::parse(redirect_uri) else {
+        return (StatusCode::BAD_REQUEST, "bad redirect_uri").into_response();
+    };
+    {
+        let mut q = url.query_pairs_mut();
+        for (k, v) in params {
+            q.append_pair(k, v);
+        }
+        if let Some(s) = state {
+            q.append_pair("state", s);
+        }
+        q.append_pair("iss", issuer);
+    }
+    Redirect::to(url.as_str()).into_response()
+}
+
+/// Records that expire and are taken at most once (pending requests, codes). Keyed by a
+/// random handle.
+pub struct Expiring<T> {
+    items: HashMap<String, (T, i64)>,
+}
+
+impl<T> Default for Expiring<T> {
+    fn default() -> Self {
+        Self {
+            items: HashMap::new(),
+        }
+    }
+}
+
+impl<T> Expiring<T> {
+    /// Stores `value` for `ttl` seconds under a new random handle, which it returns.
+    pub fn insert(&mut self, value: T, ttl: i64, now: i64) -> String {
+        self.items.retain(|_, (_, exp)| *exp > now);
+        let handle = random_token(24);
+        self.items.insert(handle.clone(), (value, now + ttl));
+        handle
+    }
+
+    pub fn get_mut(&mut self, handle: &str, now: i64) -> Option<&mut T> {
+        match self.items.get_mut(handle) {
+            Some((v, exp)) if *exp > now => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Removes and returns the value; `None` when unknown, already taken or expired.
+    pub fn take(&mut self, handle: &str, now: i64) -> Option<T> {
+        match self.items.remove(handle) {
+            Some((v, exp)) if exp > now => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A user name typed at a development sign-in form: any non-empty printable name.
+pub fn valid_login(login: &str) -> Option<String> {
+    let l = login.trim();
+    (!l.is_empty() && l.chars().count() <= 64 && !l.chars().any(char::is_control))
+        .then(|| l.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> RegisteredClient {
+        RegisteredClient {
+            client_id: "mcp-connect".into(),
+            client_secret: SecretString::from("s3cret&x".to_owned()),
+            redirect_uri: "http://127.0.0.1:1/cb".into(),
+        }
+    }
+
+    #[test]
+    fn pkce_checks_the_s256_of_the_verifier() {
+        let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+        let challenge = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"; // RFC 7636 appendix B
+        assert!(pkce_matches(verifier, challenge));
+        assert!(!pkce_matches(challenge, challenge));
+        assert!(!pkce_matches("short", &sha256_b64(b"short")));
+    }
+
+    #[test]
+    fn basic_credentials_are_form_decoded_and_post_is_accepted() {
+        let c = client();
+        let mut h = HeaderMap::new();
+        let b = STANDARD.encode("mcp-connect:s3cret%26x");
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Basic {b}")).unwrap(),
+        );
+        assert!(authenticate_client(&c, &h, None, None).is_ok());
+        assert!(
+            authenticate_client(&c, &HeaderMap::new(), Some("mcp-connect"), Some("s3cret&x"))
+                .is_ok()
+        );
+        let e = authenticate_client(&c, &HeaderMap::new(), Some("mcp-connect"), Some("nope"))
+            .unwrap_err();
+        assert_eq!(e.error, "invalid_client");
+        let e = authenticate_client(&c, &h, None, Some("s3cret&x")).unwrap_err();
+        assert_eq!(e.error, "invalid_request");
+        let e = authenticate_client(&c, &HeaderMap::new(), Some("mcp-connect"), None).unwrap_err();
+        assert_eq!(e.error, "invalid_client");
+    }
+
+    #[test]
+    fn expiring_records_are_single_use_and_short_lived() {
+        let mut e = Expiring::default();
+        let h = e.insert("v", 60, 1000);
+        assert!(e.get_mut(&h, 1059).is_some());
+        assert_eq!(e.take(&h, 1010), Some("v"));
+        assert_eq!(e.take(&h, 1010), None);
+        let h = e.insert("w", 60, 1000);
+        assert_eq!(e.take(&h, 1060), None);
+    }
+}

@@ -1,0 +1,768 @@
+//! The sandbox OAuth 2 provider (`/dev/sandbox`): RFC 8414 metadata, authorize with a sign-in
+//! form (any user name) and an Allow / Deny consent page, a token endpoint with client
+//! authentication, PKCE S256, single-use short-lived codes and rotating refresh tokens (reusing
+//! a rotated one is `invalid_grant` and revokes the grant), RFC 7009 revocation, and a small
+//! protected resource, `GET /api/whoami`. It plays a third-party provider for `mcp-connect demo`.
+//!
+//! Grants and tokens are kept in memory and, when given a file, written there (tokens as
+//! SHA-256 hashes only) so a restarted demo keeps its connections working.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::oauth::{
+    AuthRequest, AuthorizePolicy, AuthorizeQuery, CODE_TTL, Expiring, OAuthError, REQUEST_TTL,
+    RegisteredClient, authenticate_client, pkce_matches, redirect_back, token_json, valid_login,
+};
+use super::pages::{ConsentPage, ErrorPage, IndexPage, SignInPage, render_page};
+use crate::crypto::{random_token, sha256_b64};
+use crate::db::now;
+
+const SERVER: &str = "Sandbox provider";
+/// What each scope lets the client do, shown on the consent page.
+const SCOPES: &[(&str, &str)] = &[
+    ("profile", "know your sandbox user name"),
+    ("api", "call the sandbox API (whoami) as you"),
+];
+const REFRESH_TTL: i64 = 30 * 86_400;
+
+/// A user's grant to the client. Revoking it ends every token it produced.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Grant {
+    subject: String,
+    client_id: String,
+    scope: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AccessToken {
+    grant: String,
+    scope: String,
+    expires_at: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RefreshToken {
+    grant: String,
+    expires_at: i64,
+    /// Set once it has been exchanged: presenting it again is reuse.
+    used: bool,
+}
+
+/// Everything that outlives a request, keyed by token hash (never the token itself).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Tokens {
+    grants: HashMap<String, Grant>,
+    access: HashMap<String, AccessToken>,
+    refresh: HashMap<String, RefreshToken>,
+}
+
+impl Tokens {
+    fn revoke_grant(&mut self, grant: &str) {
+        self.grants.remove(grant);
+        self.access.retain(|_, t| t.grant != grant);
+        self.refresh.retain(|_, t| t.grant != grant);
+    }
+
+    fn prune(&mut self, now: i64) {
+        self.access.retain(|_, t| t.expires_at > now);
+        self.refresh.retain(|_, t| t.expires_at > now);
+        let live: std::collections::HashSet<&String> = self
+            .access
+            .values()
+            .map(|t| &t.grant)
+            .chain(self.refresh.values().map(|t| &t.grant))
+            .collect();
+        self.grants.retain(|id, _| live.contains(id));
+    }
+
+    /// New access and refresh tokens for `grant`.
+    fn issue(&mut self, grant: &str, scope: &str, access_ttl: i64, now: i64) -> (String, String) {
+        let access = random_token(32);
+        let refresh = random_token(32);
+        self.access.insert(
+            sha256_b64(access.as_bytes()),
+            AccessToken {
+                grant: grant.to_owned(),
+                scope: scope.to_owned(),
+                expires_at: now + access_ttl,
+            },
+        );
+        self.refresh.insert(
+            sha256_b64(refresh.as_bytes()),
+            RefreshToken {
+                grant: grant.to_owned(),
+                expires_at: now + REFRESH_TTL,
+                used: false,
+            },
+        );
+        (access, refresh)
+    }
+}
+
+/// An authorization request on its way through sign-in and consent.
+struct PendingAuth {
+    request: AuthRequest,
+    user: Option<String>,
+}
+
+struct IssuedCode {
+    request: AuthRequest,
+    subject: String,
+}
+
+/// A code after its first redemption, until it would have expired: a second redemption
+/// revokes the grant the first one produced (RFC 6749 §4.1.2).
+struct UsedCode {
+    grant: Option<String>,
+    expires_at: i64,
+}
+
+#[derive(Default)]
+struct SandboxState {
+    requests: Expiring<PendingAuth>,
+    codes: Expiring<IssuedCode>,
+    /// By code hash.
+    used_codes: HashMap<String, UsedCode>,
+    tokens: Tokens,
+}
+
+pub struct Sandbox {
+    issuer: String,
+    client: RegisteredClient,
+    access_ttl: i64,
+    file: Option<PathBuf>,
+    state: Mutex<SandboxState>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("issuer", &self.issuer)
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sandbox {
+    /// `issuer` is this server's public URL (`http://127.0.0.1:PORT/dev/sandbox`); grants are
+    /// loaded from and saved to `file` when given.
+    pub fn new(
+        issuer: String,
+        client: RegisteredClient,
+        access_ttl: i64,
+        file: Option<PathBuf>,
+    ) -> anyhow::Result<Arc<Self>> {
+        let mut tokens = match &file {
+            Some(p) if p.exists() => {
+                let text = std::fs::read_to_string(p)?;
+                serde_json::from_str::<Tokens>(&text).unwrap_or_else(|e| {
+                    tracing::warn!(file = %p.display(), error = %e, "sandbox state unreadable; starting empty");
+                    Tokens::default()
+                })
+            }
+            _ => Tokens::default(),
+        };
+        tokens.prune(now());
+        Ok(Arc::new(Self {
+            issuer,
+            client,
+            access_ttl,
+            file,
+            state: Mutex::new(SandboxState {
+                tokens,
+                ..SandboxState::default()
+            }),
+        }))
+    }
+
+    fn endpoint(&self, path: &str) -> String {
+        format!("{}{path}", self.issuer)
+    }
+
+    fn path(&self, path: &str) -> String {
+        let base = url::Url::parse(&self.issuer)
+            .map(|u| u.path().trim_end_matches('/').to_owned())
+            .unwrap_or_default();
+        format!("{base}{path}")
+    }
+
+    fn state(&self) -> MutexGuard<'_, SandboxState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes the grants and token hashes (called with the lock held, so writes stay ordered).
+    fn save(&self, tokens: &mut Tokens) {
+        let Some(path) = &self.file else { return };
+        tokens.prune(now());
+        let result = serde_json::to_vec(tokens)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| {
+                let tmp = path.with_extension("json.tmp");
+                std::fs::write(&tmp, bytes)?;
+                std::fs::rename(&tmp, path)
+            });
+        if let Err(e) = result {
+            tracing::warn!(file = %path.display(), error = %e, "could not save the sandbox state");
+        }
+    }
+
+    fn policy(&self) -> AuthorizePolicy<'_> {
+        AuthorizePolicy {
+            server_name: SERVER,
+            issuer: &self.issuer,
+            client: &self.client,
+            scopes_supported: &["profile", "api"],
+            default_scopes: &["profile"],
+            require_openid: false,
+        }
+    }
+
+    fn sign_in_page(&self, request: &str, error: Option<&str>, status: StatusCode) -> Response {
+        render_page(
+            &SignInPage {
+                server: SERVER,
+                action: &self.path("/authorize/login"),
+                request,
+                client: &self.client.client_id,
+                hint: "Type any user name: it is who you are at the sandbox. There is no password.",
+                error,
+            },
+            status,
+        )
+    }
+
+    fn consent_page(&self, request: &str, user: &str, scopes: &[String]) -> Response {
+        render_page(
+            &ConsentPage {
+                server: SERVER,
+                action: &self.path("/authorize/decision"),
+                request,
+                client: &self.client.client_id,
+                user,
+                scopes: scopes
+                    .iter()
+                    .map(|s| {
+                        let what = SCOPES
+                            .iter()
+                            .find(|(n, _)| n == s)
+                            .map(|(_, w)| *w)
+                            .unwrap_or("");
+                        (s.clone(), what)
+                    })
+                    .collect(),
+            },
+            StatusCode::OK,
+        )
+    }
+}
+
+pub fn router(sandbox: Arc<Sandbox>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/.well-known/oauth-authorization-server", get(metadata))
+        .route("/authorize", get(authorize))
+        .route("/authorize/login", post(sign_in))
+        .route("/authorize/decision", post(decide))
+        .route("/token", post(token))
+        .route("/revoke", post(revoke))
+        .route("/api/whoami", get(whoami))
+        .with_state(sandbox)
+}
+
+async fn index(State(s): State<Arc<Sandbox>>) -> Response {
+    render_page(
+        &IndexPage {
+            server: SERVER,
+            what: "An OAuth 2 provider for trying mcp-connect: it plays a third-party service such as GitHub. Any user name signs in; you then Allow or Deny. Its one API, whoami, tells who an access token belongs to.",
+            issuer: &s.issuer,
+            endpoints: vec![
+                (
+                    "metadata",
+                    s.endpoint("/.well-known/oauth-authorization-server"),
+                ),
+                ("authorize", s.endpoint("/authorize")),
+                ("token", s.endpoint("/token")),
+                ("revocation", s.endpoint("/revoke")),
+                ("whoami (GET, Bearer)", s.endpoint("/api/whoami")),
+            ],
+        },
+        StatusCode::OK,
+    )
+}
+
+async fn metadata(State(s): State<Arc<Sandbox>>) -> Response {
+    Json(json!({
+        "issuer": s.issuer,
+        "authorization_endpoint": s.endpoint("/authorize"),
+        "token_endpoint": s.endpoint("/token"),
+        "revocation_endpoint": s.endpoint("/revoke"),
+        "response_types_supported": ["code"],
+        "response_modes_supported": ["query"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "scopes_supported": SCOPES.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+        "revocation_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+        "authorization_response_iss_parameter_supported": true,
+        "service_documentation": s.endpoint("/"),
+    }))
+    .into_response()
+}
+
+fn gone_page() -> Response {
+    render_page(
+        &ErrorPage {
+            server: SERVER,
+            title: "This request has expired",
+            message: "Authorization requests are single-use and last ten minutes. Go back to the application and start again.",
+        },
+        StatusCode::BAD_REQUEST,
+    )
+}
+
+async fn authorize(
+    State(s): State<Arc<Sandbox>>,
+    q: Result<Query<AuthorizeQuery>, QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return render_page(
+            &ErrorPage {
+                server: SERVER,
+                title: "Malformed request",
+                message: "The authorization request could not be read.",
+            },
+            StatusCode::BAD_REQUEST,
+        );
+    };
+    let request = match s.policy().check(q) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    let handle = s.state().requests.insert(
+        PendingAuth {
+            request,
+            user: None,
+        },
+        REQUEST_TTL,
+        now(),
+    );
+    s.sign_in_page(&handle, None, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+struct SignInForm {
+    request: String,
+    #[serde(default)]
+    login: String,
+    cancel: Option<String>,
+}
+
+async fn sign_in(
+    State(s): State<Arc<Sandbox>>,
+    form: Result<Form<SignInForm>, FormRejection>,
+) -> Response {
+    let Ok(Form(form)) = form else {
+        return gone_page();
+    };
+    let now = now();
+    if form.cancel.is_some() {
+        let Some(p) = s.state().requests.take(&form.request, now) else {
+            return gone_page();
+        };
+        return deny(&s, &p.request);
+    }
+    let login = valid_login(&form.login);
+    let mut st = s.state();
+    let Some(pending) = st.requests.get_mut(&form.request, now) else {
+        return gone_page();
+    };
+    let Some(login) = login else {
+        drop(st);
+        return s.sign_in_page(
+            &form.request,
+            Some("Type a user name (up to 64 characters)."),
+            StatusCode::BAD_REQUEST,
+        );
+    };
+    pending.user = Some(login.clone());
+    let scopes = pending.request.scopes.clone();
+    drop(st);
+    s.consent_page(&form.request, &login, &scopes)
+}
+
+fn deny(s: &Sandbox, request: &AuthRequest) -> Response {
+    redirect_back(
+        &request.redirect_uri,
+        &[
+            ("error", "access_denied"),
+            ("error_description", "the user denied the request"),
+        ],
+        request.state.as_deref(),
+        &s.issuer,
+    )
+}
+
+#[derive(Deserialize)]
+struct DecisionForm {
+    request: String,
+    decision: Option<String>,
+}
+
+async fn decide(
+    State(s): State<Arc<Sandbox>>,
+    form: Result<Form<DecisionForm>, FormRejection>,
+) -> Response {
+    let Ok(Form(form)) = form else {
+        return gone_page();
+    };
+    let now = now();
+    let mut st = s.state();
+    // Taken even when not signed in yet: a decision without a sign-in is not a real browser.
+    let Some(PendingAuth {
+        request,
+        user: Some(subject),
+    }) = st.requests.take(&form.request, now)
+    else {
+        return gone_page();
+    };
+    match form.decision.as_deref() {
+        Some("allow") => {
+            let redirect_uri = request.redirect_uri.clone();
+            let state = request.state.clone();
+            let code = st
+                .codes
+                .insert(IssuedCode { request, subject }, CODE_TTL, now);
+            drop(st);
+            redirect_back(
+                &redirect_uri,
+                &[("code", &code)],
+                state.as_deref(),
+                &s.issuer,
+            )
+        }
+        _ => {
+            drop(st);
+            deny(&s, &request)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct TokenForm {
+    grant_type: Option<String>,
+    code: Option<String>,
+    redirect_uri: Option<String>,
+    code_verifier: Option<String>,
+    refresh_token: Option<String>,
+    scope: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<String>,
+}
+
+async fn token(
+    State(s): State<Arc<Sandbox>>,
+    headers: HeaderMap,
+    form: Result<Form<TokenForm>, FormRejection>,
+) -> Result<Response, OAuthError> {
+    let Form(f) = form.map_err(|_| {
+        OAuthError::new(
+            "invalid_request",
+            "send an application/x-www-form-urlencoded body",
+        )
+    })?;
+    authenticate_client(
+        &s.client,
+        &headers,
+        f.client_id.as_deref(),
+        f.client_secret.as_deref(),
+    )?;
+    match f.grant_type.as_deref() {
+        Some("authorization_code") => redeem_code(&s, &f),
+        Some("refresh_token") => refresh(&s, &f),
+        _ => Err(OAuthError::new(
+            "unsupported_grant_type",
+            "use authorization_code or refresh_token",
+        )),
+    }
+}
+
+fn token_answer(access: String, refresh: String, scope: &str, ttl: i64) -> Response {
+    token_json(json!({
+        "access_token": access,
+        "token_type": "Bearer",
+        "expires_in": ttl,
+        "refresh_token": refresh,
+        "scope": scope,
+    }))
+}
+
+fn redeem_code(s: &Sandbox, f: &TokenForm) -> Result<Response, OAuthError> {
+    let code = f
+        .code
+        .as_deref()
+        .ok_or_else(|| OAuthError::new("invalid_request", "code is required"))?;
+    let now = now();
+    let code_hash = sha256_b64(code.as_bytes());
+    let mut st = s.state();
+    st.used_codes.retain(|_, u| u.expires_at > now);
+    let Some(issued) = st.codes.take(code, now) else {
+        // A second redemption: revoke what the first one produced.
+        if let Some(UsedCode { grant: Some(g), .. }) = st.used_codes.remove(&code_hash) {
+            st.tokens.revoke_grant(&g);
+            s.save(&mut st.tokens);
+        }
+        return Err(OAuthError::new(
+            "invalid_grant",
+            "unknown, used or expired code",
+        ));
+    };
+    // One attempt per code, whatever happens next.
+    st.used_codes.insert(
+        code_hash.clone(),
+        UsedCode {
+            grant: None,
+            expires_at: now + CODE_TTL,
+        },
+    );
+    if f.redirect_uri.as_deref() != Some(issued.request.redirect_uri.as_str()) {
+        return Err(OAuthError::new(
+            "invalid_grant",
+            "redirect_uri does not match the authorization request",
+        ));
+    }
+    let verifier = f
+        .code_verifier
+        .as_deref()
+        .ok_or_else(|| OAuthError::new("invalid_grant", "code_verifier is required (PKCE)"))?;
+    if !pkce_matches(verifier, &issued.request.code_challenge) {
+        return Err(OAuthError::new("invalid_grant", "PKCE verification failed"));
+    }
+    let scope = issued.request.scopes.join(" ");
+    let grant = random_token(12);
+    st.tokens.grants.insert(
+        grant.clone(),
+        Grant {
+            subject: issued.subject,
+            client_id: s.client.client_id.clone(),
+            scope: scope.clone(),
+        },
+    );
+    if let Some(u) = st.used_codes.get_mut(&code_hash) {
+        u.grant = Some(grant.clone());
+    }
+    let (access, refresh) = st.tokens.issue(&grant, &scope, s.access_ttl, now);
+    s.save(&mut st.tokens);
+    Ok(token_answer(access, refresh, &scope, s.access_ttl))
+}
+
+fn refresh(s: &Sandbox, f: &TokenForm) -> Result<Response, OAuthError> {
+    let presented = f
+        .refresh_token
+        .as_deref()
+        .ok_or_else(|| OAuthError::new("invalid_request", "refresh_token is required"))?;
+    let now = now();
+    let hash = sha256_b64(presented.as_bytes());
+    let mut st = s.state();
+    let Some(rt) = st.tokens.refresh.get(&hash).cloned() else {
+        return Err(OAuthError::new(
+            "invalid_grant",
+            "unknown, revoked or expired refresh token",
+        ));
+    };
+    if rt.expires_at <= now {
+        return Err(OAuthError::new("invalid_grant", "refresh token expired"));
+    }
+    if rt.used {
+        // Reuse of a rotated refresh token: someone holds a copy. End the whole grant.
+        st.tokens.revoke_grant(&rt.grant);
+        s.save(&mut st.tokens);
+        return Err(OAuthError::new(
+            "invalid_grant",
+            "refresh token was already used (rotated); the grant is revoked",
+        ));
+    }
+    let Some(grant) = st.tokens.grants.get(&rt.grant).cloned() else {
+        return Err(OAuthError::new("invalid_grant", "the grant is revoked"));
+    };
+    if grant.client_id != s.client.client_id {
+        return Err(OAuthError::new(
+            "invalid_grant",
+            "refresh token was issued to another client",
+        ));
+    }
+    let scope = match f.scope.as_deref().map(str::trim).filter(|x| !x.is_empty()) {
+        None => grant.scope.clone(),
+        Some(asked) => {
+            let granted: Vec<&str> = grant.scope.split(' ').collect();
+            if asked
+                .split(' ')
+                .any(|x| !x.is_empty() && !granted.contains(&x))
+            {
+                return Err(OAuthError::new(
+                    "invalid_scope",
+                    "a refresh cannot widen the granted scope",
+                ));
+            }
+            asked.to_owned()
+        }
+    };
+    if let Some(old) = st.tokens.refresh.get_mut(&hash) {
+        old.used = true;
+    }
+    let (access, refresh) = st.tokens.issue(&rt.grant, &scope, s.access_ttl, now);
+    s.save(&mut st.tokens);
+    Ok(token_answer(access, refresh, &scope, s.access_ttl))
+}
+
+#[derive(Deserialize)]
+struct RevokeForm {
+    token: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<String>,
+}
+
+/// RFC 7009. Revoking a refresh token ends its grant (and so every access token from it);
+/// revoking an access token ends that token. Unknown tokens are answered 200 as the RFC says.
+async fn revoke(
+    State(s): State<Arc<Sandbox>>,
+    headers: HeaderMap,
+    form: Result<Form<RevokeForm>, FormRejection>,
+) -> Result<Response, OAuthError> {
+    let Form(f) = form.map_err(|_| {
+        OAuthError::new(
+            "invalid_request",
+            "send an application/x-www-form-urlencoded body",
+        )
+    })?;
+    authenticate_client(
+        &s.client,
+        &headers,
+        f.client_id.as_deref(),
+        f.client_secret.as_deref(),
+    )?;
+    let token = f
+        .token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| OAuthError::new("invalid_request", "token is required"))?;
+    let hash = sha256_b64(token.as_bytes());
+    let mut st = s.state();
+    let grant_of =
+        |g: &str, st: &SandboxState| st.tokens.grants.get(g).map(|x| x.client_id.clone());
+    if let Some(rt) = st.tokens.refresh.get(&hash).cloned() {
+        if grant_of(&rt.grant, &st).is_some_and(|c| c != s.client.client_id) {
+            return Err(OAuthError::new(
+                "invalid_request",
+                "the token was issued to another client",
+            ));
+        }
+        st.tokens.revoke_grant(&rt.grant);
+        s.save(&mut st.tokens);
+    } else if let Some(at) = st.tokens.access.get(&hash).cloned() {
+        if grant_of(&at.grant, &st).is_some_and(|c| c != s.client.client_id) {
+            return Err(OAuthError::new(
+                "invalid_request",
+                "the token was issued to another client",
+            ));
+        }
+        st.tokens.access.remove(&hash);
+        s.save(&mut st.tokens);
+    }
+    Ok(token_json(json!({})))
+}
+
+fn invalid_token(why: &'static str) -> Response {
+    let mut r = OAuthError::new("invalid_token", why).into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"sandbox\", error=\"invalid_token\""),
+    );
+    r
+}
+
+/// The protected resource: who the bearer access token belongs to.
+async fn whoami(State(s): State<Arc<Sandbox>>, headers: HeaderMap) -> Response {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(rest.trim())
+        })
+        .filter(|t| !t.is_empty());
+    let Some(token) = token else {
+        let mut r = (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": "invalid_request", "error_description": "send Authorization: Bearer <access token>"})),
+        )
+            .into_response();
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"sandbox\""),
+        );
+        return r;
+    };
+    let st = s.state();
+    let Some(at) = st.tokens.access.get(&sha256_b64(token.as_bytes())) else {
+        return invalid_token("unknown or revoked access token");
+    };
+    if at.expires_at <= now() {
+        return invalid_token("the access token has expired");
+    }
+    let Some(grant) = st.tokens.grants.get(&at.grant) else {
+        return invalid_token("the grant is revoked");
+    };
+    Json(json!({
+        "sub": grant.subject,
+        "scope": at.scope,
+        "client_id": grant.client_id,
+        "exp": at.expires_at,
+    }))
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revoking_a_grant_ends_all_its_tokens_and_pruning_drops_expired_ones() {
+        let mut t = Tokens::default();
+        t.grants.insert(
+            "g".into(),
+            Grant {
+                subject: "alice".into(),
+                client_id: "c".into(),
+                scope: "api".into(),
+            },
+        );
+        let (a, r) = t.issue("g", "api", 60, 1000);
+        assert!(t.access.contains_key(&sha256_b64(a.as_bytes())));
+        assert!(t.refresh.contains_key(&sha256_b64(r.as_bytes())));
+        t.prune(1061);
+        assert!(t.access.is_empty(), "expired access token pruned");
+        assert_eq!(t.refresh.len(), 1);
+        assert!(t.grants.contains_key("g"), "grant lives while a token does");
+        t.revoke_grant("g");
+        assert!(t.refresh.is_empty() && t.grants.is_empty());
+    }
+
+    #[test]
+    fn saved_state_holds_no_token_values() {
+        let mut t = Tokens::default();
+        let (a, r) = t.issue("g", "api", 60, 1000);
+        let text = serde_json::to_string(&t).unwrap();
+        assert!(!text.contains(&a) && !text.contains(&r));
+    }
+}
