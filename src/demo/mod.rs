@@ -410,9 +410,11 @@ pub fn banner(info: &DemoInfo, shown_dir: &Path, connect_url: Option<&str>) -> S
     format!(
         r#"
 mcp-connect demo is running at {base}
-  data folder   {dir} (database, keys; the configuration it uses: {config})
-  DEVELOPMENT ONLY, served next to it: an identity issuer at {base}/dev/issuer and a sandbox
-  provider at {base}/dev/sandbox. Both sign in anyone who types a user name.
+  data folder       {dir} (database, keys, and the configuration it runs with:
+                    {config})
+  DEVELOPMENT ONLY, served next to it; both sign in anyone who types a user name:
+  identity issuer   {base}/dev/issuer
+  sandbox provider  {base}/dev/sandbox
 
 API key of the MCP server "{CLIENT_ID}": {key}
 

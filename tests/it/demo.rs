@@ -38,7 +38,11 @@ struct Printed {
 }
 
 async fn start_demo(data_dir: &std::path::Path, port: u16) -> Printed {
-    let log = std::fs::File::create(data_dir.with_extension("log")).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(data_dir.with_extension("log"))
+        .unwrap();
     let mut child = demo_command(&[
         "--port",
         &port.to_string(),
@@ -230,6 +234,13 @@ async fn following_what_the_demo_prints_ends_with_whoami_answering_for_alice() {
     let me = run_printed(&p2, 2).await;
     assert_eq!(me["sub"], "alice", "{me}");
 
+    // The logs (stderr) carry neither the API key nor the token; only stdout shows the key.
+    let logs = std::fs::read_to_string(data.with_extension("log")).unwrap();
+    assert!(!logs.is_empty());
+    for secret in [p.api_key.as_str(), t["access_token"].as_str().unwrap()] {
+        assert!(!logs.contains(secret), "a secret in the demo's logs");
+    }
+
     // The generated configuration names its secrets by file, never inline.
     let config = std::fs::read_to_string(data.join("mcp-connect.toml")).unwrap();
     assert!(!config.contains(&p.api_key), "{config}");
@@ -241,7 +252,7 @@ async fn demo_refuses_to_listen_beyond_loopback() {
     let dir = tempfile::tempdir().unwrap();
     for host in ["0.0.0.0", "::"] {
         let data = dir.path().join(format!("data-{}", host.replace(':', "x")));
-        let out = demo_command(&[
+        let run = demo_command(&[
             "--host",
             host,
             "--port",
@@ -249,9 +260,12 @@ async fn demo_refuses_to_listen_beyond_loopback() {
             "--data-dir",
             data.to_str().unwrap(),
         ])
-        .output()
-        .await
-        .unwrap();
+        .output();
+        // A demo that starts anyway would run until killed (on drop of the future).
+        let out = tokio::time::timeout(Duration::from_secs(30), run)
+            .await
+            .unwrap_or_else(|_| panic!("the demo started on {host}"))
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{host}: {stderr}");
         assert!(stderr.contains("loopback"), "{stderr}");

@@ -1,0 +1,146 @@
+// End-to-end: `mcp-connect demo` as a newcomer runs it. Starts the real binary on a free port
+// with a fresh data folder, reads what it prints, and drives headless Chromium through the pages
+// it names (development issuer sign-in, mcp-connect consent, sandbox sign-in and Allow), then
+// follows the printed API calls until the sandbox's whoami answers for alice.
+//
+//   cargo build && (cd tests/peers && npm ci) && node --test tests/e2e/demo.test.mjs
+//
+// Environment: MCP_CONNECT_BIN (default target/debug/mcp-connect), CHROMIUM (default
+// /usr/bin/chromium), E2E_VERBOSE=1 to echo the demo's output.
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const require = createRequire(new URL('../peers/package.json', import.meta.url));
+const { chromium } = require('playwright-core');
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const BIN = path.resolve(ROOT, process.env.MCP_CONNECT_BIN || 'target/debug/mcp-connect');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const VERBOSE = process.env.E2E_VERBOSE === '1';
+const STEP_TIMEOUT = 20_000;
+
+let browser;
+let demo;
+let dir;
+
+// Starts the demo and resolves with what it printed once the banner is complete.
+function startDemo(dataDir) {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MCP_CONNECT_')));
+  env.NO_COLOR = '1';
+  const child = spawn(BIN, ['demo', '--port', '0', '--data-dir', dataDir], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const state = { child, stdout: '', stderr: '' };
+  child.stderr.on('data', (c) => {
+    state.stderr += c;
+    if (VERBOSE) process.stderr.write(`[demo] ${c}`);
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no banner within 60 s:\n${state.stdout}\n${state.stderr}`)), 60_000);
+    child.stdout.on('data', (c) => {
+      state.stdout += c;
+      if (VERBOSE) process.stderr.write(`[demo stdout] ${c}`);
+      if (/^Ctrl-C/m.test(state.stdout)) {
+        clearTimeout(timer);
+        resolve(state);
+      }
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the demo exited (${code}):\n${state.stdout}\n${state.stderr}`));
+    });
+  });
+}
+
+function parse(text) {
+  const base = /mcp-connect demo is running at (\S+)/.exec(text)?.[1];
+  const apiKey = /API key of the MCP server "demo-mcp": (\S+)/.exec(text)?.[1];
+  const lines = text.split('\n').map((l) => l.trim());
+  const connectUrl = lines.find((l) => base && l.startsWith(`${base}/connect/`));
+  const curls = lines.filter((l) => l.startsWith('curl '));
+  assert.ok(base && apiKey && connectUrl, `banner incomplete:\n${text}`);
+  assert.equal(curls.length, 3, `three curl commands:\n${text}`);
+  return { base, apiKey, connectUrl, curls };
+}
+
+before(async () => {
+  assert.ok(fs.existsSync(BIN), `mcp-connect binary not found at ${BIN}: run \`cargo build\` or set MCP_CONNECT_BIN`);
+  assert.ok(fs.existsSync(CHROMIUM), `Chromium not found at ${CHROMIUM}: install it or set CHROMIUM`);
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcp-connect-demo-e2e-'));
+  demo = await startDemo(path.join(dir, 'demo-data'));
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+  });
+});
+
+after(async () => {
+  await browser?.close().catch(() => {});
+  demo?.child.kill('SIGTERM');
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+test('a browser follows the printed connect URL and whoami then answers for alice', async () => {
+  const printed = parse(demo.stdout);
+  const context = await browser.newContext({ viewport: { width: 1000, height: 800 } });
+  context.setDefaultTimeout(STEP_TIMEOUT);
+  const page = await context.newPage();
+  try {
+    // The development issuer's sign-in, visibly marked.
+    await page.goto(printed.connectUrl);
+    await page.waitForURL((u) => u.pathname.startsWith('/dev/issuer/'));
+    await assertDevelopmentOnly(page);
+    await page.locator('input[name="login"]').fill('alice');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+
+    // mcp-connect's own consent page (not a development page).
+    const cont = page.getByRole('button', { name: 'Continue' });
+    await cont.waitFor();
+    const consent = await page.locator('body').innerText();
+    assert.match(consent, /Demo MCP server/);
+    assert.match(consent, /Sandbox/);
+    assert.doesNotMatch(consent, /development only/i, 'the service\'s own pages are not marked as development');
+    await cont.click();
+
+    // The sandbox: sign in, then Allow.
+    await page.waitForURL((u) => u.pathname.startsWith('/dev/sandbox/'));
+    await assertDevelopmentOnly(page);
+    await page.locator('input[name="login"]').fill('alice');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    const allow = page.getByRole('button', { name: 'Allow' });
+    await allow.waitFor();
+    await assertDevelopmentOnly(page);
+    assert.match(await page.locator('body').innerText(), /alice/);
+    await allow.click();
+
+    await page.getByRole('heading', { name: 'Sandbox is connected' }).waitFor();
+  } finally {
+    await context.close();
+  }
+
+  // The printed calls: the token, then whoami with it.
+  const body = JSON.stringify({ subject: 'alice', provider: 'sandbox' });
+  const tok = await fetch(`${printed.base}/v1/tokens`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${printed.apiKey}`, 'content-type': 'application/json' },
+    body,
+  });
+  const token = await tok.json();
+  assert.equal(tok.status, 200, JSON.stringify(token));
+  const whoamiUrl = printed.curls[2].split(/\s+/).find((w) => w.startsWith('http'));
+  const me = await fetch(whoamiUrl, { headers: { authorization: `Bearer ${token.access_token}` } });
+  assert.equal(me.status, 200);
+  assert.equal((await me.json()).sub, 'alice');
+});
+
+async function assertDevelopmentOnly(page) {
+  const banner = page.getByText('Development only.', { exact: false });
+  assert.ok(await banner.first().isVisible(), `no visible "development only" on ${page.url()}`);
+}
