@@ -134,7 +134,12 @@ impl Demo {
         check_loopback(opts.host)?;
         let listener = TcpListener::bind((opts.host, opts.port))
             .await
-            .with_context(|| format!("listening on {}", SocketAddr::new(opts.host, opts.port)))?;
+            .with_context(|| {
+                format!(
+                    "listening on {} (if another program uses that port, pick another with --port, or --port 0)",
+                    SocketAddr::new(opts.host, opts.port)
+                )
+            })?;
         let addr = listener.local_addr().context("reading the bound address")?;
         check_loopback(addr.ip())?;
 
