@@ -185,6 +185,7 @@ pub struct AuthorizeQuery {
     pub nonce: Option<String>,
     pub code_challenge: Option<String>,
     pub code_challenge_method: Option<String>,
+    pub prompt: Option<String>,
 }
 
 /// A checked authorization request, waiting for the user.
@@ -257,6 +258,14 @@ impl AuthorizePolicy<'_> {
                 "unsupported_response_type",
                 "only response_type=code is supported",
             ));
+        }
+        // Nobody stays signed in here, so a sign-in without a page cannot happen; `login` and
+        // `consent` are what every request gets anyway.
+        if q.prompt
+            .as_deref()
+            .is_some_and(|p| p.split(' ').any(|x| x == "none"))
+        {
+            return Err(back("login_required", "this server always asks the user"));
         }
         let Some(code_challenge) = q.code_challenge.clone().filter(|c| !c.is_empty()) else {
             return Err(back(

@@ -307,6 +307,8 @@ async fn metadata(State(s): State<Arc<Sandbox>>) -> Response {
         "authorization_endpoint": s.endpoint("/authorize"),
         "token_endpoint": s.endpoint("/token"),
         "revocation_endpoint": s.endpoint("/revoke"),
+        // The service labels connections with it (on /account); whoami answers `sub`.
+        "userinfo_endpoint": s.endpoint("/api/whoami"),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
         "grant_types_supported": ["authorization_code", "refresh_token"],

@@ -5,28 +5,18 @@
 //
 //   cargo build && (cd tests/peers && npm ci) && node --test tests/e2e/demo.test.mjs
 //
-// Environment: MCP_CONNECT_BIN (default target/debug/mcp-connect), CHROMIUM (default
-// /usr/bin/chromium), E2E_VERBOSE=1 to echo the demo's output.
+// Environment (see lib.mjs): MCP_CONNECT_BIN (default target/debug/mcp-connect), CHROMIUM
+// (default /usr/bin/chromium), E2E_VERBOSE=1 to echo the demo's output.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createRequire } from 'node:module';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 
-const require = createRequire(new URL('../peers/package.json', import.meta.url));
-const { chromium } = require('playwright-core');
+import { BIN, ROOT, VERBOSE, closeAll, launchBrowser, newPage, stopChild } from './lib.mjs';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const BIN = path.resolve(ROOT, process.env.MCP_CONNECT_BIN || 'target/debug/mcp-connect');
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const VERBOSE = process.env.E2E_VERBOSE === '1';
-const STEP_TIMEOUT = 20_000;
-
-let browser;
 let demo;
 let dir;
 
@@ -69,29 +59,20 @@ function parse(text) {
 }
 
 before(async () => {
-  assert.ok(fs.existsSync(BIN), `mcp-connect binary not found at ${BIN}: run \`cargo build\` or set MCP_CONNECT_BIN`);
-  assert.ok(fs.existsSync(CHROMIUM), `Chromium not found at ${CHROMIUM}: install it or set CHROMIUM`);
+  await launchBrowser();
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcp-connect-demo-e2e-'));
   demo = await startDemo(path.join(dir, 'demo-data'));
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
-  });
 });
 
 after(async () => {
-  await browser?.close().catch(() => {});
-  demo?.child.kill('SIGTERM');
+  if (demo) await stopChild(demo.child);
+  await closeAll();
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
 });
 
 test('a browser follows the printed connect URL and whoami then answers for alice', async () => {
   const printed = parse(demo.stdout);
-  const context = await browser.newContext({ viewport: { width: 1000, height: 800 } });
-  context.setDefaultTimeout(STEP_TIMEOUT);
-  const page = await context.newPage();
+  const { context, page, docs } = await newPage();
   try {
     // The development issuer's sign-in, visibly marked.
     await page.goto(printed.connectUrl);
@@ -121,6 +102,7 @@ test('a browser follows the printed connect URL and whoami then answers for alic
     await allow.click();
 
     await page.getByRole('heading', { name: 'Sandbox is connected' }).waitFor();
+    assert.equal(docs.last?.status, 200, `done page status (${docs.last?.url})`);
   } finally {
     await context.close();
   }

@@ -451,7 +451,13 @@ on_both_peers!(
             let state = random_token(12);
             let nonce = random_token(12);
             let url = identity
-                .authorize_url(&server.redirect_uri, &state, &nonce, &challenge)
+                .authorize_url(
+                    &server.redirect_uri,
+                    &state,
+                    &nonce,
+                    &challenge,
+                    !nonce_matches,
+                )
                 .await
                 .unwrap();
             let back = walk(&pair, server, url, "alice").await;
