@@ -24,7 +24,11 @@ export const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 export const PG_URL = (process.env.E2E_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432').replace(/\/+$/, '');
 export const DATABASES = (process.env.E2E_DATABASES || 'sqlite,postgres').split(',').map((s) => s.trim()).filter(Boolean);
 export const VERBOSE = process.env.E2E_VERBOSE === '1';
-export const SCREENSHOTS = path.join(ROOT, 'docs', 'screenshots');
+// Screenshots of the pages go to docs/screenshots/ only when asked (UPDATE_SCREENSHOTS=1), so a
+// test run leaves the working tree clean.
+export const SCREENSHOTS = process.env.UPDATE_SCREENSHOTS === '1'
+  ? path.join(ROOT, 'docs', 'screenshots')
+  : path.join(os.tmpdir(), 'mcp-connect-screenshots');
 export const STEP_TIMEOUT = 20_000;
 
 export const IDENTITY_SECRET = 'identity-secret';
