@@ -1,0 +1,89 @@
+//! `mcp-connect-bench <scenario>`: the benchmarks of issue 6. Every scenario prints Markdown
+//! tables (stdout) headed by the command and the machine's load; progress goes to stderr.
+
+mod connect_flow;
+mod footprint;
+mod load;
+mod long_poll;
+mod refresh_storm;
+mod setup;
+mod token_fetch;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "mcp-connect-bench",
+    about = "Benchmarks for mcp-connect (see bench/README.md)"
+)]
+struct Cli {
+    /// Worker threads of the load generator's runtime (the server side gets one per core, like
+    /// the binary's `#[tokio::main]`).
+    #[arg(long, global = true, default_value_t = 2)]
+    client_threads: usize,
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// POST /v1/tokens (valid token) next to fixed-JSON and pgbench -S baselines.
+    TokenFetch(token_fetch::Args),
+    /// Server time and database round trips of the browser connect flow.
+    ConnectFlow(connect_flow::Args),
+    /// Concurrent fetches of one expiring token over two processes: upstream refreshes.
+    RefreshStorm(refresh_storm::Args),
+    /// Concurrent long polls held by the binary: memory, CPU, wake-up delay.
+    LongPoll(long_poll::Args),
+    /// Binary size, start-up time, idle RSS, RSS under load.
+    Footprint(footprint::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // Before any thread exists: the connect flow points HTTP_PROXY at its timing proxy.
+    let proxy = match &cli.scenario {
+        Scenario::ConnectFlow(_) => Some(connect_flow::bind_proxy()?),
+        _ => None,
+    };
+    let command: Vec<String> = std::env::args().skip(1).collect();
+    println!(
+        "Command: `cargo run --release --manifest-path bench/Cargo.toml -- {}`  ",
+        command.join(" ")
+    );
+    println!("Machine: {}\n", setup::machine());
+    let client = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.client_threads)
+        .thread_name("loadgen")
+        .enable_all()
+        .build()?;
+    match cli.scenario {
+        Scenario::TokenFetch(args) => {
+            // As the binary does: the request spans exist, nothing is logged per request.
+            mcp_connect::telemetry::init(mcp_connect::config::LogFormat::Text);
+            let server = setup::ServerRuntime::new()?;
+            client.block_on(token_fetch::run(args, &server))?;
+        }
+        Scenario::ConnectFlow(args) => {
+            let filter = connect_flow::install_subscriber();
+            let server = setup::ServerRuntime::new()?;
+            let proxy = proxy.ok_or_else(|| anyhow::anyhow!("no proxy"))?;
+            client.block_on(connect_flow::run(args, &server, proxy, filter))?;
+        }
+        Scenario::RefreshStorm(args) => {
+            mcp_connect::telemetry::init(mcp_connect::config::LogFormat::Text);
+            let server = setup::ServerRuntime::new()?;
+            client.block_on(refresh_storm::run(args, &server))?;
+        }
+        Scenario::LongPoll(args) => {
+            mcp_connect::telemetry::init(mcp_connect::config::LogFormat::Text);
+            let server = setup::ServerRuntime::new()?;
+            client.block_on(long_poll::run(args, &server))?;
+        }
+        Scenario::Footprint(args) => {
+            client.block_on(footprint::run(args))?;
+        }
+    }
+    println!("\nFinished: load average {}", setup::load_average());
+    Ok(())
+}

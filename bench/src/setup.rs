@@ -1,0 +1,800 @@
+//! What the scenarios share: the machine description, configs, databases (created fresh or
+//! reused, bulk-loaded with sealed rows), the app served in this process, the real binary as a
+//! second process, the `oidc-provider` peers, and a cookie-keeping browser.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use mcp_connect::crypto::{KeyRing, connection_aad};
+use mcp_connect::{AppState, Application};
+use serde_json::Value;
+use sqlx::Connection;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+// Plain strings: the bench protects nothing. The key is fixed so that rows loaded in one run
+// open in the next (large databases are reused between runs).
+pub const API_KEY: &str = "bench-api-key-0123456789abcdefghijklmnop";
+const BENCH_KEY: &str = "kbench:YmVuY2gta2V5LWJlbmNoLWtleS1iZW5jaC1rZXktISE=";
+const IDENTITY_SECRET: &str = "identity-secret";
+const UPSTREAM_SECRET: &str = "upstream-secret";
+
+pub const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
+
+/// The repository root (the bench lives in `<root>/bench`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+pub fn binary_path() -> PathBuf {
+    repo_root().join("target/release/mcp-connect")
+}
+
+/// `nproc`, load average and a timestamp, for the line above every table.
+pub fn machine() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    let now = time::OffsetDateTime::now_utc();
+    format!(
+        "{now} UTC; nproc {cpus} ({model}); load average {}",
+        load.join(" "),
+        now = now
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default()
+    )
+}
+
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    Postgres,
+    Sqlite,
+}
+
+impl Engine {
+    pub fn label(self) -> &'static str {
+        match self {
+            Engine::Postgres => "Postgres",
+            Engine::Sqlite => "SQLite",
+        }
+    }
+}
+
+/// Where the identity issuer and upstream provider are. Token fetches never call them, so a
+/// dead address is fine there.
+#[derive(Clone)]
+pub struct PeerUrls {
+    pub identity: String,
+    pub upstream: String,
+}
+
+impl PeerUrls {
+    pub fn unreachable() -> Self {
+        Self {
+            identity: "http://127.0.0.1:9/identity".into(),
+            upstream: "http://127.0.0.1:9/upstream".into(),
+        }
+    }
+}
+
+pub struct ConfigOpts {
+    pub refresh_ahead_seconds: Option<u64>,
+}
+
+pub fn config_toml(public: &str, listen: &str, db_url: &str, peers: &PeerUrls, o: &ConfigOpts) -> String {
+    let refresh_ahead = o
+        .refresh_ahead_seconds
+        .map(|s| format!("refresh_ahead_seconds = {s}"))
+        .unwrap_or_default();
+    format!(
+        r#"
+public_url = "{public}"
+listen = "{listen}"
+database_url = "{db_url}"
+encryption_keys = ["{BENCH_KEY}"]
+{refresh_ahead}
+
+[identity]
+issuer = "{identity}"
+client_id = "mcp-connect"
+client_secret = "{IDENTITY_SECRET}"
+
+[[clients]]
+id = "bench-mcp"
+name = "Bench MCP"
+api_key = "{API_KEY}"
+providers = ["acme"]
+
+[providers.acme]
+display_name = "Acme"
+issuer = "{upstream}"
+client_id = "mcp-connect-upstream"
+client_secret = "{UPSTREAM_SECRET}"
+scopes = ["openid", "offline_access", "api"]
+"#,
+        identity = peers.identity,
+        upstream = peers.upstream,
+    )
+}
+
+pub fn keyring() -> anyhow::Result<KeyRing> {
+    KeyRing::parse(&[BENCH_KEY.to_string().into()]).map_err(|e| anyhow::anyhow!(e))
+}
+
+/// A database URL for `name`: a Postgres database, or a SQLite file under the temp folder.
+pub fn db_url(engine: Engine, name: &str) -> String {
+    match engine {
+        Engine::Postgres => format!("{PG_BASE}/{name}"),
+        Engine::Sqlite => {
+            let dir = std::env::temp_dir().join("mcp-connect-bench");
+            format!("sqlite://{}/{name}.sqlite", dir.display())
+        }
+    }
+}
+
+/// Drops the database (or removes the SQLite file and its WAL).
+pub async fn drop_db(engine: Engine, name: &str) -> anyhow::Result<()> {
+    match engine {
+        Engine::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&format!("{PG_BASE}/postgres")).await?;
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&mut c)
+                .await?;
+        }
+        Engine::Sqlite => {
+            let url = db_url(engine, name);
+            let path = url.trim_start_matches("sqlite://");
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{path}{suffix}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Opens the database through the library (creating and migrating it), then makes sure it holds
+/// exactly `n` active connections `user0..user{n-1}` for `issuer`/`acme`, loading them if not.
+/// Returns the URL and how long the load took (None when reused).
+pub async fn prepare_connections(
+    engine: Engine,
+    name: &str,
+    n: u64,
+    issuer: &str,
+    fresh: bool,
+) -> anyhow::Result<(String, Option<Duration>)> {
+    if fresh {
+        drop_db(engine, name).await?;
+    }
+    let url = db_url(engine, name);
+    let db = mcp_connect::db::Db::connect(&url).await?;
+    db.migrate().await?;
+    let (count,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM connections")
+        .fetch_one(&db.pool)
+        .await?;
+    let (same_issuer,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM connections WHERE issuer = $1 AND subject = 'user0'")
+            .bind(issuer)
+            .fetch_one(&db.pool)
+            .await?;
+    if count as u64 == n && same_issuer == 1 {
+        // Still valid for a day from the load; refresh the expiry so nothing is due.
+        let now = mcp_connect::db::now();
+        sqlx::query("UPDATE connections SET expires_at = $1, last_refresh_at = $2 WHERE expires_at < $3")
+            .bind(now + 86_400 * 7)
+            .bind(now)
+            .bind(now + 86_400)
+            .execute(&db.pool)
+            .await?;
+        db.pool.close().await;
+        return Ok((url, None));
+    }
+    sqlx::query("DELETE FROM connections")
+        .execute(&db.pool)
+        .await?;
+    db.pool.close().await;
+    let t = Instant::now();
+    match engine {
+        Engine::Postgres => load_postgres(&url, n, issuer).await?,
+        Engine::Sqlite => load_sqlite(&url, n, issuer).await?,
+    }
+    Ok((url, Some(t.elapsed())))
+}
+
+/// One connection row with sealed tokens, as the library would have stored it.
+struct RowValues {
+    id: String,
+    subject: String,
+    access: String,
+    refresh: String,
+}
+
+fn make_rows(keys: &KeyRing, from: u64, to: u64) -> Vec<RowValues> {
+    (from..to)
+        .map(|i| {
+            let id = format!("bench{i:012}");
+            let access = keys.seal(
+                format!("at-{i:012}-0123456789abcdefghijklmnopqrstuv").as_bytes(),
+                &connection_aad(&id, "access_token"),
+            );
+            let refresh = keys.seal(
+                format!("rt-{i:012}-0123456789abcdefghijklmnopqrstuv").as_bytes(),
+                &connection_aad(&id, "refresh_token"),
+            );
+            RowValues {
+                id,
+                subject: format!("user{i}"),
+                access,
+                refresh,
+            }
+        })
+        .collect()
+}
+
+/// Seals rows on every core while the database takes the previous chunk.
+fn sealed_chunks(n: u64, chunk: u64) -> tokio::sync::mpsc::Receiver<Vec<RowValues>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    std::thread::spawn(move || {
+        let Ok(keys) = keyring() else { return };
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get() as u64)
+            .unwrap_or(1);
+        let mut from = 0;
+        while from < n {
+            let to = (from + chunk).min(n);
+            let per = (to - from).div_ceil(threads);
+            let parts: Vec<Vec<RowValues>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let keys = keys.clone();
+                        let a = (from + t * per).min(to);
+                        let b = (a + per).min(to);
+                        s.spawn(move || make_rows(&keys, a, b))
+                    })
+                    .collect();
+                hs.into_iter().filter_map(|h| h.join().ok()).collect()
+            });
+            if tx.blocking_send(parts.into_iter().flatten().collect()).is_err() {
+                return;
+            }
+            from = to;
+        }
+    });
+    rx
+}
+
+const SCOPES: &str = "openid offline_access api";
+
+/// `COPY ... FROM STDIN` in text format.
+async fn load_postgres(url: &str, n: u64, issuer: &str) -> anyhow::Result<()> {
+    let mut c = sqlx::PgConnection::connect(url).await?;
+    let now = mcp_connect::db::now();
+    let expires = now + 86_400 * 7;
+    let mut rx = sealed_chunks(n, 50_000);
+    let mut copy = c
+        .copy_in_raw(
+            "COPY connections (id, issuer, subject, provider, status, scopes, token_type, access_token, \
+             refresh_token, expires_at, created_at, updated_at, last_refresh_at) FROM STDIN",
+        )
+        .await?;
+    while let Some(rows) = rx.recv().await {
+        let mut buf = String::with_capacity(rows.len() * 400);
+        for r in rows {
+            use std::fmt::Write;
+            let _ = writeln!(
+                buf,
+                "{}\t{issuer}\t{}\tacme\tactive\t{SCOPES}\tBearer\t{}\t{}\t{expires}\t{now}\t{now}\t{now}",
+                r.id, r.subject, r.access, r.refresh
+            );
+        }
+        copy.send(buf.into_bytes()).await?;
+    }
+    copy.finish().await?;
+    sqlx::query("ANALYZE connections").execute(&mut c).await?;
+    Ok(())
+}
+
+/// Multi-row INSERTs (500 rows, 13 parameters each), 50,000 rows per transaction.
+async fn load_sqlite(url: &str, n: u64, issuer: &str) -> anyhow::Result<()> {
+    use sqlx::sqlite::SqliteConnectOptions;
+    use std::str::FromStr;
+    let opts = SqliteConnectOptions::from_str(url)?
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Off);
+    let mut c = sqlx::SqliteConnection::connect_with(&opts).await?;
+    let now = mcp_connect::db::now();
+    let expires = now + 86_400 * 7;
+    let mut rx = sealed_chunks(n, 50_000);
+    while let Some(rows) = rx.recv().await {
+        let mut tx = c.begin().await?;
+        for batch in rows.chunks(500) {
+            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, \
+                 refresh_token, expires_at, created_at, updated_at, last_refresh_at) ",
+            );
+            q.push_values(batch, |mut b, r| {
+                b.push_bind(&r.id)
+                    .push_bind(issuer)
+                    .push_bind(&r.subject)
+                    .push_bind("acme")
+                    .push_bind("active")
+                    .push_bind(SCOPES)
+                    .push_bind("Bearer")
+                    .push_bind(&r.access)
+                    .push_bind(&r.refresh)
+                    .push_bind(expires)
+                    .push_bind(now)
+                    .push_bind(now)
+                    .push_bind(now);
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+    }
+    sqlx::query("ANALYZE").execute(&mut c).await?;
+    Ok(())
+}
+
+/// A tokio runtime on its own threads for the server side, configured like the binary's
+/// `#[tokio::main]` (one worker per core), so the load generator's runtime does not share it.
+pub struct ServerRuntime {
+    pub rt: Arc<tokio::runtime::Runtime>,
+}
+
+impl ServerRuntime {
+    pub fn new() -> anyhow::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("server")
+            .build()?;
+        Ok(Self { rt: Arc::new(rt) })
+    }
+}
+
+/// The app served in this process (on the server runtime).
+pub struct InProcessApp {
+    pub addr: SocketAddr,
+    pub url: String,
+    pub state: AppState,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl InProcessApp {
+    pub async fn start(
+        rt: &ServerRuntime,
+        db_url: &str,
+        peers: &PeerUrls,
+        opts: &ConfigOpts,
+        listener: Option<std::net::TcpListener>,
+    ) -> anyhow::Result<Self> {
+        let db_url = db_url.to_owned();
+        let peers = peers.clone();
+        let refresh_ahead_seconds = opts.refresh_ahead_seconds;
+        let (addr, state, stop, done) = rt
+            .rt
+            .spawn(async move {
+                let listener = match listener {
+                    Some(l) => {
+                        l.set_nonblocking(true)?;
+                        tokio::net::TcpListener::from_std(l)?
+                    }
+                    None => tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+                };
+                let addr = listener.local_addr()?;
+                let url = format!("http://{addr}");
+                let toml = config_toml(
+                    &url,
+                    "127.0.0.1:0",
+                    &db_url,
+                    &peers,
+                    &ConfigOpts {
+                        refresh_ahead_seconds,
+                    },
+                );
+                let config = mcp_connect::config::Config::from_parts(&toml, &[])
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let app = Application::build_with_listener(config, listener).await?;
+                let state = app.state();
+                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                let done = tokio::spawn(async move {
+                    if let Err(e) = app
+                        .run_until(async {
+                            let _ = rx.await;
+                        })
+                        .await
+                    {
+                        eprintln!("app stopped: {e:#}");
+                    }
+                });
+                anyhow::Ok((addr, state, tx, done))
+            })
+            .await??;
+        Ok(Self {
+            addr,
+            url: format!("http://{addr}"),
+            state,
+            stop: Some(stop),
+            done: Some(done),
+        })
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(d) = self.done.take() {
+            let _ = d.await;
+        }
+    }
+}
+
+/// The fixed-JSON baseline: an axum handler that only returns a fixed body of the size of a
+/// token response, on the server runtime.
+pub async fn start_fixed_json(rt: &ServerRuntime) -> anyhow::Result<SocketAddr> {
+    rt.rt
+        .spawn(async {
+            let body: &'static str = r#"{"access_token":"at-000000000042-0123456789abcdefghijklmnopqrstuv","token_type":"Bearer","expires_at":"2026-12-31T23:59:59Z","scopes":["openid","offline_access","api"],"connection_id":"bench000000000042"}"#;
+            let app = axum::Router::new().route(
+                "/v1/tokens",
+                axum::routing::post(move || async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let addr = listener.local_addr()?;
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+            anyhow::Ok(addr)
+        })
+        .await?
+}
+
+/// The `oidc-provider` peers of tests/peers (node), started with `--connect-url`.
+pub struct Peers {
+    pub urls: PeerUrls,
+    pub child: Child,
+}
+
+impl Peers {
+    pub async fn start(connect_url: &str, access_token_ttl: u64) -> anyhow::Result<Self> {
+        let root = repo_root();
+        let mut child = Command::new("node")
+            .arg(root.join("tests/peers/peers.mjs"))
+            .args([
+                "--connect-url",
+                connect_url,
+                "--provider-name",
+                "acme",
+                "--access-token-ttl",
+                &access_token_ttl.to_string(),
+            ])
+            .env_remove("HTTP_PROXY")
+            .env_remove("http_proxy")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting node tests/peers/peers.mjs (npm ci --prefix tests/peers)")?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .context("peers did not start in 30 s")??
+            .context("peers exited")?;
+        let v: Value = serde_json::from_str(&line)?;
+        Ok(Self {
+            urls: PeerUrls {
+                identity: v["identity"].as_str().unwrap_or_default().to_owned(),
+                upstream: v["upstream"].as_str().unwrap_or_default().to_owned(),
+            },
+            child,
+        })
+    }
+
+    pub async fn stats(&self) -> anyhow::Result<Value> {
+        Ok(reqwest::Client::builder()
+            .no_proxy()
+            .build()?
+            .get(format!("{}/__stats", self.urls.upstream))
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
+}
+
+/// The real binary, `mcp-connect serve --config <file>`, as its own process.
+pub struct BinaryProcess {
+    pub url: String,
+    pub addr: SocketAddr,
+    pub child: Child,
+    pub started_to_ready: Duration,
+}
+
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl BinaryProcess {
+    pub async fn start(db_url: &str, peers: &PeerUrls, opts: &ConfigOpts) -> anyhow::Result<Self> {
+        let bin = binary_path();
+        if !bin.exists() {
+            bail!(
+                "{} is missing: run `cargo build --release` at the repository root first",
+                bin.display()
+            );
+        }
+        let port = free_port()?;
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        let url = format!("http://{addr}");
+        let toml = config_toml(&url, &addr.to_string(), db_url, peers, opts);
+        let dir = std::env::temp_dir().join("mcp-connect-bench");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("config-{port}.toml"));
+        std::fs::write(&path, toml)?;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(2))
+            .build()?;
+        let t0 = Instant::now();
+        let child = Command::new(&bin)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env_remove("HTTP_PROXY")
+            .env_remove("http_proxy")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        loop {
+            if let Ok(r) = http.get(format!("{url}/readyz")).send().await {
+                if r.status().is_success() {
+                    break;
+                }
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                bail!("{} did not become ready in 30 s", bin.display());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(Self {
+            url,
+            addr,
+            started_to_ready: t0.elapsed(),
+            child,
+        })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// (VmRSS, VmHWM) in KiB.
+    pub fn rss_kib(&self) -> (u64, u64) {
+        self.pid().map(rss_of).unwrap_or((0, 0))
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.pid() {
+            // SIGTERM: let it shut down gracefully.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGTERM);
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        let _ = self.child.kill().await;
+    }
+}
+
+/// (VmRSS, VmHWM) of a process, KiB.
+pub fn rss_of(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        s.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Raises this process's open-file limit to its hard limit (children inherit it).
+pub fn raise_fd_limit() -> u64 {
+    unsafe {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 {
+            l.rlim_cur = l.rlim_max;
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            return l.rlim_cur;
+        }
+    }
+    0
+}
+
+/// A page as the browser got it.
+pub struct Page {
+    pub status: reqwest::StatusCode,
+    pub url: String,
+    pub body: String,
+}
+
+impl Page {
+    pub fn form(&self, selector: &str) -> anyhow::Result<(String, Vec<(String, String)>)> {
+        let doc = scraper::Html::parse_document(&self.body);
+        let sel = scraper::Selector::parse(selector).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let form = doc
+            .select(&sel)
+            .next()
+            .with_context(|| format!("no {selector} in {} {}", self.url, self.body))?;
+        let action = form.value().attr("action").unwrap_or("");
+        let action = reqwest::Url::parse(&self.url)?.join(action)?.to_string();
+        let inputs = scraper::Selector::parse("input").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let fields = form
+            .select(&inputs)
+            .filter_map(|i| {
+                Some((
+                    i.value().attr("name")?.to_owned(),
+                    i.value().attr("value").unwrap_or("").to_owned(),
+                ))
+            })
+            .collect();
+        Ok((action, fields))
+    }
+
+    pub fn has(&self, text: &str) -> bool {
+        self.body.contains(text)
+    }
+}
+
+/// A cookie-keeping client that follows redirects like a browser (never through a proxy).
+pub struct Browser {
+    pub client: reqwest::Client,
+}
+
+impl Browser {
+    pub fn new() -> anyhow::Result<Self> {
+        let jar = Arc::new(reqwest::cookie::Jar::default());
+        Ok(Self {
+            client: reqwest::Client::builder()
+                .no_proxy()
+                .cookie_provider(jar)
+                .redirect(reqwest::redirect::Policy::limited(20))
+                .build()?,
+        })
+    }
+
+    pub async fn get(&self, url: &str) -> anyhow::Result<Page> {
+        let r = self.client.get(url).send().await?;
+        Ok(Page {
+            status: r.status(),
+            url: r.url().to_string(),
+            body: r.text().await?,
+        })
+    }
+
+    pub async fn submit(
+        &self,
+        page: &Page,
+        selector: &str,
+        overrides: &[(&str, &str)],
+    ) -> anyhow::Result<Page> {
+        let (action, mut fields) = page.form(selector)?;
+        for (k, v) in overrides {
+            fields.retain(|(fk, _)| fk != k);
+            fields.push((k.to_string(), v.to_string()));
+        }
+        let r = self.client.post(&action).form(&fields).send().await?;
+        Ok(Page {
+            status: r.status(),
+            url: r.url().to_string(),
+            body: r.text().await?,
+        })
+    }
+
+    /// The whole flow: connect URL, sign in at the identity issuer, Continue, sign in and Allow
+    /// at the provider. Returns mcp-connect's final page.
+    pub async fn connect(&self, connect_url: &str, user: &str) -> anyhow::Result<Page> {
+        let login = self.get(connect_url).await?;
+        let consent = if login.has("name=\"login\"") {
+            self.submit(&login, "form", &[("login", user)]).await?
+        } else {
+            login
+        };
+        if !consent.has("Continue") {
+            bail!("not a consent page: {} {}", consent.url, consent.body);
+        }
+        let upstream_login = self
+            .submit(&consent, "form.actions", &[("action", "continue")])
+            .await?;
+        let upstream_consent = if upstream_login.has("name=\"login\"") {
+            self.submit(&upstream_login, "form", &[("login", user)])
+                .await?
+        } else {
+            upstream_login
+        };
+        if !upstream_consent.has("Allow") {
+            bail!(
+                "expected the provider consent page: {} {}",
+                upstream_consent.url,
+                upstream_consent.body
+            );
+        }
+        let done = self
+            .submit(&upstream_consent, "form", &[("decision", "allow")])
+            .await?;
+        if !done.status.is_success() {
+            bail!("the flow ended with {}: {}", done.status, done.body);
+        }
+        Ok(done)
+    }
+}
+
+/// An API client for the JSON API (never through a proxy).
+pub fn api_client() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(1024)
+        .build()?)
+}
+
+/// `POST /v1/elicitations` for `subject`; returns (id, url).
+pub async fn elicit(api: &reqwest::Client, base: &str, subject: &str) -> anyhow::Result<(String, String)> {
+    let v: Value = api
+        .post(format!("{base}/v1/elicitations"))
+        .bearer_auth(API_KEY)
+        .json(&serde_json::json!({"subject": subject, "provider": "acme"}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok((
+        v["id"].as_str().unwrap_or_default().to_owned(),
+        v["url"].as_str().unwrap_or_default().to_owned(),
+    ))
+}
+
+/// Percentile of a sorted slice (nearest rank).
+pub fn pct(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}

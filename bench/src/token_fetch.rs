@@ -1,0 +1,365 @@
+//! Scenario 1: `POST /v1/tokens` for a valid token (no refresh) against the app served in this
+//! process, next to two baselines measured in the same run: an axum handler that returns a fixed
+//! JSON body (same runtime, same load generator) and `pgbench -S` (one indexed read per
+//! transaction, same client count).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+
+use crate::load::{self, LoadResult, Target};
+use crate::setup::{self, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Databases to run on.
+    #[arg(long, value_delimiter = ',', default_values = ["postgres", "sqlite"])]
+    pub engines: Vec<Engine>,
+    /// Stored connections.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1_000u64, 1_000_000])]
+    pub sizes: Vec<u64>,
+    /// Concurrent connections of the load generator.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 16, 64])]
+    pub conns: Vec<usize>,
+    /// Seconds of warm-up before each measurement.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Seconds measured per cell.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Drop and reload the databases even if they already hold the right rows.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Skip the pgbench baseline.
+    #[arg(long)]
+    pub no_pgbench: bool,
+    /// Also run the largest concurrency at this fraction of the fixed-JSON baseline's
+    /// throughput (fixed rate, latency from intended send time); 0 turns it off.
+    #[arg(long, default_value_t = 0.5)]
+    pub rate_fraction: f64,
+    /// `refresh_ahead_seconds` for the app (the default config has it on; rows are not due).
+    #[arg(long)]
+    pub refresh_ahead_seconds: Option<u64>,
+}
+
+pub fn target(addr: std::net::SocketAddr, n: u64) -> Target {
+    Target {
+        addr,
+        method: hyper::Method::POST,
+        path: "/v1/tokens".into(),
+        headers: vec![
+            (
+                AUTHORIZATION,
+                HeaderValue::from_str(&format!("Bearer {}", setup::API_KEY))
+                    .unwrap_or(HeaderValue::from_static("")),
+            ),
+            (CONTENT_TYPE, HeaderValue::from_static("application/json")),
+        ],
+        // A different user each request, spread over all stored rows.
+        body: Box::new(move |i| {
+            let u = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) % n.max(1);
+            Bytes::from(format!(r#"{{"subject":"user{u}","provider":"acme"}}"#))
+        }),
+        ok_status: 200,
+    }
+}
+
+/// One measured cell of the tables.
+struct Cell {
+    engine: Engine,
+    size: u64,
+    conns: usize,
+    fixed: LoadResult,
+    token: LoadResult,
+    pgbench: Option<PgBench>,
+    load: String,
+}
+
+pub struct PgBench {
+    pub tps: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+const PGBENCH_DB: &str = "mcpc_bench_pgbench";
+/// Scale 10 = 1,000,000 rows in pgbench_accounts.
+const PGBENCH_SCALE: u32 = 10;
+
+async fn prepare_pgbench() -> anyhow::Result<()> {
+    let ok = tokio::process::Command::new("psql")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-Atc"])
+        .arg("SELECT count(*) FROM pgbench_accounts")
+        .arg(PGBENCH_DB)
+        .output()
+        .await?;
+    if ok.status.success()
+        && String::from_utf8_lossy(&ok.stdout).trim() == (PGBENCH_SCALE as u64 * 100_000).to_string()
+    {
+        return Ok(());
+    }
+    let _ = tokio::process::Command::new("createdb")
+        .args(["-h", "127.0.0.1", "-U", "postgres", PGBENCH_DB])
+        .output()
+        .await?;
+    let out = tokio::process::Command::new("pgbench")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-i", "-q", "-s"])
+        .arg(PGBENCH_SCALE.to_string())
+        .arg(PGBENCH_DB)
+        .output()
+        .await?;
+    if !out.status.success() {
+        bail!("pgbench -i failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// `pgbench -S -M prepared` with per-transaction logs, so the percentiles come from every
+/// transaction of the measurement window (the warm-up is cut off by timestamp).
+pub async fn run_pgbench(clients: usize, warmup: f64, measure: f64) -> anyhow::Result<PgBench> {
+    let dir = std::env::temp_dir().join(format!("mcp-connect-bench-pgbench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let threads = clients.min(
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+    );
+    let total = (warmup + measure).ceil() as u64;
+    let start = time::OffsetDateTime::now_utc().unix_timestamp_nanos() as f64 / 1e9;
+    let out = tokio::process::Command::new("pgbench")
+        .args(["-h", "127.0.0.1", "-U", "postgres", "-n", "-S", "-M", "prepared", "-l"])
+        .arg(format!("--log-prefix={}", dir.join("pgb").display()))
+        .arg(format!("-c{clients}"))
+        .arg(format!("-j{threads}"))
+        .arg(format!("-T{total}"))
+        .arg(PGBENCH_DB)
+        .current_dir(&dir)
+        .output()
+        .await
+        .context("running pgbench")?;
+    if !out.status.success() {
+        bail!("pgbench failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let from = start + warmup;
+    let to = from + measure;
+    let mut lat = Vec::new();
+    for entry in std::fs::read_dir(&dir)? {
+        let text = std::fs::read_to_string(entry?.path())?;
+        for line in text.lines() {
+            // client_id transaction_no time script_no time_epoch time_us
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 6 {
+                continue;
+            }
+            let (Ok(us), Ok(epoch), Ok(epoch_us)) =
+                (f[2].parse::<f64>(), f[4].parse::<f64>(), f[5].parse::<f64>())
+            else {
+                continue;
+            };
+            let done = epoch + epoch_us / 1e6;
+            if done >= from && done < to {
+                lat.push(us / 1000.0);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    lat.sort_by(f64::total_cmp);
+    // The run may end a little before `to` (pgbench -T counts from its own start).
+    Ok(PgBench {
+        tps: lat.len() as f64 / measure,
+        p50: setup::pct(&lat, 0.50),
+        p90: setup::pct(&lat, 0.90),
+        p99: setup::pct(&lat, 0.99),
+        max: lat.last().copied().unwrap_or(f64::NAN),
+    })
+}
+
+fn db_name(engine: Engine, size: u64) -> String {
+    let e = match engine {
+        Engine::Postgres => "pg",
+        Engine::Sqlite => "sqlite",
+    };
+    format!("mcpc_bench_{e}_{size}")
+}
+
+pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let measure = Duration::from_secs_f64(args.duration);
+    let peers = PeerUrls::unreachable();
+    if !args.no_pgbench {
+        prepare_pgbench().await?;
+    }
+    let fixed_addr = setup::start_fixed_json(server).await?;
+    let mut cells = Vec::new();
+    let mut rate_rows = Vec::new();
+    let mut loads = Vec::new();
+    for &engine in &args.engines {
+        for &size in &args.sizes {
+            let name = db_name(engine, size);
+            let (url, took) =
+                setup::prepare_connections(engine, &name, size, &peers.identity, args.fresh)
+                    .await?;
+            if let Some(t) = took {
+                loads.push(format!(
+                    "{} {size} rows loaded in {:.1} s",
+                    engine.label(),
+                    t.as_secs_f64()
+                ));
+            }
+            let app = InProcessApp::start(
+                server,
+                &url,
+                &peers,
+                &ConfigOpts {
+                    refresh_ahead_seconds: args.refresh_ahead_seconds,
+                },
+                None,
+            )
+            .await?;
+            let token_target = Arc::new(target(app.addr, size));
+            let fixed_target = Arc::new(target(fixed_addr, size));
+            // Warm the pool and the caches once.
+            let _ = load::closed_loop(token_target.clone(), 16, warmup, warmup).await;
+            for &c in &args.conns {
+                let load = setup::load_average();
+                let fixed = load::closed_loop(fixed_target.clone(), c, warmup, measure).await;
+                let token = load::closed_loop(token_target.clone(), c, warmup, measure).await;
+                let pgbench = if args.no_pgbench {
+                    None
+                } else {
+                    Some(run_pgbench(c, args.warmup, args.duration).await?)
+                };
+                eprintln!(
+                    "{} {size} c={c}: fixed {:.0}/s, token {:.0}/s p99 {:.2} ms{}",
+                    engine.label(),
+                    fixed.throughput(),
+                    token.throughput(),
+                    token.ms(0.99),
+                    pgbench
+                        .as_ref()
+                        .map(|p| format!(", pgbench {:.0}/s", p.tps))
+                        .unwrap_or_default()
+                );
+                cells.push(Cell {
+                    engine,
+                    size,
+                    conns: c,
+                    fixed,
+                    token,
+                    pgbench,
+                    load,
+                });
+            }
+            if args.rate_fraction > 0.0 {
+                let c = args.conns.iter().copied().max().unwrap_or(64);
+                if let Some(base) = cells
+                    .iter()
+                    .rev()
+                    .find(|x| x.engine == engine && x.size == size && x.conns == c)
+                {
+                    let rate = base.fixed.throughput() * args.rate_fraction;
+                    let load = setup::load_average();
+                    let r = load::fixed_rate(token_target.clone(), c, rate, warmup, measure).await;
+                    eprintln!(
+                        "{} {size} c={c} fixed rate {rate:.0}/s: p99 {:.2} ms",
+                        engine.label(),
+                        r.ms(0.99)
+                    );
+                    rate_rows.push((engine, size, c, r, load));
+                }
+            }
+            app.stop().await;
+        }
+    }
+
+    println!("### Token fetch: throughput, and ratios to the baselines measured alongside\n");
+    println!("Closed loop, {:.0} s warm-up + {:.0} s measured per cell; every request asks for a different user, spread over all stored rows.\n", args.warmup, args.duration);
+    println!("| database | stored | conns | token fetch req/s | fixed JSON req/s | **÷ fixed JSON** | pgbench -S tps | **÷ pgbench** | errors | load avg |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for c in &cells {
+        let (pgb, pgr) = match &c.pgbench {
+            Some(p) => (
+                format!("{:.0}", p.tps),
+                format!("**{:.0}%**", 100.0 * c.token.throughput() / p.tps),
+            ),
+            None => ("–".into(), "–".into()),
+        };
+        println!(
+            "| {} | {} | {} | {:.0} | {:.0} | **{:.0}%** | {pgb} | {pgr} | {} | {} |",
+            c.engine.label(),
+            thousands(c.size),
+            c.conns,
+            c.token.throughput(),
+            c.fixed.throughput(),
+            100.0 * c.token.throughput() / c.fixed.throughput(),
+            c.token.errors,
+            c.load
+        );
+    }
+    println!("\n### Token fetch: latency (ms; closed loop)\n");
+    println!("\"p99 corr.\" is the wrk-style coordinated-omission correction of the closed-loop histogram (see bench/README.md).\n");
+    println!("| database | stored | conns | token p50 | p90 | p99 | p99 corr. | max | fixed JSON p50 | p99 | pgbench p50 | p99 |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for c in &cells {
+        let (pg50, pg99) = match &c.pgbench {
+            Some(p) => (format!("{:.3}", p.p50), format!("{:.3}", p.p99)),
+            None => ("–".into(), "–".into()),
+        };
+        println!(
+            "| {} | {} | {} | {:.3} | {:.3} | **{:.3}** | {:.3} | {:.2} | {:.3} | {:.3} | {pg50} | {pg99} |",
+            c.engine.label(),
+            thousands(c.size),
+            c.conns,
+            c.token.ms(0.50),
+            c.token.ms(0.90),
+            c.token.ms(0.99),
+            c.token.corrected_p99_ms(),
+            c.token.max_ms(),
+            c.fixed.ms(0.50),
+            c.fixed.ms(0.99),
+        );
+    }
+    if !rate_rows.is_empty() {
+        println!("\n### Token fetch at a fixed rate (latency from the intended send time, no coordinated omission)\n");
+        println!(
+            "Rate = {:.0}% of the fixed-JSON baseline's closed-loop throughput at the same concurrency in the same block.\n",
+            args.rate_fraction * 100.0
+        );
+        println!("| database | stored | conns | rate req/s | p50 | p90 | p99 | max | errors | load avg |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        for (engine, size, c, r, load) in &rate_rows {
+            println!(
+                "| {} | {} | {c} | {:.0} | {:.3} | {:.3} | **{:.3}** | {:.2} | {} | {load} |",
+                engine.label(),
+                thousands(*size),
+                r.rate.unwrap_or(0.0),
+                r.ms(0.50),
+                r.ms(0.90),
+                r.ms(0.99),
+                r.max_ms(),
+                r.errors,
+            );
+        }
+    }
+    if !loads.is_empty() {
+        println!("\nData load: {}.", loads.join("; "));
+    }
+    Ok(())
+}
+
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
