@@ -40,6 +40,10 @@ pub struct Args {
     /// throughput (fixed rate, latency from intended send time); 0 turns it off.
     #[arg(long, default_value_t = 0.5)]
     pub rate_fraction: f64,
+    /// Also measure the app's `GET /healthz` (routing and middleware only) and `GET /readyz`
+    /// (plus one pooled `SELECT 1`), to see where a token fetch's time goes.
+    #[arg(long)]
+    pub breakdown: bool,
     /// `refresh_ahead_seconds` for the app (the default config has it on; rows are not due).
     #[arg(long)]
     pub refresh_ahead_seconds: Option<u64>,
@@ -67,6 +71,22 @@ pub fn target(addr: std::net::SocketAddr, n: u64) -> Target {
     }
 }
 
+/// `GET path` with the API key.
+pub fn get_target(addr: std::net::SocketAddr, path: &str) -> Target {
+    Target {
+        addr,
+        method: hyper::Method::GET,
+        path: path.into(),
+        headers: vec![(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {}", setup::API_KEY))
+                .unwrap_or(HeaderValue::from_static("")),
+        )],
+        body: Box::new(|_| Bytes::new()),
+        ok_status: 200,
+    }
+}
+
 /// One measured cell of the tables.
 struct Cell {
     engine: Engine,
@@ -75,6 +95,7 @@ struct Cell {
     fixed: LoadResult,
     token: LoadResult,
     pgbench: Option<PgBench>,
+    breakdown: Option<(LoadResult, LoadResult)>,
     load: String,
 }
 
@@ -229,6 +250,16 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 let load = setup::load_average();
                 let fixed = load::closed_loop(fixed_target.clone(), c, warmup, measure).await;
                 let token = load::closed_loop(token_target.clone(), c, warmup, measure).await;
+                let breakdown = if args.breakdown {
+                    let h = Arc::new(get_target(app.addr, "/healthz"));
+                    let r = Arc::new(get_target(app.addr, "/readyz"));
+                    Some((
+                        load::closed_loop(h, c, warmup, measure).await,
+                        load::closed_loop(r, c, warmup, measure).await,
+                    ))
+                } else {
+                    None
+                };
                 let pgbench = if args.no_pgbench {
                     None
                 } else {
@@ -252,6 +283,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                     fixed,
                     token,
                     pgbench,
+                    breakdown,
                     load,
                 });
             }
@@ -323,6 +355,26 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             c.fixed.ms(0.50),
             c.fixed.ms(0.99),
         );
+    }
+    if cells.iter().any(|c| c.breakdown.is_some()) {
+        println!("\n### Where a token fetch's time goes (closed loop, req/s and p50 ms)\n");
+        println!("| database | stored | conns | fixed JSON | app `GET /healthz` (middleware) | app `GET /readyz` (+ pooled `SELECT 1`) | token fetch |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for c in &cells {
+            if let Some((h, r)) = &c.breakdown {
+                let f = |x: &LoadResult| format!("{:.0} / {:.3}", x.throughput(), x.ms(0.5));
+                println!(
+                    "| {} | {} | {} | {} | {} | {} | {} |",
+                    c.engine.label(),
+                    thousands(c.size),
+                    c.conns,
+                    f(&c.fixed),
+                    f(h),
+                    f(r),
+                    f(&c.token)
+                );
+            }
+        }
     }
     if !rate_rows.is_empty() {
         println!("\n### Token fetch at a fixed rate (latency from the intended send time, no coordinated omission)\n");

@@ -17,6 +17,9 @@ use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{MigrateDatabase, Migrator};
 use sqlx::{Any, AnyPool};
 
+/// Pooled connections idle for at least this long are pinged before use.
+const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -61,7 +64,22 @@ impl Db {
                 .await
                 .context("creating the database")?;
         }
-        let mut opts = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(5));
+        // sqlx pings every connection it hands out by default: a second round trip for every
+        // query. Only ping connections that sat idle for a while (HikariCP's "alive bypass"):
+        // one that answered a moment ago is alive, and if it died since, the query fails with a
+        // 503 and the pool drops it.
+        let mut opts = AnyPoolOptions::new()
+            .acquire_timeout(Duration::from_secs(5))
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IF_IDLE_FOR {
+                        use sqlx::Connection;
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            });
         opts = match engine {
             Engine::Postgres => opts.max_connections(16).min_connections(1),
             Engine::Sqlite => opts

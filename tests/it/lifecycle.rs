@@ -361,6 +361,31 @@ async fn database_outage_gives_503_and_the_service_recovers() {
     app.shutdown().await;
 }
 
+/// The pool pings only connections that sat idle (a hot connection skips the round trip); a
+/// connection the server dropped while it was idle is still found dead and replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_connections_dropped_while_idle_are_replaced_without_an_error() {
+    let app = TestApp::spawn(DbKind::Postgres).await;
+    app.connect("alice").await;
+    let name = app.db_url.rsplit('/').next().unwrap().to_owned();
+    let base = std::env::var("MCP_CONNECT_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+    let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&name)
+        .execute(&admin)
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        let (s, v) = app.token("alice").await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    app.shutdown().await;
+}
+
 on_both_databases!(
     tokens_are_refreshed_ahead_in_the_background,
     |kind| async move {
