@@ -137,6 +137,7 @@ impl Application {
                     .spawn_listener(state.config.database_url.clone()),
             );
         }
+        tasks.push(state.waiters.spawn_sweeper(state.db.clone()));
         tasks.push(spawn_cleanup(state.clone()));
         tasks.push(events::spawn_delivery(state.clone()));
         tasks.extend(refresh_ahead::spawn(state.clone()));

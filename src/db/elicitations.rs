@@ -171,6 +171,28 @@ impl Db {
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
+    /// Which of `ids` are no longer pending (one query, for the long-poll sweep).
+    pub async fn finished_among(&self, ids: &[String]) -> Result<Vec<String>, sqlx::Error> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let placeholders: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT id FROM elicitations WHERE status <> 'pending' AND id IN ({})",
+            placeholders.join(", ")
+        );
+        // Not prepared: the number of ids varies from sweep to sweep.
+        let mut q = sqlx::query_as::<_, (String,)>(&sql).persistent(false);
+        for id in ids {
+            q = q.bind(id);
+        }
+        Ok(q.fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(|(id,)| id)
+            .collect())
+    }
+
     /// Moves a pending elicitation to a final status. Returns false if it was no longer pending.
     pub async fn finish_elicitation(
         &self,

@@ -318,6 +318,47 @@ on_both_databases!(long_poll_wakes_when_the_flow_completes, |kind| async move {
     app.shutdown().await;
 });
 
+/// A long poll held by another replica (its own process) wakes when the flow completes here:
+/// through LISTEN/NOTIFY on Postgres, through the replica's sweep on SQLite.
+on_both_databases!(
+    long_poll_on_another_replica_wakes_when_the_flow_completes,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        let (replica_url, _replica) = app.spawn_replica_process(&Options::default()).await;
+        let e = app.elicit("alice").await;
+        let id = e["id"].as_str().unwrap().to_owned();
+        let waiter = {
+            let api = app.api.clone();
+            let url = format!("{replica_url}/v1/elicitations/{id}?wait=30");
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let v = api
+                    .get(url)
+                    .bearer_auth(API_KEY)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json::<serde_json::Value>()
+                    .await
+                    .unwrap();
+                (v, started.elapsed())
+            })
+        };
+        let b = app.browser();
+        let consent = b
+            .sign_in_to_consent(e["url"].as_str().unwrap(), "alice")
+            .await;
+        b.consent_and_allow(&consent, "alice").await;
+        let (v, waited) = waiter.await.unwrap();
+        assert_eq!(v["status"], "completed", "{v}");
+        assert!(
+            waited < std::time::Duration::from_secs(25),
+            "woken by the change, not by the end of the wait ({waited:?})"
+        );
+        app.shutdown().await;
+    }
+);
+
 on_both_databases!(
     parallel_flows_in_one_browser_both_complete,
     |kind| async move {
