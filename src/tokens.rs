@@ -60,6 +60,14 @@ fn expires_within(c: &Connection, seconds: i64) -> bool {
     !just_refreshed && c.expires_at.is_some_and(|e| e - now <= seconds)
 }
 
+/// Whether `c`, read after waiting for other refreshes, can be handed out as it is. Someone else
+/// redeemed the refresh token while we waited (`token_version` moved on from `seen_version`):
+/// theirs is the newest token the provider will give, so take it rather than redeem again.
+fn no_refresh_needed(c: &Connection, seen_version: i64, min_ttl: i64, force: bool) -> bool {
+    let someone_refreshed = c.token_version != seen_version;
+    (someone_refreshed && !is_expired(c)) || (!force && !expires_within(c, min_ttl))
+}
+
 fn is_expired(c: &Connection) -> bool {
     c.expires_at.is_some_and(|e| e <= now())
 }
@@ -93,6 +101,28 @@ impl AppState {
         let state = self.clone();
         let task = tokio::spawn(async move {
             let slot = state.refresh.slot(&c.id);
+            // Another request in this process is refreshing this connection: wait for it, then
+            // look at the row without the database lock. Its new token is usually what we
+            // need, and then a storm of requests costs one read each instead of queueing one
+            // by one for the lock.
+            if slot.try_lock().is_err() {
+                drop(
+                    tokio::time::timeout(LOCK_WAIT, slot.lock())
+                        .await
+                        .map_err(|_| {
+                            Error::Unavailable(anyhow::anyhow!(
+                                "timed out waiting for a refresh in this process"
+                            ))
+                        })?,
+                );
+                if let Some(latest) = state.db.get_connection(&c.id).await? {
+                    if latest.status == ConnectionStatus::Active
+                        && no_refresh_needed(&latest, c.token_version, min_ttl, force)
+                    {
+                        return state.token_of(&latest);
+                    }
+                }
+            }
             let _local = tokio::time::timeout(LOCK_WAIT, slot.lock())
                 .await
                 .map_err(|_| {
@@ -143,10 +173,7 @@ impl AppState {
                 });
             }
         }
-        // Someone else redeemed the refresh token while we waited: theirs is the newest token
-        // the provider will give, so take it rather than redeem again.
-        let someone_refreshed = c.token_version != seen_version;
-        if (someone_refreshed && !is_expired(&c)) || (!force && !expires_within(&c, min_ttl)) {
+        if no_refresh_needed(&c, seen_version, min_ttl, force) {
             return self.token_of(&c);
         }
         let Some(refresh_token) = c.refresh_token(&self.config.keys)? else {
