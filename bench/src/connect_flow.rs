@@ -50,6 +50,7 @@ pub struct Hop {
     pub start: Instant,
     pub end: Instant,
     pub queries: u32,
+    pub statements: Vec<String>,
 }
 
 /// One outbound call through the proxy.
@@ -81,6 +82,46 @@ struct SpanData {
     path: String,
     start: Instant,
     queries: u32,
+    statements: Vec<String>,
+}
+
+/// The first words of a statement as sqlx logs it (`summary`), e.g. "UPDATE auth_flows SET …".
+#[derive(Default)]
+struct Summary(String);
+
+impl Visit for Summary {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "summary" {
+            self.0 = format!("{value:?}").trim_matches('"').to_owned();
+        }
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "summary" {
+            self.0 = value.to_owned();
+        }
+    }
+}
+
+/// "UPDATE auth_flows SET used_at …" → "UPDATE auth_flows".
+fn short_statement(s: &str) -> String {
+    let w: Vec<&str> = s.split_whitespace().collect();
+    let table = |kw: &str| {
+        w.iter()
+            .position(|x| x.eq_ignore_ascii_case(kw))
+            .and_then(|i| w.get(i + 1))
+            .map(|t| t.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_'))
+            .unwrap_or("")
+            .to_owned()
+    };
+    match w.first().map(|x| x.to_ascii_uppercase()).as_deref() {
+        Some("SELECT") if s.contains("pg_notify") => "SELECT pg_notify".into(),
+        Some("SELECT") => format!("SELECT {}", table("FROM")).trim().to_owned(),
+        Some("INSERT") => format!("INSERT {}", table("INTO")),
+        Some("UPDATE") => format!("UPDATE {}", table("UPDATE")),
+        Some("DELETE") => format!("DELETE {}", table("FROM")),
+        Some(k) => k.to_owned(),
+        None => "?".into(),
+    }
 }
 
 #[derive(Default)]
@@ -123,6 +164,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for FlowLayer {
                 path: f.path,
                 start: Instant::now(),
                 queries: 0,
+                statements: Vec::new(),
             });
         }
         rec().open.push(id.clone());
@@ -132,10 +174,14 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for FlowLayer {
         if !event.metadata().target().starts_with("sqlx::query") {
             return;
         }
+        let mut summary = Summary::default();
+        event.record(&mut summary);
+        let statement = short_statement(&summary.0);
         if let Some(scope) = ctx.event_scope(event) {
             for span in scope {
                 if let Some(d) = span.extensions_mut().get_mut::<SpanData>() {
                     d.queries += 1;
+                    d.statements.push(statement);
                     return;
                 }
             }
@@ -146,6 +192,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for FlowLayer {
             if let Some(span) = ctx.span(only) {
                 if let Some(d) = span.extensions_mut().get_mut::<SpanData>() {
                     d.queries += 1;
+                    d.statements.push(statement);
                     return;
                 }
             }
@@ -166,6 +213,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for FlowLayer {
             start: d.start,
             end: Instant::now(),
             queries: d.queries,
+            statements: d.statements,
         });
     }
 }
@@ -214,12 +262,20 @@ async fn serve_proxy(listener: std::net::TcpListener) -> anyhow::Result<()> {
                 async move {
                     let start = Instant::now();
                     let (parts, body) = req.into_parts();
-                    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                    let body = body
+                        .collect()
+                        .await
+                        .map(|b| b.to_bytes())
+                        .unwrap_or_default();
                     let fwd = hyper::Request::from_parts(parts, Full::new(body));
                     let resp = match client.request(fwd).await {
                         Ok(r) => {
                             let (parts, body) = r.into_parts();
-                            let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
                             hyper::Response::from_parts(parts, Full::new(body))
                         }
                         Err(e) => {
@@ -250,6 +306,7 @@ struct HopCost {
     peers: Duration,
     peer_calls: u32,
     queries: u32,
+    statements: Vec<String>,
 }
 
 impl HopCost {
@@ -316,6 +373,7 @@ async fn one_flow(
             peers: inside.iter().map(|o| o.end - o.start).sum(),
             peer_calls: inside.len() as u32,
             queries: h.queries,
+            statements: h.statements.clone(),
         };
         if h.path.starts_with("/v1/") {
             apis.push(cost);
@@ -375,7 +433,18 @@ pub async fn run(
         let unattributed = rec().unattributed;
         filter.modify(|f| *f = EnvFilter::new(TIMING_FILTER))?;
 
-        print_engine(engine, &cold, &flows, &counted, &counted2, &api_hops, &counted_api, unattributed, &load, args.flows);
+        print_engine(
+            engine,
+            &cold,
+            &flows,
+            &counted,
+            &counted2,
+            &api_hops,
+            &counted_api,
+            unattributed,
+            &load,
+            args.flows,
+        );
         app.stop().await;
         drop(peers);
     }
@@ -395,9 +464,16 @@ fn print_engine(
     load: &str,
     n: usize,
 ) {
-    println!("### Connect flow on {} (load average {load})\n", engine.label());
-    println!("Server time = time inside the app's request span − time of the app's calls to the identity issuer / provider (measured at a forward proxy). Median and p90 over {n} warm flows; \"cold\" is the first flow after start.\n");
-    println!("| hop | server ms, median | p90 | cold | peer calls | peers' ms, median | DB queries |");
+    println!(
+        "### Connect flow on {} (load average {load})\n",
+        engine.label()
+    );
+    println!(
+        "Server time = time inside the app's request span − time of the app's calls to the identity issuer / provider (measured at a forward proxy). Median and p90 over {n} warm flows; \"cold\" is the first flow after start.\n"
+    );
+    println!(
+        "| hop | server ms, median | p90 | cold | peer calls | peers' ms, median | DB queries |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     let mut by_label: BTreeMap<usize, (String, Vec<f64>, Vec<f64>, u32)> = BTreeMap::new();
     for f in flows {
@@ -452,13 +528,24 @@ fn print_engine(
         "| **whole flow** | **{:.2}** | {:.2} | {cold_total:.2} | {} | {:.2} | **{queries_total}** |",
         setup::pct(&totals, 0.5),
         setup::pct(&totals, 0.9),
-        flows.first().map(|f| f.iter().map(|h| h.peer_calls).sum::<u32>()).unwrap_or(0),
+        flows
+            .first()
+            .map(|f| f.iter().map(|h| h.peer_calls).sum::<u32>())
+            .unwrap_or(0),
         setup::pct(&peer_totals, 0.5),
     );
+    println!("\nThe statements of each hop (a counted flow):\n");
+    for h in counted.iter().chain(counted_api) {
+        println!("- {}: {}", h.label, h.statements.join(", "));
+    }
     let mut api_rows: BTreeMap<String, (Vec<f64>, u32)> = BTreeMap::new();
     for f in api_hops {
         for h in f {
-            api_rows.entry(h.label.clone()).or_default().0.push(ms(h.server()));
+            api_rows
+                .entry(h.label.clone())
+                .or_default()
+                .0
+                .push(ms(h.server()));
         }
     }
     for h in counted_api {

@@ -42,7 +42,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Start-up.
     let mut startup_rows = Vec::new();
     for (label, engine, fresh) in [
-        ("SQLite, new database file (creates and migrates)", Engine::Sqlite, true),
+        (
+            "SQLite, new database file (creates and migrates)",
+            Engine::Sqlite,
+            true,
+        ),
         ("SQLite, existing database", Engine::Sqlite, false),
         ("Postgres, existing database", Engine::Postgres, false),
     ] {
@@ -73,8 +77,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     // RSS under load: token fetch with 1,000 stored connections on Postgres.
-    let (url, _) =
-        setup::prepare_connections(Engine::Postgres, "mcpc_bench_pg_1000", 1000, &peers.identity, false).await?;
+    let (url, _) = setup::prepare_connections(
+        Engine::Postgres,
+        "mcpc_bench_pg_1000",
+        1000,
+        &peers.identity,
+        false,
+    )
+    .await?;
     let b = BinaryProcess::start(&url, &peers, &opts).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle_pg = b.rss_kib().0;
@@ -111,7 +121,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .map(|s| format!("; {:.1} MB stripped", s as f64 / 1e6))
             .unwrap_or_default()
     );
-    println!("| start-up (process start → first `/readyz` 200) | runs | median ms | max ms | idle RSS 3 s after start |");
+    println!(
+        "| start-up (process start → first `/readyz` 200) | runs | median ms | max ms | idle RSS 3 s after start |"
+    );
     println!("|---|---:|---:|---:|---:|");
     for (label, times, idle) in &startup_rows {
         println!(

@@ -99,11 +99,7 @@ pub async fn connect(addr: SocketAddr) -> anyhow::Result<SendRequest<Full<Bytes>
 }
 
 /// Sends one request; returns whether the answer had the expected status.
-async fn one(
-    sender: &mut Option<SendRequest<Full<Bytes>>>,
-    target: &Target,
-    i: u64,
-) -> bool {
+async fn one(sender: &mut Option<SendRequest<Full<Bytes>>>, target: &Target, i: u64) -> bool {
     if sender.is_none() {
         match connect(target.addr).await {
             Ok(s) => *sender = Some(s),

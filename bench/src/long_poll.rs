@@ -18,7 +18,9 @@ use mcp_connect::db::elicitations::ElicitationStatus;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::time::Instant;
 
-use crate::setup::{self, BinaryProcess, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime};
+use crate::setup::{
+    self, BinaryProcess, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime,
+};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -51,7 +53,12 @@ struct Waiter {
     task: tokio::task::JoinHandle<()>,
 }
 
-async fn insert_elicitations(app: &InProcessApp, issuer: &str, n: usize, tag: &str) -> anyhow::Result<Vec<String>> {
+async fn insert_elicitations(
+    app: &InProcessApp,
+    issuer: &str,
+    n: usize,
+    tag: &str,
+) -> anyhow::Result<Vec<String>> {
     let now = mcp_connect::db::now();
     let ids: Vec<String> = (0..n).map(|i| format!("lp{tag}x{i:010}xxxxxxxx")).collect();
     for chunk in ids.chunks(1000) {
@@ -77,11 +84,18 @@ async fn insert_elicitations(app: &InProcessApp, issuer: &str, n: usize, tag: &s
 
 /// Opens one connection per elicitation and parks a long poll on it.
 async fn park(b: &BinaryProcess, ids: Vec<String>, sent: Arc<AtomicUsize>) -> Vec<Waiter> {
+    park_at(b.addr, ids, sent).await
+}
+
+async fn park_at(
+    addr: std::net::SocketAddr,
+    ids: Vec<String>,
+    sent: Arc<AtomicUsize>,
+) -> Vec<Waiter> {
     let gate = Arc::new(Semaphore::new(256));
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         let (tx, rx) = oneshot::channel();
-        let addr = b.addr;
         let gate = gate.clone();
         let sent = sent.clone();
         let path = format!("/v1/elicitations/{id}?wait=60");
@@ -105,7 +119,10 @@ async fn park(b: &BinaryProcess, ids: Vec<String>, sent: Arc<AtomicUsize>) -> Ve
             };
             let req = hyper::Request::get(path)
                 .header(hyper::header::HOST, addr.to_string())
-                .header(hyper::header::AUTHORIZATION, format!("Bearer {}", setup::API_KEY))
+                .header(
+                    hyper::header::AUTHORIZATION,
+                    format!("Bearer {}", setup::API_KEY),
+                )
                 .body(Full::new(Bytes::new()));
             let Ok(req) = req else { return };
             let fut = sender.send_request(req);
@@ -142,7 +159,14 @@ struct Run {
     load: String,
 }
 
-async fn one_run(a: &InProcessApp, b: &BinaryProcess, issuer: &str, n: usize, args: &Args, tag: &str) -> anyhow::Result<Run> {
+async fn one_run(
+    a: &InProcessApp,
+    b: &BinaryProcess,
+    issuer: &str,
+    n: usize,
+    args: &Args,
+    tag: &str,
+) -> anyhow::Result<Run> {
     let ids = insert_elicitations(a, issuer, n, tag).await?;
     let pid = b.pid().unwrap_or(0);
     let load = setup::load_average();
@@ -211,6 +235,61 @@ async fn one_run(a: &InProcessApp, b: &BinaryProcess, issuer: &str, n: usize, ar
     })
 }
 
+/// The framework's floor: a plain axum server (this program, `hold-server`) whose handler just
+/// holds every request for 60 s, measured the same way.
+pub async fn hold_server(port: u16) -> anyhow::Result<()> {
+    let app = axum::Router::new().route(
+        "/v1/elicitations/{id}",
+        axum::routing::get(|| async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            axum::Json(serde_json::json!({"status": "pending"}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("ready");
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// RSS of the `hold-server` floor with `n` requests held: (before, holding) in KiB.
+async fn floor(n: usize) -> anyhow::Result<(u64, u64)> {
+    let port = setup::free_port()?;
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["hold-server", "--port", &port.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
+        child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?,
+    ));
+    let _ = lines.next_line().await?;
+    let pid = child.id().unwrap_or(0);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let api = setup::api_client()?;
+    for _ in 0..50 {
+        let _ = api.get(format!("http://{addr}/healthz")).send().await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = setup::rss_of(pid).0;
+    let ids: Vec<String> = (0..n).map(|i| format!("floor{i:012}xxxxxxxx")).collect();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let waiters = park_at(addr, ids, sent.clone()).await;
+    let t = Instant::now();
+    while sent.load(Ordering::Relaxed) < n && t.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let holding = setup::rss_of(pid).0;
+    for w in waiters {
+        w.task.abort();
+    }
+    let _ = child.kill().await;
+    Ok((before, holding))
+}
+
 pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     let limit = setup::raise_fd_limit();
     let peers = PeerUrls::unreachable();
@@ -249,10 +328,20 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         rows.push(r);
     }
     a.stop().await;
+    let mut floors = Vec::new();
+    for &n in &args.waiters {
+        floors.push((n, floor(n).await?));
+    }
 
-    println!("### Long-poll capacity (Postgres; the service is `target/release/mcp-connect serve`; fd limit {limit})\n");
-    println!("Each waiter holds `GET /v1/elicitations/{{id}}?wait=60` on its own connection and its own pending elicitation. RSS is VmRSS of the service process. Wake-up delay: from the call of `finish_elicitation` on the other replica to the waiter having the whole answer; elicitations completed one at a time, 10 ms apart.\n");
-    println!("| waiters | RSS before | RSS holding | **per waiter** | service CPU while holding | wake p50 ms | p90 | **p99** | max | finish_elicitation p50 ms | failed | answered early | load avg |");
+    println!(
+        "### Long-poll capacity (Postgres; the service is `target/release/mcp-connect serve`; fd limit {limit})\n"
+    );
+    println!(
+        "Each waiter holds `GET /v1/elicitations/{{id}}?wait=60` on its own connection and its own pending elicitation. RSS is VmRSS of the service process. Wake-up delay: from the call of `finish_elicitation` on the other replica to the waiter having the whole answer; elicitations completed one at a time, 10 ms apart.\n"
+    );
+    println!(
+        "| waiters | RSS before | RSS holding | **per waiter** | service CPU while holding | wake p50 ms | p90 | **p99** | max | finish_elicitation p50 ms | failed | answered early | load avg |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in &rows {
         let per = (r.rss_held.saturating_sub(r.rss_idle)) as f64 * 1024.0 / r.n as f64;
@@ -273,6 +362,26 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             r.load,
         );
     }
-    println!("\nRSS after the waiters went away (2 s later): {}.\n", rows.iter().map(|r| format!("{} waiters → {:.1} MB", r.n, r.rss_after as f64 / 1024.0)).collect::<Vec<_>>().join("; "));
+    println!(
+        "\nFloor, measured the same way: a plain axum server (same axum/hyper/tokio, default allocator) whose handler only sleeps 60 s:\n"
+    );
+    println!("| held requests | RSS before | RSS holding | per held request |");
+    println!("|---:|---:|---:|---:|");
+    for (n, (before, holding)) in &floors {
+        println!(
+            "| {} | {:.1} MB | {:.1} MB | {:.1} KB |",
+            crate::token_fetch::thousands(*n as u64),
+            *before as f64 / 1024.0,
+            *holding as f64 / 1024.0,
+            holding.saturating_sub(*before) as f64 * 1024.0 / *n as f64 / 1000.0
+        );
+    }
+    println!(
+        "\nRSS after the waiters went away (2 s later): {}.\n",
+        rows.iter()
+            .map(|r| format!("{} waiters → {:.1} MB", r.n, r.rss_after as f64 / 1024.0))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     Ok(())
 }

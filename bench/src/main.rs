@@ -37,10 +37,20 @@ enum Scenario {
     LongPoll(long_poll::Args),
     /// Binary size, start-up time, idle RSS, RSS under load.
     Footprint(footprint::Args),
+    /// (internal) The long-poll floor: an axum server that holds every request.
+    #[command(hide = true)]
+    HoldServer {
+        #[arg(long)]
+        port: u16,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Scenario::HoldServer { port } = cli.scenario {
+        // Like the binary: a default multi-thread runtime.
+        return tokio::runtime::Runtime::new()?.block_on(long_poll::hold_server(port));
+    }
     // Before any thread exists: the connect flow points HTTP_PROXY at its timing proxy.
     let proxy = match &cli.scenario {
         Scenario::ConnectFlow(_) => Some(connect_flow::bind_proxy()?),
@@ -83,6 +93,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Footprint(args) => {
             client.block_on(footprint::run(args))?;
         }
+        Scenario::HoldServer { .. } => {}
     }
     println!("\nFinished: load average {}", setup::load_average());
     Ok(())

@@ -46,9 +46,11 @@ async fn storm(
     peers: &Peers,
     n: usize,
 ) -> anyhow::Result<Storm> {
-    sqlx::query("UPDATE connections SET last_refresh_at = last_refresh_at - 60 WHERE subject = 'alice'")
-        .execute(&a.state.db.pool)
-        .await?;
+    sqlx::query(
+        "UPDATE connections SET last_refresh_at = last_refresh_at - 60 WHERE subject = 'alice'",
+    )
+    .execute(&a.state.db.pool)
+    .await?;
     let before = peers.stats().await?;
     let load = setup::load_average();
     let addrs = [a.addr, b.addr];
@@ -67,7 +69,10 @@ async fn storm(
             let t0 = go.borrow().unwrap_or_else(Instant::now);
             let req = hyper::Request::post("/v1/tokens")
                 .header(hyper::header::HOST, addr.to_string())
-                .header(hyper::header::AUTHORIZATION, format!("Bearer {}", setup::API_KEY))
+                .header(
+                    hyper::header::AUTHORIZATION,
+                    format!("Bearer {}", setup::API_KEY),
+                )
                 .header(hyper::header::CONTENT_TYPE, "application/json")
                 .body(Full::new(Bytes::from_static(
                     br#"{"subject":"alice","provider":"acme","min_ttl_seconds":300}"#,
@@ -125,9 +130,16 @@ async fn storm(
 
 pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     setup::raise_fd_limit();
-    println!("### Refresh storm: {} concurrent fetches of one expiring token over two processes\n", args.requests);
-    println!("Half the requests go to the app in the bench process, half to `target/release/mcp-connect serve` on the same database. Latency from the common release to the whole answer.\n");
-    println!("| database | run | upstream refreshes | invalid_grant | 200s | errors | distinct tokens handed out | p50 ms | p99 ms | max ms | p99 in-process / binary | load avg |");
+    println!(
+        "### Refresh storm: {} concurrent fetches of one expiring token over two processes\n",
+        args.requests
+    );
+    println!(
+        "Half the requests go to the app in the bench process, half to `target/release/mcp-connect serve` on the same database. Latency from the common release to the whole answer.\n"
+    );
+    println!(
+        "| database | run | upstream refreshes | invalid_grant | 200s | errors | distinct tokens handed out | p50 ms | p99 ms | max ms | p99 in-process / binary | load avg |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|");
     for &engine in &args.engines {
         let name = "mcpc_bench_storm";
@@ -156,7 +168,14 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 s.invalid_grant,
                 s.ok,
                 s.errors.len(),
-                if errs.is_empty() { String::new() } else { format!(" ({})", errs.into_iter().take(3).collect::<Vec<_>>().join("; ")) },
+                if errs.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({})",
+                        errs.into_iter().take(3).collect::<Vec<_>>().join("; ")
+                    )
+                },
                 s.distinct_tokens,
                 setup::pct(&s.lat, 0.5),
                 setup::pct(&s.lat, 0.99),

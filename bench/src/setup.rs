@@ -106,7 +106,13 @@ pub struct ConfigOpts {
     pub refresh_ahead_seconds: Option<u64>,
 }
 
-pub fn config_toml(public: &str, listen: &str, db_url: &str, peers: &PeerUrls, o: &ConfigOpts) -> String {
+pub fn config_toml(
+    public: &str,
+    listen: &str,
+    db_url: &str,
+    peers: &PeerUrls,
+    o: &ConfigOpts,
+) -> String {
     let refresh_ahead = o
         .refresh_ahead_seconds
         .map(|s| format!("refresh_ahead_seconds = {s}"))
@@ -204,12 +210,14 @@ pub async fn prepare_connections(
     if count as u64 == n && same_issuer == 1 {
         // Still valid for a day from the load; refresh the expiry so nothing is due.
         let now = mcp_connect::db::now();
-        sqlx::query("UPDATE connections SET expires_at = $1, last_refresh_at = $2 WHERE expires_at < $3")
-            .bind(now + 86_400 * 7)
-            .bind(now)
-            .bind(now + 86_400)
-            .execute(&db.pool)
-            .await?;
+        sqlx::query(
+            "UPDATE connections SET expires_at = $1, last_refresh_at = $2 WHERE expires_at < $3",
+        )
+        .bind(now + 86_400 * 7)
+        .bind(now)
+        .bind(now + 86_400)
+        .execute(&db.pool)
+        .await?;
         db.pool.close().await;
         return Ok((url, None));
     }
@@ -278,7 +286,10 @@ fn sealed_chunks(n: u64, chunk: u64) -> tokio::sync::mpsc::Receiver<Vec<RowValue
                     .collect();
                 hs.into_iter().filter_map(|h| h.join().ok()).collect()
             });
-            if tx.blocking_send(parts.into_iter().flatten().collect()).is_err() {
+            if tx
+                .blocking_send(parts.into_iter().flatten().collect())
+                .is_err()
+            {
                 return;
             }
             from = to;
@@ -542,7 +553,9 @@ pub struct BinaryProcess {
 }
 
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 impl BinaryProcess {
@@ -774,7 +787,11 @@ pub fn api_client() -> anyhow::Result<reqwest::Client> {
 }
 
 /// `POST /v1/elicitations` for `subject`; returns (id, url).
-pub async fn elicit(api: &reqwest::Client, base: &str, subject: &str) -> anyhow::Result<(String, String)> {
+pub async fn elicit(
+    api: &reqwest::Client,
+    base: &str,
+    subject: &str,
+) -> anyhow::Result<(String, String)> {
     let v: Value = api
         .post(format!("{base}/v1/elicitations"))
         .bearer_auth(API_KEY)

@@ -119,7 +119,8 @@ async fn prepare_pgbench() -> anyhow::Result<()> {
         .output()
         .await?;
     if ok.status.success()
-        && String::from_utf8_lossy(&ok.stdout).trim() == (PGBENCH_SCALE as u64 * 100_000).to_string()
+        && String::from_utf8_lossy(&ok.stdout).trim()
+            == (PGBENCH_SCALE as u64 * 100_000).to_string()
     {
         return Ok(());
     }
@@ -134,7 +135,10 @@ async fn prepare_pgbench() -> anyhow::Result<()> {
         .output()
         .await?;
     if !out.status.success() {
-        bail!("pgbench -i failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "pgbench -i failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(())
 }
@@ -142,7 +146,8 @@ async fn prepare_pgbench() -> anyhow::Result<()> {
 /// `pgbench -S -M prepared` with per-transaction logs, so the percentiles come from every
 /// transaction of the measurement window (the warm-up is cut off by timestamp).
 pub async fn run_pgbench(clients: usize, warmup: f64, measure: f64) -> anyhow::Result<PgBench> {
-    let dir = std::env::temp_dir().join(format!("mcp-connect-bench-pgbench-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("mcp-connect-bench-pgbench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let threads = clients.min(
@@ -153,7 +158,17 @@ pub async fn run_pgbench(clients: usize, warmup: f64, measure: f64) -> anyhow::R
     let total = (warmup + measure).ceil() as u64;
     let start = time::OffsetDateTime::now_utc().unix_timestamp_nanos() as f64 / 1e9;
     let out = tokio::process::Command::new("pgbench")
-        .args(["-h", "127.0.0.1", "-U", "postgres", "-n", "-S", "-M", "prepared", "-l"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-n",
+            "-S",
+            "-M",
+            "prepared",
+            "-l",
+        ])
         .arg(format!("--log-prefix={}", dir.join("pgb").display()))
         .arg(format!("-c{clients}"))
         .arg(format!("-j{threads}"))
@@ -177,9 +192,11 @@ pub async fn run_pgbench(clients: usize, warmup: f64, measure: f64) -> anyhow::R
             if f.len() < 6 {
                 continue;
             }
-            let (Ok(us), Ok(epoch), Ok(epoch_us)) =
-                (f[2].parse::<f64>(), f[4].parse::<f64>(), f[5].parse::<f64>())
-            else {
+            let (Ok(us), Ok(epoch), Ok(epoch_us)) = (
+                f[2].parse::<f64>(),
+                f[4].parse::<f64>(),
+                f[5].parse::<f64>(),
+            ) else {
                 continue;
             };
             let done = epoch + epoch_us / 1e6;
@@ -310,8 +327,13 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     }
 
     println!("### Token fetch: throughput, and ratios to the baselines measured alongside\n");
-    println!("Closed loop, {:.0} s warm-up + {:.0} s measured per cell; every request asks for a different user, spread over all stored rows.\n", args.warmup, args.duration);
-    println!("| database | stored | conns | token fetch req/s | fixed JSON req/s | **÷ fixed JSON** | pgbench -S tps | **÷ pgbench** | errors | load avg |");
+    println!(
+        "Closed loop, {:.0} s warm-up + {:.0} s measured per cell; every request asks for a different user, spread over all stored rows.\n",
+        args.warmup, args.duration
+    );
+    println!(
+        "| database | stored | conns | token fetch req/s | fixed JSON req/s | **÷ fixed JSON** | pgbench -S tps | **÷ pgbench** | errors | load avg |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for c in &cells {
         let (pgb, pgr) = match &c.pgbench {
@@ -334,8 +356,12 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         );
     }
     println!("\n### Token fetch: latency (ms; closed loop)\n");
-    println!("\"p99 corr.\" is the wrk-style coordinated-omission correction of the closed-loop histogram (see bench/README.md).\n");
-    println!("| database | stored | conns | token p50 | p90 | p99 | p99 corr. | max | fixed JSON p50 | p99 | pgbench p50 | p99 |");
+    println!(
+        "\"p99 corr.\" is the wrk-style coordinated-omission correction of the closed-loop histogram (see bench/README.md).\n"
+    );
+    println!(
+        "| database | stored | conns | token p50 | p90 | p99 | p99 corr. | max | fixed JSON p50 | p99 | pgbench p50 | p99 |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for c in &cells {
         let (pg50, pg99) = match &c.pgbench {
@@ -358,7 +384,9 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     }
     if cells.iter().any(|c| c.breakdown.is_some()) {
         println!("\n### Where a token fetch's time goes (closed loop, req/s and p50 ms)\n");
-        println!("| database | stored | conns | fixed JSON | app `GET /healthz` (middleware) | app `GET /readyz` (+ pooled `SELECT 1`) | token fetch |");
+        println!(
+            "| database | stored | conns | fixed JSON | app `GET /healthz` (middleware) | app `GET /readyz` (+ pooled `SELECT 1`) | token fetch |"
+        );
         println!("|---|---:|---:|---:|---:|---:|---:|");
         for c in &cells {
             if let Some((h, r)) = &c.breakdown {
@@ -377,12 +405,16 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         }
     }
     if !rate_rows.is_empty() {
-        println!("\n### Token fetch at a fixed rate (latency from the intended send time, no coordinated omission)\n");
+        println!(
+            "\n### Token fetch at a fixed rate (latency from the intended send time, no coordinated omission)\n"
+        );
         println!(
             "Rate = {:.0}% of the fixed-JSON baseline's closed-loop throughput at the same concurrency in the same block.\n",
             args.rate_fraction * 100.0
         );
-        println!("| database | stored | conns | rate req/s | p50 | p90 | p99 | max | errors | load avg |");
+        println!(
+            "| database | stored | conns | rate req/s | p50 | p90 | p99 | max | errors | load avg |"
+        );
         println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
         for (engine, size, c, r, load) in &rate_rows {
             println!(
