@@ -169,6 +169,37 @@ async fn callback_url(app: &TestApp, b: &Browser, subject: &str) -> String {
 }
 
 on_both_databases!(
+    a_state_presented_twice_at_once_is_taken_once,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        let b = Browser::stopping_at_callback();
+        let url = callback_url(&app, &b, "alice").await;
+        let (p1, p2) = tokio::join!(b.get(&url), b.get(&url));
+        let mut statuses = [p1.status, p2.status];
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [StatusCode::OK, StatusCode::BAD_REQUEST],
+            "{} / {}",
+            p1.body,
+            p2.body
+        );
+        let (s, _) = app.token("alice").await;
+        assert_eq!(s, StatusCode::OK);
+        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(
+            "SELECT COALESCE(verifier, ''), used_at FROM auth_flows WHERE kind = 'provider'",
+        )
+        .fetch_all(&app.db().pool)
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].0, "", "the PKCE verifier is wiped once used");
+        assert!(rows[0].1.is_some());
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
     replayed_or_forged_callbacks_are_refused,
     |kind| async move {
         let app = TestApp::spawn(kind).await;
