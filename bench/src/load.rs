@@ -56,7 +56,6 @@ impl Target {
 
 /// What a run measured (only requests that finished inside the measurement window).
 pub struct LoadResult {
-    pub workers: usize,
     pub requests: u64,
     pub errors: u64,
     pub window: Duration,
@@ -190,7 +189,6 @@ pub async fn closed_loop(
         }
     }
     LoadResult {
-        workers,
         requests,
         errors,
         window: measure,
@@ -253,7 +251,6 @@ pub async fn fixed_rate(
         }
     }
     LoadResult {
-        workers,
         requests,
         errors,
         window: measure,

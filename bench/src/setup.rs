@@ -492,7 +492,8 @@ pub async fn start_fixed_json(rt: &ServerRuntime) -> anyhow::Result<SocketAddr> 
 /// The `oidc-provider` peers of tests/peers (node), started with `--connect-url`.
 pub struct Peers {
     pub urls: PeerUrls,
-    pub child: Child,
+    /// Killed when dropped.
+    _process: Child,
 }
 
 impl Peers {
@@ -528,7 +529,7 @@ impl Peers {
                 identity: v["identity"].as_str().unwrap_or_default().to_owned(),
                 upstream: v["upstream"].as_str().unwrap_or_default().to_owned(),
             },
-            child,
+            _process: child,
         })
     }
 
@@ -592,10 +593,10 @@ impl BinaryProcess {
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         loop {
-            if let Ok(r) = http.get(format!("{url}/readyz")).send().await {
-                if r.status().is_success() {
-                    break;
-                }
+            if let Ok(r) = http.get(format!("{url}/readyz")).send().await
+                && r.status().is_success()
+            {
+                break;
             }
             if t0.elapsed() > Duration::from_secs(30) {
                 bail!("{} did not become ready in 30 s", bin.display());

@@ -102,9 +102,7 @@ struct Cell {
 pub struct PgBench {
     pub tps: f64,
     pub p50: f64,
-    pub p90: f64,
     pub p99: f64,
-    pub max: f64,
 }
 
 const PGBENCH_DB: &str = "mcpc_bench_pgbench";
@@ -211,9 +209,7 @@ pub async fn run_pgbench(clients: usize, warmup: f64, measure: f64) -> anyhow::R
     Ok(PgBench {
         tps: lat.len() as f64 / measure,
         p50: setup::pct(&lat, 0.50),
-        p90: setup::pct(&lat, 0.90),
         p99: setup::pct(&lat, 0.99),
-        max: lat.last().copied().unwrap_or(f64::NAN),
     })
 }
 
@@ -440,7 +436,7 @@ pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);

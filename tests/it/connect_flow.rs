@@ -349,8 +349,8 @@ on_both_databases!(long_poll_wakes_when_the_flow_completes, |kind| async move {
     app.shutdown().await;
 });
 
-/// A long poll held by another replica (its own process) wakes when the flow completes here:
-/// through LISTEN/NOTIFY on Postgres, through the replica's sweep on SQLite.
+// A long poll held by another replica (its own process) wakes when the flow completes here:
+// through LISTEN/NOTIFY on Postgres, through the replica's sweep on SQLite.
 on_both_databases!(
     long_poll_on_another_replica_wakes_when_the_flow_completes,
     |kind| async move {
