@@ -162,14 +162,23 @@ impl Db {
         subject: &str,
         provider: &str,
     ) -> Result<Option<Connection>, sqlx::Error> {
-        let row: Option<Row> = sqlx::query_as(&format!(
+        let sql = format!(
             "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
-        ))
-        .bind(issuer)
-        .bind(subject)
-        .bind(provider)
-        .fetch_optional(&self.pool)
-        .await?;
+        );
+        let read = || {
+            sqlx::query_as::<_, Row>(&sql)
+                .bind(issuer)
+                .bind(subject)
+                .bind(provider)
+                .fetch_optional(&self.pool)
+        };
+        // The token hot path: a pooled connection used in the last second is not pinged before
+        // use (see `Db::connect`), so one the server dropped since fails here. The failed one
+        // leaves the pool; a read is safe to repeat on another.
+        let row = match read().await {
+            Err(e) if super::is_dropped_connection(&e) => read().await?,
+            r => r?,
+        };
         Ok(row.map(Into::into))
     }
 

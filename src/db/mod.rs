@@ -41,6 +41,17 @@ impl std::fmt::Debug for Db {
     }
 }
 
+/// Whether `e` says the database connection itself is gone (the server went away or ended the
+/// session), as opposed to the statement failing.
+pub fn is_dropped_connection(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        // 57P01..57P05: the server is shutting down or terminated the session.
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| c.starts_with("57P")),
+        _ => false,
+    }
+}
+
 /// Seconds since the Unix epoch.
 pub fn now() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
@@ -66,8 +77,9 @@ impl Db {
         }
         // sqlx pings every connection it hands out by default: a second round trip for every
         // query. Only ping connections that sat idle for a while (HikariCP's "alive bypass"):
-        // one that answered a moment ago is alive, and if it died since, the query fails with a
-        // 503 and the pool drops it.
+        // one that answered a moment ago is almost surely alive. If the server dropped it since
+        // (a restart), that query fails with a 503 and the pool drops the connection; the token
+        // read repeats itself once on another connection (`find_connection`).
         let mut opts = AnyPoolOptions::new()
             .acquire_timeout(Duration::from_secs(5))
             .test_before_acquire(false)

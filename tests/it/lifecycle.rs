@@ -361,8 +361,9 @@ async fn database_outage_gives_503_and_the_service_recovers() {
     app.shutdown().await;
 }
 
-/// The pool pings only connections that sat idle (a hot connection skips the round trip); a
-/// connection the server dropped while it was idle is still found dead and replaced.
+/// The pool pings only connections that sat idle (a hot connection skips the round trip): one
+/// the server dropped while idle is found dead and replaced, and the token read is repeated on
+/// another connection if it got one that was dropped after its last use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pooled_connections_dropped_while_idle_are_replaced_without_an_error() {
     let app = TestApp::spawn(DbKind::Postgres).await;
