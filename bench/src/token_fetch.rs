@@ -322,7 +322,11 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             {
                 let rates = [
                     ("× fixed JSON", args.rate_fraction, base.fixed.throughput()),
-                    ("× token fetch", args.sustain_fraction, base.token.throughput()),
+                    (
+                        "× token fetch",
+                        args.sustain_fraction,
+                        base.token.throughput(),
+                    ),
                 ];
                 for (of, fraction, base_rate) in rates {
                     if fraction <= 0.0 {
@@ -435,7 +439,9 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         println!(
             "The rate is a fraction of a closed-loop throughput measured just before in the same block: of the fixed-JSON baseline's (the issue's throughput target: at 0.5 the service must keep up) or of token fetch's own (a load it sustains).\n"
         );
-        println!("| database | stored | conns | rate basis | rate req/s | p50 | p90 | p99 | max | errors | load avg |");
+        println!(
+            "| database | stored | conns | rate basis | rate req/s | p50 | p90 | p99 | max | errors | load avg |"
+        );
         println!("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|");
         for x in &rate_rows {
             println!(
