@@ -414,12 +414,21 @@ on_both_databases!(
             .await
             .unwrap();
         app.state.cleanup_once().await;
-        let expired: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT COALESCE(subject, ''), COALESCE(elicitation_id, ''), COALESCE(client_id, '') FROM audit_events WHERE event = 'elicitation.expired'",
-        )
-        .fetch_all(&app.db().pool)
-        .await
-        .unwrap();
+        // The app's own cleanup task may have expired it first (its first pass runs at start):
+        // then its audit record may land a moment after ours returned, so look for a while.
+        let mut expired: Vec<(String, String, String)> = Vec::new();
+        for _ in 0..50 {
+            expired = sqlx::query_as(
+                "SELECT COALESCE(subject, ''), COALESCE(elicitation_id, ''), COALESCE(client_id, '') FROM audit_events WHERE event = 'elicitation.expired'",
+            )
+            .fetch_all(&app.db().pool)
+            .await
+            .unwrap();
+            if !expired.is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
         assert_eq!(
             expired,
             vec![("alice".into(), id.to_owned(), "demo-mcp".into())]
