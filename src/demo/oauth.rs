@@ -91,6 +91,18 @@ pub fn token_json(value: serde_json::Value) -> Response {
     r
 }
 
+/// The form body of a token or revocation request, or the OAuth error for a malformed one.
+pub fn form_body<T>(
+    form: Result<axum::Form<T>, axum::extract::rejection::FormRejection>,
+) -> Result<T, OAuthError> {
+    form.map(|axum::Form(f)| f).map_err(|_| {
+        OAuthError::new(
+            "invalid_request",
+            "send an application/x-www-form-urlencoded body",
+        )
+    })
+}
+
 /// Client authentication at the token and revocation endpoints (RFC 6749 §2.3.1):
 /// `client_secret_basic` or `client_secret_post`, exactly one of them.
 pub fn authenticate_client(

@@ -22,7 +22,8 @@ use serde_json::json;
 
 use super::oauth::{
     AuthRequest, AuthorizePolicy, AuthorizeQuery, CODE_TTL, Expiring, OAuthError, REQUEST_TTL,
-    RegisteredClient, authenticate_client, pkce_matches, redirect_back, token_json, valid_login,
+    RegisteredClient, authenticate_client, form_body, pkce_matches, redirect_back, token_json,
+    valid_login,
 };
 use super::pages::{ConsentPage, ErrorPage, IndexPage, SignInPage, render_page};
 use crate::crypto::{random_token, sha256_b64};
@@ -477,12 +478,7 @@ async fn token(
     headers: HeaderMap,
     form: Result<Form<TokenForm>, FormRejection>,
 ) -> Result<Response, OAuthError> {
-    let Form(f) = form.map_err(|_| {
-        OAuthError::new(
-            "invalid_request",
-            "send an application/x-www-form-urlencoded body",
-        )
-    })?;
+    let f = form_body(form)?;
     authenticate_client(
         &s.client,
         &headers,
@@ -641,12 +637,7 @@ async fn revoke(
     headers: HeaderMap,
     form: Result<Form<RevokeForm>, FormRejection>,
 ) -> Result<Response, OAuthError> {
-    let Form(f) = form.map_err(|_| {
-        OAuthError::new(
-            "invalid_request",
-            "send an application/x-www-form-urlencoded body",
-        )
-    })?;
+    let f = form_body(form)?;
     authenticate_client(
         &s.client,
         &headers,
