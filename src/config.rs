@@ -73,6 +73,7 @@ struct RawConfig {
     refresh_scan_seconds: Option<u64>,
     log_format: Option<String>,
     audit_retention_days: Option<u64>,
+    elicitation_retention_days: Option<u64>,
     metrics_listen: Option<String>,
     identity: Option<RawIdentity>,
     #[serde(default)]
@@ -268,6 +269,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Audit events older than this many days are deleted by the cleanup task.
     pub audit_retention_days: u64,
+    /// Finished (or expired) elicitations older than this many days are deleted.
+    pub elicitation_retention_days: u64,
     /// Serve `/metrics` on this address instead of the main listener.
     pub metrics_listen: Option<SocketAddr>,
     pub identity: IdentityConfig,
@@ -284,6 +287,10 @@ impl fmt::Debug for Config {
             .field("database_url", &redact_url(&self.database_url))
             .field("keys", &self.keys)
             .field("audit_retention_days", &self.audit_retention_days)
+            .field(
+                "elicitation_retention_days",
+                &self.elicitation_retention_days,
+            )
             .field("metrics_listen", &self.metrics_listen)
             .field("identity", &self.identity)
             .field("clients", &self.clients)
@@ -599,6 +606,13 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             "must be between 1 and 36500 (days)".into(),
         );
     }
+    let elicitation_retention_days = raw.elicitation_retention_days.unwrap_or(30);
+    if !(1..=36_500).contains(&elicitation_retention_days) {
+        err(
+            "elicitation_retention_days",
+            "must be between 1 and 36500 (days)".into(),
+        );
+    }
     let metrics_listen = match raw.metrics_listen.as_deref().map(str::parse::<SocketAddr>) {
         None => None,
         Some(Ok(a)) => Some(a),
@@ -842,6 +856,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             refresh,
             log_format,
             audit_retention_days,
+            elicitation_retention_days,
             metrics_listen,
             identity,
             clients,

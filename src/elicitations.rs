@@ -10,8 +10,9 @@ use crate::AppState;
 use crate::config::ClientConfig;
 use crate::crypto::random_token;
 use crate::db::audit::AuditEvent;
+use crate::db::change::Change;
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
-use crate::db::now;
+use crate::db::{self, now};
 use crate::error::{Error, Result};
 use crate::providers::Provider;
 
@@ -160,9 +161,9 @@ impl AppState {
             created_at: now,
             expires_at: now + self.config.elicitation_ttl_seconds as i64,
         };
-        self.db.insert_elicitation(&e).await?;
-        self.metrics.elicitation("created");
-        self.db
+        let mut change = Change::begin(&self.db).await?;
+        db::elicitations::insert_elicitation(change.conn(), &e).await?;
+        change
             .audit(AuditEvent {
                 event: "elicitation.created",
                 actor: Some(&client.id),
@@ -174,11 +175,14 @@ impl AppState {
                 request_id,
                 ..Default::default()
             })
-            .await;
+            .await?;
+        self.commit(change).await?;
+        self.metrics.elicitation("created");
         Ok(e)
     }
 
-    /// Moves an elicitation to its final status, records it and wakes its waiters.
+    /// Moves an elicitation to its final status, records it and wakes its waiters. Returns
+    /// false (and changes nothing) if it was no longer pending.
     pub async fn finish_elicitation(
         &self,
         e: &Elicitation,
@@ -187,46 +191,74 @@ impl AppState {
         failure: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<bool> {
+        let mut change = Change::begin(&self.db).await?;
         let changed = self
-            .db
-            .finish_elicitation(&e.id, status, connection_id, failure)
+            .finish_elicitation_in(&mut change, e, status, connection_id, failure, request_id)
             .await?;
         if changed {
+            self.commit(change).await?;
             self.metrics.elicitation(status.as_str());
-            let event = format!("elicitation.{}", status.as_str());
-            self.db
-                .audit(AuditEvent {
-                    event: &event,
-                    actor: Some(&e.subject),
-                    issuer: Some(&e.issuer),
-                    subject: Some(&e.subject),
-                    provider: Some(&e.provider),
-                    client_id: Some(&e.client_id),
-                    connection_id,
-                    elicitation_id: Some(&e.id),
-                    request_id,
-                    detail: failure,
-                })
-                .await;
-            self.waiters.notify(&self.db, &e.id).await;
-            let finished = Elicitation {
-                status,
-                connection_id: connection_id.map(str::to_owned),
-                failure: failure.map(str::to_owned),
-                ..e.clone()
-            };
-            self.emit_elicitation_event(&finished, status).await;
         }
         Ok(changed)
     }
 
+    /// `finish_elicitation` as part of a larger change: the status, its audit row, its event
+    /// and the waiters' wake-up all go with `change`.
+    pub async fn finish_elicitation_in(
+        &self,
+        change: &mut Change,
+        e: &Elicitation,
+        status: ElicitationStatus,
+        connection_id: Option<&str>,
+        failure: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<bool> {
+        let changed = db::elicitations::finish_elicitation(
+            change.conn(),
+            &e.id,
+            status,
+            connection_id,
+            failure,
+        )
+        .await?;
+        if !changed {
+            return Ok(false);
+        }
+        let event = format!("elicitation.{}", status.as_str());
+        change
+            .audit(AuditEvent {
+                event: &event,
+                actor: Some(&e.subject),
+                issuer: Some(&e.issuer),
+                subject: Some(&e.subject),
+                provider: Some(&e.provider),
+                client_id: Some(&e.client_id),
+                connection_id,
+                elicitation_id: Some(&e.id),
+                request_id,
+                detail: failure,
+            })
+            .await?;
+        let finished = Elicitation {
+            status,
+            connection_id: connection_id.map(str::to_owned),
+            failure: failure.map(str::to_owned),
+            ..e.clone()
+        };
+        change
+            .events(self.elicitation_event_rows(&finished, status)?)
+            .await?;
+        change.elicitation_changed(&e.id).await?;
+        Ok(true)
+    }
+
     /// Moves pending elicitations past their expiry to `expired`, recording an
-    /// `elicitation.expired` event for each and waking their waiters.
+    /// `elicitation.expired` event for each and waking their waiters, in one transaction.
     pub async fn expire_elicitations(&self) -> Result<usize> {
-        let expired = self.db.expire_pending_elicitations().await?;
+        let mut change = Change::begin(&self.db).await?;
+        let expired = db::elicitations::expire_pending_elicitations(change.conn()).await?;
         for e in &expired {
-            self.metrics.elicitation("expired");
-            self.db
+            change
                 .audit(AuditEvent {
                     event: "elicitation.expired",
                     actor: Some("system"),
@@ -237,8 +269,12 @@ impl AppState {
                     elicitation_id: Some(&e.id),
                     ..Default::default()
                 })
-                .await;
-            self.waiters.notify(&self.db, &e.id).await;
+                .await?;
+            change.elicitation_changed(&e.id).await?;
+        }
+        self.commit(change).await?;
+        for _ in &expired {
+            self.metrics.elicitation("expired");
         }
         Ok(expired.len())
     }

@@ -262,3 +262,9 @@ impl From<crate::crypto::CryptoError> for Error {
         Self::Internal(e.into())
     }
 }
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Self::Internal(e.into())
+    }
+}

@@ -23,6 +23,7 @@ use tokio::sync::{Notify, broadcast};
 use crate::AppState;
 use crate::config::{ClientConfig, WebhookConfig};
 use crate::crypto::random_token;
+use crate::db::change::{Announce, Change};
 use crate::db::connections::Connection;
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
 use crate::db::events::{DueDelivery, NewEvent, now_ms};
@@ -148,51 +149,52 @@ pub fn backoff_ms(attempts: i64) -> i64 {
 }
 
 impl AppState {
-    /// Records an event for each of `clients` and wakes the deliverer and listeners.
-    async fn emit(&self, event_type: EventType, data: EventData, clients: &[&ClientConfig]) {
+    /// The event rows for each of `clients`, to write in the transaction of the change they
+    /// describe (`Change::events`).
+    fn event_rows(
+        &self,
+        event_type: EventType,
+        data: EventData,
+        clients: &[&ClientConfig],
+    ) -> Result<Vec<NewEvent>, serde_json::Error> {
         let timestamp = rfc3339(now());
-        let mut rows = Vec::new();
-        for c in clients {
-            let body = EventBody {
-                event_type,
-                timestamp: timestamp.clone(),
-                data: EventData {
+        clients
+            .iter()
+            .map(|c| {
+                let body = EventBody {
+                    event_type,
+                    timestamp: timestamp.clone(),
+                    data: EventData {
+                        client_id: c.id.clone(),
+                        ..data.clone()
+                    },
+                };
+                Ok(NewEvent {
+                    id: format!("msg_{}", random_token(18)),
                     client_id: c.id.clone(),
-                    ..data.clone()
-                },
-            };
-            let Ok(payload) = serde_json::to_string(&body) else {
-                continue;
-            };
-            rows.push(NewEvent {
-                id: format!("msg_{}", random_token(18)),
-                client_id: c.id.clone(),
-                event_type: event_type.as_str(),
-                payload,
-                deliver_at_ms: c.webhook.as_ref().map(|_| now_ms()),
-            });
-        }
-        if let Err(e) = self.db.insert_events(&rows).await {
-            tracing::error!(error = %e, event = event_type.as_str(), "could not record an event");
-            return;
-        }
-        for r in &rows {
-            tracing::debug!(event = r.event_type, client_id = %r.client_id, webhook_id = %r.id, "event recorded");
-            let _ = self.events.tx.send(r.client_id.clone());
-        }
-        self.events.outbox.notify_one();
+                    event_type: event_type.as_str(),
+                    payload: serde_json::to_string(&body)?,
+                    deliver_at_ms: c.webhook.as_ref().map(|_| now_ms()),
+                })
+            })
+            .collect()
     }
 
-    /// The event for an elicitation that reached `status`, for the client that created it.
-    pub async fn emit_elicitation_event(&self, e: &Elicitation, status: ElicitationStatus) {
+    /// The event for an elicitation that reached `status`, for the client that created it
+    /// (none for `pending` and `expired`).
+    pub fn elicitation_event_rows(
+        &self,
+        e: &Elicitation,
+        status: ElicitationStatus,
+    ) -> Result<Vec<NewEvent>, serde_json::Error> {
         let event_type = match status {
             ElicitationStatus::Completed => EventType::ElicitationCompleted,
             ElicitationStatus::Declined => EventType::ElicitationDeclined,
             ElicitationStatus::Failed => EventType::ElicitationFailed,
-            ElicitationStatus::Pending | ElicitationStatus::Expired => return,
+            ElicitationStatus::Pending | ElicitationStatus::Expired => return Ok(Vec::new()),
         };
         let Some(client) = self.clients.iter().find(|c| c.id == e.client_id) else {
-            return;
+            return Ok(Vec::new());
         };
         let data = EventData {
             client_id: client.id.clone(),
@@ -202,11 +204,15 @@ impl AppState {
             connection_id: e.connection_id.clone(),
             status: Some(status.as_str().to_owned()),
         };
-        self.emit(event_type, data, &[client]).await;
+        self.event_rows(event_type, data, &[client])
     }
 
     /// A connection event, for every client allowed to use the connection's provider.
-    pub async fn emit_connection_event(&self, event_type: EventType, c: &Connection) {
+    pub fn connection_event_rows(
+        &self,
+        event_type: EventType,
+        c: &Connection,
+    ) -> Result<Vec<NewEvent>, serde_json::Error> {
         let clients: Vec<&ClientConfig> = self
             .clients
             .iter()
@@ -220,7 +226,30 @@ impl AppState {
             connection_id: Some(c.id.clone()),
             status: None,
         };
-        self.emit(event_type, data, &clients).await;
+        self.event_rows(event_type, data, &clients)
+    }
+
+    /// Commits a change with its audit rows and events, then wakes what waits on it here: the
+    /// webhook deliverer, event streams and long polls (other replicas are told by the
+    /// change's own notification).
+    pub async fn commit(&self, change: Change) -> Result<(), sqlx::Error> {
+        let announce = change.commit().await?;
+        self.announce(announce);
+        Ok(())
+    }
+
+    fn announce(&self, a: Announce) {
+        let had_events = !a.event_clients.is_empty();
+        for client_id in a.event_clients {
+            tracing::debug!(client_id = %client_id, "event recorded");
+            let _ = self.events.tx.send(client_id);
+        }
+        if had_events {
+            self.events.outbox.notify_one();
+        }
+        for id in &a.elicitations {
+            self.waiters.wake_local(id);
+        }
     }
 }
 

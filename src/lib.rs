@@ -80,7 +80,7 @@ impl AppState {
             identity: Identity::new(config.identity.clone(), http.clone()),
             providers: Providers::from_config(&config.providers),
             clients: config.clients.clone(),
-            refresh: tokens::RefreshCoordinator::default(),
+            refresh: tokens::RefreshCoordinator::new(db.pool.options().get_max_connections()),
             metrics: metrics::Metrics::new(),
             config,
             db,
@@ -264,6 +264,15 @@ impl AppState {
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, "audit events past their retention deleted"),
             Err(e) => tracing::warn!(error = %e, "audit retention cleanup failed"),
+        }
+        let cutoff = db::now() - self.config.elicitation_retention_days as i64 * 86_400;
+        match self.db.delete_finished_elicitations_before(cutoff).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                deleted = n,
+                "finished elicitations past their retention deleted"
+            ),
+            Err(e) => tracing::warn!(error = %e, "elicitation retention cleanup failed"),
         }
     }
 }

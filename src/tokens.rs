@@ -11,9 +11,15 @@ use serde::Serialize;
 
 use crate::AppState;
 use crate::db::audit::AuditEvent;
-use crate::db::connections::{Connection, ConnectionStatus, NewTokens};
+use crate::db::change::Change;
+use crate::db::connections::{
+    Connection, ConnectionStatus, NewTokens, mark_revoked, record_refresh_failure,
+    save_refreshed_tokens,
+};
 use crate::db::now;
+use crate::db::refresh_lock::RefreshLock;
 use crate::error::{Error, Result};
+use crate::events::EventType;
 use crate::providers::{Provider, TokenError};
 
 /// How long a request waits for another redemption of the same refresh token to finish.
@@ -31,13 +37,25 @@ pub struct FreshToken {
 }
 
 /// Serialises refreshes of one connection inside this process, so only one request per
-/// replica queues on the database lock.
-#[derive(Default)]
+/// replica queues on the database lock, and bounds the redemptions running at once.
 pub struct RefreshCoordinator {
     inflight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Redemptions in progress hold a database connection (the lock's) for as long as the
+    /// provider takes; at most this many run at once, well below the pool size, so a burst of
+    /// refreshes never takes the connections that token reads, sign-ins and `/readyz` need.
+    /// The others wait for a permit holding no connection at all.
+    permits: tokio::sync::Semaphore,
 }
 
 impl RefreshCoordinator {
+    /// A coordinator for a pool of `pool_size` connections.
+    pub fn new(pool_size: u32) -> Self {
+        Self {
+            inflight: Mutex::default(),
+            permits: tokio::sync::Semaphore::new((pool_size as usize / 2).max(1)),
+        }
+    }
+
     fn slot(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         m.retain(|_, v| Arc::strong_count(v) > 1);
@@ -130,9 +148,22 @@ impl AppState {
                         "timed out waiting for a refresh in this process"
                     ))
                 })?;
-            let lock = crate::db::refresh_lock::acquire(&state.db, &c.id, LOCK_WAIT).await?;
+            // Wait for a redemption permit holding no database connection. A caller whose
+            // token still works gets it rather than an error when the queue is too long.
+            let Ok(Ok(_permit)) =
+                tokio::time::timeout(LOCK_WAIT, state.refresh.permits.acquire()).await
+            else {
+                if !is_expired(&c) {
+                    return state.token_of(&c);
+                }
+                return Err(Error::Unavailable(anyhow::anyhow!(
+                    "too many refreshes at once; try again shortly"
+                )));
+            };
+            let mut lock = crate::db::refresh_lock::acquire(&state.db, &c.id, LOCK_WAIT).await?;
             let result = state
                 .refresh_locked(
+                    &mut lock,
                     &c.id,
                     &provider,
                     min_ttl,
@@ -148,8 +179,13 @@ impl AppState {
             .map_err(|e| Error::internal(anyhow::anyhow!("refresh task failed: {e}")))?
     }
 
+    /// The refresh proper, under the connection's lock. Every read and write goes through
+    /// `lock`: on Postgres they run on the lock's own connection, so a refresh never asks the
+    /// pool for a second connection while it holds one.
+    #[allow(clippy::too_many_arguments)]
     async fn refresh_locked(
         &self,
+        lock: &mut RefreshLock,
         id: &str,
         provider: &Provider,
         min_ttl: i64,
@@ -158,9 +194,8 @@ impl AppState {
         request_id: Option<&str>,
     ) -> Result<FreshToken> {
         // Re-read under the lock: another request or replica may have refreshed already.
-        let c = self
-            .db
-            .get_connection(id)
+        let c = lock
+            .read(&self.db, id)
             .await?
             .ok_or_else(|| Error::not_found("the connection was removed"))?;
         match c.status {
@@ -178,20 +213,14 @@ impl AppState {
         }
         let Some(refresh_token) = c.refresh_token(&self.config.keys)? else {
             if is_expired(&c) {
-                self.db
-                    .record_refresh_failure(
-                        &c.id,
-                        "the access token expired and the provider issued no refresh token",
-                        true,
-                    )
-                    .await?;
-                self.audit_conn(
-                    "connection.needs_reauth",
+                self.mark_needs_reauth(
+                    lock,
                     &c,
+                    "the access token expired and the provider issued no refresh token",
+                    "expired without refresh token",
                     request_id,
-                    Some("expired without refresh token"),
                 )
-                .await;
+                .await?;
                 return Err(reauth(provider));
             }
             return self.token_of(&c);
@@ -231,24 +260,17 @@ impl AppState {
             Ok(t) => {
                 let scopes = t.scopes.clone().unwrap_or_else(|| c.scopes.clone());
                 let expires_at = t.expires_in.map(|s| now() + s);
-                let stored = self
-                    .db
-                    .save_refreshed_tokens(
-                        &self.config.keys,
-                        &c.id,
-                        c.token_version,
-                        &NewTokens {
-                            access_token: &t.access_token,
-                            refresh_token: t.refresh_token.as_ref(),
-                            token_type: &t.token_type,
-                            expires_at,
-                            scopes: &scopes,
-                            account_label: None,
-                        },
-                    )
-                    .await?;
-                if !stored {
-                    // Cannot happen while we hold the lock; if it does, the row is newer.
+                let tokens = NewTokens {
+                    access_token: &t.access_token,
+                    refresh_token: t.refresh_token.as_ref(),
+                    token_type: &t.token_type,
+                    expires_at,
+                    scopes: &scopes,
+                    account_label: None,
+                };
+                if !self.store_redeemed(lock, &c, &tokens, request_id).await {
+                    // Someone stored a newer grant while our lock was lost (the database
+                    // went away mid-refresh): theirs is the current one.
                     tracing::warn!(connection_id = %c.id, "refreshed tokens lost a fencing check; using the stored ones");
                     let latest = self
                         .db
@@ -257,8 +279,6 @@ impl AppState {
                         .ok_or_else(|| Error::not_found("the connection was removed"))?;
                     return self.token_of(&latest);
                 }
-                self.audit_conn("connection.refreshed", &c, request_id, None)
-                    .await;
                 Ok(FreshToken {
                     access_token: t.access_token,
                     token_type: t.token_type,
@@ -268,9 +288,8 @@ impl AppState {
                 })
             }
             Err(e) if e.is_invalid_grant() => {
-                let latest = self
-                    .db
-                    .get_connection(&c.id)
+                let latest = lock
+                    .read(&self.db, &c.id)
                     .await?
                     .ok_or_else(|| Error::not_found("the connection was removed"))?;
                 if latest.token_version != c.token_version
@@ -279,19 +298,16 @@ impl AppState {
                     return self.token_of(&latest);
                 }
                 let summary = e.summary();
-                self.db
-                    .record_refresh_failure(&c.id, &summary, true)
+                self.mark_needs_reauth(lock, &c, &summary, &summary, request_id)
                     .await?;
-                self.audit_conn("connection.needs_reauth", &c, request_id, Some(&summary))
-                    .await;
                 Err(reauth(provider))
             }
             Err(e) => {
                 let summary = e.summary();
                 tracing::warn!(connection_id = %c.id, provider = %c.provider, error = %summary, "refresh failed");
-                self.db
-                    .record_refresh_failure(&c.id, &summary, false)
-                    .await?;
+                let mut change = lock.change(&self.db).await?;
+                record_refresh_failure(change.conn(), &c.id, &summary, false).await?;
+                self.commit(change).await?;
                 if !is_expired(&c) {
                     // The current token still works; hand it out rather than fail.
                     return self.token_of(&c);
@@ -299,6 +315,105 @@ impl AppState {
                 Err(Error::Upstream(anyhow::anyhow!(summary)))
             }
         }
+    }
+
+    /// Stores a redeemed grant with its audit row. The provider has already consumed the old
+    /// refresh token, so this must not fail: if the database is unreachable, it retries
+    /// (re-taking the lock, with the same fencing check) until the grant is stored or the
+    /// process exits. Returns false only when the fencing check finds a newer grant.
+    async fn store_redeemed(
+        &self,
+        lock: &mut RefreshLock,
+        c: &Connection,
+        tokens: &NewTokens<'_>,
+        request_id: Option<&str>,
+    ) -> bool {
+        let first = async {
+            let change = lock.change(&self.db).await?;
+            self.save_refreshed(change, c, tokens, request_id).await
+        };
+        let first: Result<bool> = first.await;
+        let error = match first {
+            Ok(stored) => return stored,
+            Err(e) => e,
+        };
+        let mut pause = Duration::from_millis(100);
+        let mut last_error = error;
+        loop {
+            tracing::error!(connection_id = %c.id, error = %last_error,
+                "could not store a refreshed grant; retrying until it is stored");
+            self.metrics.refresh(&c.provider, "store_retry");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(5));
+            let again = async {
+                let mut lock = crate::db::refresh_lock::acquire(&self.db, &c.id, LOCK_WAIT).await?;
+                let change = lock.change(&self.db).await?;
+                let stored = self.save_refreshed(change, c, tokens, request_id).await;
+                lock.release().await;
+                stored
+            };
+            let again: Result<bool> = again.await;
+            match again {
+                Ok(stored) => {
+                    tracing::info!(connection_id = %c.id, stored, "refreshed grant stored after retrying");
+                    return stored;
+                }
+                Err(e) => last_error = e,
+            }
+        }
+    }
+
+    /// Saves refreshed tokens (fenced by the version read before redeeming) with their audit
+    /// row, in `change`, and commits it.
+    async fn save_refreshed(
+        &self,
+        mut change: Change,
+        c: &Connection,
+        tokens: &NewTokens<'_>,
+        request_id: Option<&str>,
+    ) -> Result<bool> {
+        let stored = save_refreshed_tokens(
+            change.conn(),
+            &self.config.keys,
+            &c.id,
+            c.token_version,
+            tokens,
+        )
+        .await?;
+        if stored {
+            change
+                .audit(conn_audit("connection.refreshed", c, request_id, None))
+                .await?;
+        }
+        self.commit(change).await?;
+        Ok(stored)
+    }
+
+    /// Marks the grant dead, with its audit row and the `connection.needs_reauth` event, in one
+    /// transaction.
+    async fn mark_needs_reauth(
+        &self,
+        lock: &mut RefreshLock,
+        c: &Connection,
+        error: &str,
+        detail: &str,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let mut change = lock.change(&self.db).await?;
+        record_refresh_failure(change.conn(), &c.id, error, true).await?;
+        change
+            .audit(conn_audit(
+                "connection.needs_reauth",
+                c,
+                request_id,
+                Some(detail),
+            ))
+            .await?;
+        change
+            .events(self.connection_event_rows(EventType::ConnectionNeedsReauth, c)?)
+            .await?;
+        self.commit(change).await?;
+        Ok(())
     }
 
     fn token_of(&self, c: &Connection) -> Result<FreshToken> {
@@ -321,31 +436,6 @@ impl AppState {
             scopes: c.scopes.clone(),
             connection_id: c.id.clone(),
         })
-    }
-
-    async fn audit_conn(
-        &self,
-        event: &str,
-        c: &Connection,
-        request_id: Option<&str>,
-        detail: Option<&str>,
-    ) {
-        self.db
-            .audit(AuditEvent {
-                event,
-                issuer: Some(&c.issuer),
-                subject: Some(&c.subject),
-                provider: Some(&c.provider),
-                connection_id: Some(&c.id),
-                request_id,
-                detail,
-                ..Default::default()
-            })
-            .await;
-        if event == "connection.needs_reauth" {
-            self.emit_connection_event(crate::events::EventType::ConnectionNeedsReauth, c)
-                .await;
-        }
     }
 
     /// Revokes a connection upstream (refresh token first, then access token) and removes its
@@ -407,9 +497,6 @@ impl AppState {
                 }
             }
         }
-        self.db
-            .mark_revoked(&c.id, problems.first().map(String::as_str))
-            .await?;
         report.message = if problems.is_empty() {
             match (report.refresh_token, report.access_token) {
                 ("not_supported", _) | (_, "not_supported") => "The provider offers no revocation endpoint; the tokens were deleted here. Revoke the grant in the provider's settings to cut it there too.".into(),
@@ -425,7 +512,9 @@ impl AppState {
             "refresh_token={} access_token={}",
             report.refresh_token, report.access_token
         );
-        self.db
+        let mut change = Change::begin(&self.db).await?;
+        mark_revoked(change.conn(), &c.id, problems.first().map(String::as_str)).await?;
+        change
             .audit(AuditEvent {
                 event: "connection.revoked",
                 actor: Some(actor),
@@ -437,10 +526,30 @@ impl AppState {
                 detail: Some(&detail),
                 ..Default::default()
             })
-            .await;
-        self.emit_connection_event(crate::events::EventType::ConnectionRevoked, c)
-            .await;
+            .await?;
+        change
+            .events(self.connection_event_rows(EventType::ConnectionRevoked, c)?)
+            .await?;
+        self.commit(change).await?;
         Ok(report)
+    }
+}
+
+fn conn_audit<'a>(
+    event: &'a str,
+    c: &'a Connection,
+    request_id: Option<&'a str>,
+    detail: Option<&'a str>,
+) -> AuditEvent<'a> {
+    AuditEvent {
+        event,
+        issuer: Some(&c.issuer),
+        subject: Some(&c.subject),
+        provider: Some(&c.provider),
+        connection_id: Some(&c.id),
+        request_id,
+        detail,
+        ..Default::default()
     }
 }
 

@@ -16,10 +16,10 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
-use crate::db::{Db, Engine, now};
+use crate::db::{Db, now};
 use crate::error::Result;
 
-const CHANNEL: &str = "mcp_connect_elicitations";
+use crate::db::change::ELICITATION_CHANNEL as CHANNEL;
 /// How often the sweep looks up the elicitations being waited on.
 const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// Elicitation ids per sweep query.
@@ -99,19 +99,10 @@ impl Waiters {
         }
     }
 
-    /// Tells every waiter (here and, on Postgres, on other replicas) that `id` changed.
-    pub async fn notify(&self, db: &Db, id: &str) {
+    /// Wakes the waiters of `id` in this process. Other replicas learn of the change from the
+    /// notification sent in its transaction (`Change::elicitation_changed`).
+    pub fn wake_local(&self, id: &str) {
         self.registry.wake(id);
-        if db.engine == Engine::Postgres {
-            if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(CHANNEL)
-                .bind(id)
-                .execute(&db.pool)
-                .await
-            {
-                tracing::warn!(error = %e, "could not publish an elicitation change to other replicas");
-            }
-        }
     }
 
     /// Forwards Postgres notifications from other replicas until shutdown.

@@ -1,6 +1,43 @@
 //! The append-only audit log of security-relevant events. Never given a secret.
 
+use sqlx::AnyConnection;
+
 use super::{Db, now};
+
+/// Writes one audit row on `conn` (in the caller's transaction, if it has one) and mirrors it
+/// to the log under the `audit` target.
+pub async fn insert_audit(conn: &mut AnyConnection, e: &AuditEvent<'_>) -> Result<(), sqlx::Error> {
+    tracing::info!(
+        target: "audit",
+        event = e.event,
+        actor = e.actor,
+        subject = e.subject,
+        provider = e.provider,
+        client_id = e.client_id,
+        connection_id = e.connection_id,
+        elicitation_id = e.elicitation_id,
+        request_id = e.request_id,
+        detail = e.detail,
+    );
+    sqlx::query(
+        "INSERT INTO audit_events (at, event, actor, issuer, subject, provider, client_id, connection_id, elicitation_id, request_id, detail) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(now())
+    .bind(e.event)
+    .bind(e.actor)
+    .bind(e.issuer)
+    .bind(e.subject)
+    .bind(e.provider)
+    .bind(e.client_id)
+    .bind(e.connection_id)
+    .bind(e.elicitation_id)
+    .bind(e.request_id)
+    .bind(e.detail)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
 
 /// One event; every field but `event` is optional context.
 #[derive(Debug, Default, Clone)]
@@ -48,38 +85,15 @@ pub struct AuditRow {
 }
 
 impl Db {
-    /// Records an event, and mirrors it to the log under the `audit` target. A failure to write
-    /// is logged, not raised: the action it describes has already happened.
+    /// Records an event outside any other change, mirroring it to the log under the `audit`
+    /// target. A failure to write is logged, not raised: use it only for events that describe no
+    /// state change of their own (a refused request, an admin looking at a page). An event that
+    /// describes a change is written in that change's transaction (`Change::audit`).
     pub async fn audit(&self, e: AuditEvent<'_>) {
-        tracing::info!(
-            target: "audit",
-            event = e.event,
-            actor = e.actor,
-            subject = e.subject,
-            provider = e.provider,
-            client_id = e.client_id,
-            connection_id = e.connection_id,
-            elicitation_id = e.elicitation_id,
-            request_id = e.request_id,
-            detail = e.detail,
-        );
-        let r = sqlx::query(
-            "INSERT INTO audit_events (at, event, actor, issuer, subject, provider, client_id, connection_id, elicitation_id, request_id, detail) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        )
-        .bind(now())
-        .bind(e.event)
-        .bind(e.actor)
-        .bind(e.issuer)
-        .bind(e.subject)
-        .bind(e.provider)
-        .bind(e.client_id)
-        .bind(e.connection_id)
-        .bind(e.elicitation_id)
-        .bind(e.request_id)
-        .bind(e.detail)
-        .execute(&self.pool)
-        .await;
+        let r = match self.pool.acquire().await {
+            Ok(mut conn) => insert_audit(&mut conn, &e).await,
+            Err(err) => Err(err),
+        };
         if let Err(err) = r {
             tracing::warn!(error = %err, event = e.event, "could not write the audit log");
         }

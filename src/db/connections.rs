@@ -2,7 +2,7 @@
 //! data naming the connection and the field, so a value copied to another row does not open.
 
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::FromRow;
+use sqlx::{AnyConnection, FromRow};
 
 use super::{Db, now};
 use crate::crypto::{CryptoError, KeyRing, connection_aad, random_token};
@@ -148,12 +148,7 @@ fn seal(keys: &KeyRing, id: &str, field: &str, value: &SecretString) -> String {
 
 impl Db {
     pub async fn get_connection(&self, id: &str) -> Result<Option<Connection>, sqlx::Error> {
-        let row: Option<Row> =
-            sqlx::query_as(&format!("SELECT {COLUMNS} FROM connections WHERE id = $1"))
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(row.map(Into::into))
+        get_connection(&mut *self.pool.acquire().await?, id).await
     }
 
     pub async fn find_connection(
@@ -218,131 +213,6 @@ impl Db {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    /// Stores the tokens of a completed connect flow: a new connection, or the existing one for
-    /// `(issuer, subject, provider)` replaced in place (same id). Returns `(id, reconnected)`.
-    pub async fn save_connected_tokens(
-        &self,
-        keys: &KeyRing,
-        issuer: &str,
-        subject: &str,
-        provider: &str,
-        t: &NewTokens<'_>,
-    ) -> Result<(String, bool), sqlx::Error> {
-        let now = now();
-        let id = random_token(16);
-        let inserted = sqlx::query(
-            "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
-             expires_at, account_label, created_at, updated_at, last_refresh_at) \
-             VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11) \
-             ON CONFLICT (issuer, subject, provider) DO NOTHING",
-        )
-        .bind(&id)
-        .bind(issuer)
-        .bind(subject)
-        .bind(provider)
-        .bind(t.scopes.join(" "))
-        .bind(t.token_type)
-        .bind(seal(keys, &id, "access_token", t.access_token))
-        .bind(t.refresh_token.map(|r| seal(keys, &id, "refresh_token", r)))
-        .bind(t.expires_at)
-        .bind(t.account_label)
-        .bind(now)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        if inserted == 1 {
-            return Ok((id, false));
-        }
-        let existing = self
-            .find_connection(issuer, subject, provider)
-            .await?
-            .ok_or(sqlx::Error::RowNotFound)?;
-        let id = existing.id;
-        // A reconnect replaces the tokens. A provider that issues no new refresh token on
-        // re-consent usually keeps the old one valid, so it is kept (a dead one only leads back
-        // to `needs_reauth`).
-        sqlx::query(
-            "UPDATE connections SET status = 'active', scopes = $2, token_type = $3, access_token = $4, refresh_token = COALESCE($5, refresh_token), \
-             expires_at = $6, account_label = COALESCE($7, account_label), updated_at = $8, last_refresh_at = $8, \
-             last_error = NULL, refresh_failures = 0, token_version = token_version + 1 WHERE id = $1",
-        )
-        .bind(&id)
-        .bind(t.scopes.join(" "))
-        .bind(t.token_type)
-        .bind(seal(keys, &id, "access_token", t.access_token))
-        .bind(t.refresh_token.map(|r| seal(keys, &id, "refresh_token", r)))
-        .bind(t.expires_at)
-        .bind(t.account_label)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        Ok((id, true))
-    }
-
-    /// Stores refreshed tokens, only if nobody else stored newer ones since `expected_version`
-    /// was read (a fencing check). Returns false when the row had moved on.
-    pub async fn save_refreshed_tokens(
-        &self,
-        keys: &KeyRing,
-        id: &str,
-        expected_version: i64,
-        t: &NewTokens<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        let now = now();
-        let refresh = t.refresh_token.map(|r| seal(keys, id, "refresh_token", r));
-        let r = sqlx::query(
-            "UPDATE connections SET status = 'active', scopes = $3, token_type = $4, access_token = $5, \
-             refresh_token = COALESCE($6, refresh_token), expires_at = $7, updated_at = $8, last_refresh_at = $8, \
-             last_error = NULL, refresh_failures = 0, token_version = token_version + 1 \
-             WHERE id = $1 AND token_version = $2",
-        )
-        .bind(id)
-        .bind(expected_version)
-        .bind(t.scopes.join(" "))
-        .bind(t.token_type)
-        .bind(seal(keys, id, "access_token", t.access_token))
-        .bind(refresh)
-        .bind(t.expires_at)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        Ok(r.rows_affected() == 1)
-    }
-
-    /// Records a failed refresh. `needs_reauth` marks the grant dead; the identity is kept.
-    pub async fn record_refresh_failure(
-        &self,
-        id: &str,
-        error: &str,
-        needs_reauth: bool,
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "UPDATE connections SET last_error = $2, refresh_failures = refresh_failures + 1, updated_at = $3, \
-             status = CASE WHEN $4 = 1 THEN 'needs_reauth' ELSE status END WHERE id = $1",
-        )
-        .bind(id)
-        .bind(error)
-        .bind(now())
-        .bind(i64::from(needs_reauth))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    /// Removes the tokens and marks the connection revoked (the row stays for its history).
-    pub async fn mark_revoked(&self, id: &str, note: Option<&str>) -> Result<bool, sqlx::Error> {
-        let r = sqlx::query(
-            "UPDATE connections SET status = 'revoked', access_token = NULL, refresh_token = NULL, expires_at = NULL, \
-             updated_at = $2, last_error = $3, token_version = token_version + 1 WHERE id = $1",
-        )
-        .bind(id)
-        .bind(now())
-        .bind(note)
-        .execute(&self.pool)
-        .await?;
-        Ok(r.rows_affected() == 1)
     }
 
     /// Test and operator helper: the raw sealed columns of a row.
@@ -418,4 +288,149 @@ impl Db {
             .fetch_all(&self.pool)
             .await
     }
+}
+
+/// The connection `id`, read on `conn` (inside the caller's transaction or lock).
+pub async fn get_connection(
+    conn: &mut AnyConnection,
+    id: &str,
+) -> Result<Option<Connection>, sqlx::Error> {
+    let row: Option<Row> =
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM connections WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
+    Ok(row.map(Into::into))
+}
+
+/// Stores the tokens of a completed connect flow: a new connection, or the existing one for
+/// `(issuer, subject, provider)` replaced in place (same id). Returns `(id, reconnected)`.
+pub async fn save_connected_tokens(
+    conn: &mut AnyConnection,
+    keys: &KeyRing,
+    issuer: &str,
+    subject: &str,
+    provider: &str,
+    t: &NewTokens<'_>,
+) -> Result<(String, bool), sqlx::Error> {
+    let now = now();
+    let id = random_token(16);
+    let inserted = sqlx::query(
+        "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
+         expires_at, account_label, created_at, updated_at, last_refresh_at) \
+         VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11) \
+         ON CONFLICT (issuer, subject, provider) DO NOTHING",
+    )
+    .bind(&id)
+    .bind(issuer)
+    .bind(subject)
+    .bind(provider)
+    .bind(t.scopes.join(" "))
+    .bind(t.token_type)
+    .bind(seal(keys, &id, "access_token", t.access_token))
+    .bind(t.refresh_token.map(|r| seal(keys, &id, "refresh_token", r)))
+    .bind(t.expires_at)
+    .bind(t.account_label)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if inserted == 1 {
+        return Ok((id, false));
+    }
+    let (id,): (String,) = sqlx::query_as(
+        "SELECT id FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3",
+    )
+    .bind(issuer)
+    .bind(subject)
+    .bind(provider)
+    .fetch_one(&mut *conn)
+    .await?;
+    // A reconnect replaces the tokens. A provider that issues no new refresh token on
+    // re-consent usually keeps the old one valid, so it is kept (a dead one only leads back
+    // to `needs_reauth`).
+    sqlx::query(
+        "UPDATE connections SET status = 'active', scopes = $2, token_type = $3, access_token = $4, refresh_token = COALESCE($5, refresh_token), \
+         expires_at = $6, account_label = COALESCE($7, account_label), updated_at = $8, last_refresh_at = $8, \
+         last_error = NULL, refresh_failures = 0, token_version = token_version + 1 WHERE id = $1",
+    )
+    .bind(&id)
+    .bind(t.scopes.join(" "))
+    .bind(t.token_type)
+    .bind(seal(keys, &id, "access_token", t.access_token))
+    .bind(t.refresh_token.map(|r| seal(keys, &id, "refresh_token", r)))
+    .bind(t.expires_at)
+    .bind(t.account_label)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok((id, true))
+}
+
+/// Stores refreshed tokens, only if nobody else stored newer ones since `expected_version`
+/// was read (a fencing check). Returns false when the row had moved on.
+pub async fn save_refreshed_tokens(
+    conn: &mut AnyConnection,
+    keys: &KeyRing,
+    id: &str,
+    expected_version: i64,
+    t: &NewTokens<'_>,
+) -> Result<bool, sqlx::Error> {
+    let now = now();
+    let refresh = t.refresh_token.map(|r| seal(keys, id, "refresh_token", r));
+    let r = sqlx::query(
+        "UPDATE connections SET status = 'active', scopes = $3, token_type = $4, access_token = $5, \
+         refresh_token = COALESCE($6, refresh_token), expires_at = $7, updated_at = $8, last_refresh_at = $8, \
+         last_error = NULL, refresh_failures = 0, token_version = token_version + 1 \
+         WHERE id = $1 AND token_version = $2",
+    )
+    .bind(id)
+    .bind(expected_version)
+    .bind(t.scopes.join(" "))
+    .bind(t.token_type)
+    .bind(seal(keys, id, "access_token", t.access_token))
+    .bind(refresh)
+    .bind(t.expires_at)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Records a failed refresh. `needs_reauth` marks the grant dead; the identity is kept.
+pub async fn record_refresh_failure(
+    conn: &mut AnyConnection,
+    id: &str,
+    error: &str,
+    needs_reauth: bool,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE connections SET last_error = $2, refresh_failures = refresh_failures + 1, updated_at = $3, \
+         status = CASE WHEN $4 = 1 THEN 'needs_reauth' ELSE status END WHERE id = $1",
+    )
+    .bind(id)
+    .bind(error)
+    .bind(now())
+    .bind(i64::from(needs_reauth))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Removes the tokens and marks the connection revoked (the row stays for its history).
+pub async fn mark_revoked(
+    conn: &mut AnyConnection,
+    id: &str,
+    note: Option<&str>,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE connections SET status = 'revoked', access_token = NULL, refresh_token = NULL, expires_at = NULL, \
+         updated_at = $2, last_error = $3, token_version = token_version + 1 WHERE id = $1",
+    )
+    .bind(id)
+    .bind(now())
+    .bind(note)
+    .execute(&mut *conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
 }

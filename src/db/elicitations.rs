@@ -1,6 +1,6 @@
 //! Elicitation rows.
 
-use sqlx::FromRow;
+use sqlx::{AnyConnection, FromRow};
 
 use super::{Db, now};
 
@@ -105,24 +105,6 @@ pub fn split_scopes(s: &str) -> Vec<String> {
 const COLUMNS: &str = "id, client_id, issuer, subject, provider, scopes, status, connection_id, failure, created_at, expires_at";
 
 impl Db {
-    pub async fn insert_elicitation(&self, e: &Elicitation) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8)",
-        )
-        .bind(&e.id)
-        .bind(&e.client_id)
-        .bind(&e.issuer)
-        .bind(&e.subject)
-        .bind(&e.provider)
-        .bind(e.scopes.join(" "))
-        .bind(e.created_at)
-        .bind(e.expires_at)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
     /// A still-pending, unexpired elicitation for the same request, to hand out again.
     pub async fn find_reusable_elicitation(
         &self,
@@ -158,19 +140,6 @@ impl Db {
         Ok(row.map(Into::into))
     }
 
-    /// Moves every pending elicitation past its expiry to `expired`, returning those it moved (one
-    /// conditional UPDATE: a concurrent completion wins or loses cleanly).
-    pub async fn expire_pending_elicitations(&self) -> Result<Vec<Elicitation>, sqlx::Error> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "UPDATE elicitations SET status = 'expired', finished_at = $1 \
-             WHERE status = 'pending' AND expires_at <= $1 RETURNING {COLUMNS}"
-        ))
-        .bind(now())
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
     /// Which of `ids` are no longer pending (one query, for the long-poll sweep).
     pub async fn finished_among(&self, ids: &[String]) -> Result<Vec<String>, sqlx::Error> {
         if ids.is_empty() {
@@ -191,28 +160,6 @@ impl Db {
             .into_iter()
             .map(|(id,)| id)
             .collect())
-    }
-
-    /// Moves a pending elicitation to a final status. Returns false if it was no longer pending.
-    pub async fn finish_elicitation(
-        &self,
-        id: &str,
-        status: ElicitationStatus,
-        connection_id: Option<&str>,
-        failure: Option<&str>,
-    ) -> Result<bool, sqlx::Error> {
-        let r = sqlx::query(
-            "UPDATE elicitations SET status = $2, connection_id = $3, failure = $4, finished_at = $5 \
-             WHERE id = $1 AND status = 'pending'",
-        )
-        .bind(id)
-        .bind(status.as_str())
-        .bind(connection_id)
-        .bind(failure)
-        .bind(now())
-        .execute(&self.pool)
-        .await?;
-        Ok(r.rows_affected() == 1)
     }
 }
 
@@ -267,5 +214,80 @@ impl Db {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(Into::into).collect())
+    }
+}
+
+pub async fn insert_elicitation(
+    conn: &mut AnyConnection,
+    e: &Elicitation,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, created_at, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8)",
+    )
+    .bind(&e.id)
+    .bind(&e.client_id)
+    .bind(&e.issuer)
+    .bind(&e.subject)
+    .bind(&e.provider)
+    .bind(e.scopes.join(" "))
+    .bind(e.created_at)
+    .bind(e.expires_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Moves every pending elicitation past its expiry to `expired`, returning those it moved (one
+/// conditional UPDATE: a concurrent completion wins or loses cleanly).
+pub async fn expire_pending_elicitations(
+    conn: &mut AnyConnection,
+) -> Result<Vec<Elicitation>, sqlx::Error> {
+    let rows: Vec<Row> = sqlx::query_as(&format!(
+        "UPDATE elicitations SET status = 'expired', finished_at = $1 \
+         WHERE status = 'pending' AND expires_at <= $1 RETURNING {COLUMNS}"
+    ))
+    .bind(now())
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+/// Moves a pending elicitation to a final status. Returns false if it was no longer pending.
+pub async fn finish_elicitation(
+    conn: &mut AnyConnection,
+    id: &str,
+    status: ElicitationStatus,
+    connection_id: Option<&str>,
+    failure: Option<&str>,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE elicitations SET status = $2, connection_id = $3, failure = $4, finished_at = $5 \
+         WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(id)
+    .bind(status.as_str())
+    .bind(connection_id)
+    .bind(failure)
+    .bind(now())
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+impl Db {
+    /// Retention: deletes elicitations that finished (or expired) before `cutoff` (Unix
+    /// seconds). Pending ones are never deleted here; they expire first.
+    pub async fn delete_finished_elicitations_before(
+        &self,
+        cutoff: i64,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query(
+            "DELETE FROM elicitations WHERE status <> 'pending' AND COALESCE(finished_at, expires_at) < $1",
+        )
+        .bind(cutoff)
+        .execute(&self.pool)
+        .await?
+        .rows_affected())
     }
 }

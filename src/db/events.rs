@@ -1,6 +1,6 @@
 //! Event rows: the feed behind `GET /v1/events` and the webhook delivery outbox.
 
-use sqlx::FromRow;
+use sqlx::{AnyConnection, FromRow};
 
 use super::{Db, now};
 
@@ -42,30 +42,30 @@ pub fn now_ms() -> i64 {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
 }
 
-impl Db {
-    pub async fn insert_events(&self, events: &[NewEvent]) -> Result<(), sqlx::Error> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.pool.begin().await?;
-        let at = now();
-        for e in events {
-            sqlx::query(
-                "INSERT INTO events (id, client_id, event_type, payload, created_at, next_attempt_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(&e.id)
-            .bind(&e.client_id)
-            .bind(e.event_type)
-            .bind(&e.payload)
-            .bind(at)
-            .bind(e.deliver_at_ms)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await
+/// Writes event rows on `conn`, in the transaction of the change they describe.
+pub async fn insert_events(
+    conn: &mut AnyConnection,
+    events: &[NewEvent],
+) -> Result<(), sqlx::Error> {
+    let at = now();
+    for e in events {
+        sqlx::query(
+            "INSERT INTO events (id, client_id, event_type, payload, created_at, next_attempt_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&e.id)
+        .bind(&e.client_id)
+        .bind(e.event_type)
+        .bind(&e.payload)
+        .bind(at)
+        .bind(e.deliver_at_ms)
+        .execute(&mut *conn)
+        .await?;
     }
+    Ok(())
+}
 
+impl Db {
     /// The client's events after `seq`, oldest first.
     pub async fn events_after(
         &self,

@@ -2,6 +2,7 @@
 //! SQL; times are Unix seconds), migrations for each engine, and the session store.
 
 pub mod audit;
+pub mod change;
 pub mod connections;
 pub mod elicitations;
 pub mod events;

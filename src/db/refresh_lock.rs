@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use sqlx::{Any, Transaction};
 
+use super::change::Change;
+use super::connections::{Connection, get_connection};
 use super::{Db, Engine};
 use crate::error::{Error, Result};
 
@@ -24,7 +26,8 @@ impl Drop for AbortOnDrop {
 }
 
 pub enum RefreshLock {
-    Postgres(Transaction<'static, Any>),
+    /// The transaction holding the advisory lock; `None` once handed to `change`.
+    Postgres(Option<Transaction<'static, Any>>),
     Sqlite {
         db: Db,
         connection_id: String,
@@ -59,7 +62,7 @@ pub async fn acquire(db: &Db, connection_id: &str, wait: Duration) -> Result<Ref
                 .execute(&mut *tx)
                 .await
             {
-                Ok(_) => Ok(RefreshLock::Postgres(tx)),
+                Ok(_) => Ok(RefreshLock::Postgres(Some(tx))),
                 Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("55P03") => {
                     Err(Error::Unavailable(anyhow::anyhow!(
                         "timed out waiting for another refresh of this connection"
@@ -130,9 +133,31 @@ fn spawn_renewal(db: Db, connection_id: String, owner: String) -> tokio::task::J
 }
 
 impl RefreshLock {
+    /// Reads the connection while holding the lock: on Postgres on the lock's own connection.
+    pub async fn read(&mut self, db: &Db, id: &str) -> Result<Option<Connection>> {
+        Ok(match self {
+            RefreshLock::Postgres(Some(tx)) => get_connection(tx, id).await?,
+            _ => db.get_connection(id).await?,
+        })
+    }
+
+    /// The change in which to store what the refresh learned. On Postgres it is the lock's own
+    /// transaction, so committing it releases the lock and no second connection is needed; on
+    /// SQLite (or once the Postgres transaction was handed out) a new one.
+    pub async fn change(&mut self, db: &Db) -> std::result::Result<Change, sqlx::Error> {
+        match self {
+            RefreshLock::Postgres(tx) => match tx.take() {
+                Some(tx) => Ok(Change::on(tx, Engine::Postgres)),
+                None => Change::begin(db).await,
+            },
+            RefreshLock::Sqlite { .. } => Change::begin(db).await,
+        }
+    }
+
     pub async fn release(self) {
         match self {
-            RefreshLock::Postgres(tx) => {
+            RefreshLock::Postgres(None) => {}
+            RefreshLock::Postgres(Some(tx)) => {
                 if let Err(e) = tx.commit().await {
                     tracing::warn!(error = %e, "releasing a refresh lock failed (the server drops it with the connection)");
                 }

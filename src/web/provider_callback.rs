@@ -12,7 +12,8 @@ use super::pages::MessagePage;
 use super::session::BrowserSession;
 use crate::AppState;
 use crate::db::audit::AuditEvent;
-use crate::db::connections::NewTokens;
+use crate::db::change::Change;
+use crate::db::connections::{NewTokens, save_connected_tokens};
 use crate::db::elicitations::ElicitationStatus;
 use crate::db::flows::FlowKind;
 use crate::db::now;
@@ -204,25 +205,25 @@ pub async fn callback(
     let account_label = provider
         .account_label(&state.http, &endpoints, &tokens.access_token)
         .await;
-    let (connection_id, reconnected) = state
-        .db
-        .save_connected_tokens(
-            &state.config.keys,
-            &e.issuer,
-            &e.subject,
-            &e.provider,
-            &NewTokens {
-                access_token: &tokens.access_token,
-                refresh_token: tokens.refresh_token.as_ref(),
-                token_type: &tokens.token_type,
-                expires_at: tokens.expires_in.map(|s| now() + s),
-                scopes: &scopes,
-                account_label: account_label.as_deref(),
-            },
-        )
-        .await?;
-    state
-        .db
+    // The tokens, their audit row, the elicitation's completion and its event commit together.
+    let mut change = Change::begin(&state.db).await?;
+    let (connection_id, reconnected) = save_connected_tokens(
+        change.conn(),
+        &state.config.keys,
+        &e.issuer,
+        &e.subject,
+        &e.provider,
+        &NewTokens {
+            access_token: &tokens.access_token,
+            refresh_token: tokens.refresh_token.as_ref(),
+            token_type: &tokens.token_type,
+            expires_at: tokens.expires_in.map(|s| now() + s),
+            scopes: &scopes,
+            account_label: account_label.as_deref(),
+        },
+    )
+    .await?;
+    change
         .audit(AuditEvent {
             event: if reconnected {
                 "connection.reconnected"
@@ -239,9 +240,10 @@ pub async fn callback(
             request_id: rid.as_deref(),
             detail: None,
         })
-        .await;
-    state
-        .finish_elicitation(
+        .await?;
+    let completed = state
+        .finish_elicitation_in(
+            &mut change,
             &e,
             ElicitationStatus::Completed,
             Some(&connection_id),
@@ -249,6 +251,12 @@ pub async fn callback(
             rid.as_deref(),
         )
         .await?;
+    state.commit(change).await?;
+    if completed {
+        state
+            .metrics
+            .elicitation(ElicitationStatus::Completed.as_str());
+    }
     let title = format!("{pname} is connected");
     let lead = format!("{client} can now use your {pname} account.");
     Ok(MessagePage {

@@ -11,5 +11,6 @@ mod invariants;
 mod lifecycle;
 mod operations;
 mod provider_quirks;
+mod refresh_burst;
 mod rmcp_example;
 mod signals;

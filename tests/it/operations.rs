@@ -149,23 +149,22 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
                     .unwrap();
                 let at = SecretString::from(format!("bulk-at-{i}-v2"));
                 let rt = SecretString::from(format!("bulk-rt-{i}-v2"));
-                let stored = state
-                    .db
-                    .save_refreshed_tokens(
-                        &state.config.keys,
-                        &c.id,
-                        c.token_version,
-                        &mcp_connect::db::connections::NewTokens {
-                            access_token: &at,
-                            refresh_token: Some(&rt),
-                            token_type: "Bearer",
-                            expires_at: None,
-                            scopes: &["api".to_owned()],
-                            account_label: None,
-                        },
-                    )
-                    .await
-                    .unwrap();
+                let stored = mcp_connect::db::connections::save_refreshed_tokens(
+                    &mut *state.db.pool.acquire().await.unwrap(),
+                    &state.config.keys,
+                    &c.id,
+                    c.token_version,
+                    &mcp_connect::db::connections::NewTokens {
+                        access_token: &at,
+                        refresh_token: Some(&rt),
+                        token_type: "Bearer",
+                        expires_at: None,
+                        scopes: &["api".to_owned()],
+                        account_label: None,
+                    },
+                )
+                .await
+                .unwrap();
                 if stored {
                     rewritten.insert(c.id, i);
                 }

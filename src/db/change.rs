@@ -1,0 +1,84 @@
+//! A state change and the records that describe it, committed together.
+//!
+//! The row that changes, its audit rows and its outbox events (webhooks, `GET /v1/events`)
+//! share one transaction: a crash between them cannot lose a webhook, and an audit row never
+//! describes a change that did not happen. Listeners are woken only after the commit, so
+//! nobody is told about a change they cannot yet read. On Postgres the cross-replica
+//! notification is sent inside the transaction, which Postgres delivers at commit.
+
+use sqlx::{Any, AnyConnection, Transaction};
+
+use super::audit::{AuditEvent, insert_audit};
+use super::events::{NewEvent, insert_events};
+use super::{Db, Engine};
+
+/// The Postgres channel on which elicitation changes reach other replicas.
+pub const ELICITATION_CHANNEL: &str = "mcp_connect_elicitations";
+
+/// An open transaction that collects what to announce once it commits.
+pub struct Change {
+    tx: Transaction<'static, Any>,
+    engine: Engine,
+    announce: Announce,
+}
+
+/// What a committed change tells listeners in this process.
+#[derive(Debug, Default)]
+pub struct Announce {
+    /// Clients that have new events.
+    pub event_clients: Vec<String>,
+    /// Elicitations whose status changed.
+    pub elicitations: Vec<String>,
+}
+
+impl Change {
+    pub async fn begin(db: &Db) -> Result<Self, sqlx::Error> {
+        Ok(Self::on(db.pool.begin().await?, db.engine))
+    }
+
+    /// A change in a transaction the caller already holds (e.g. one holding a lock).
+    pub fn on(tx: Transaction<'static, Any>, engine: Engine) -> Self {
+        Self {
+            tx,
+            engine,
+            announce: Announce::default(),
+        }
+    }
+
+    /// The transaction's connection, for the state change itself.
+    pub fn conn(&mut self) -> &mut AnyConnection {
+        &mut self.tx
+    }
+
+    pub async fn audit(&mut self, e: AuditEvent<'_>) -> Result<(), sqlx::Error> {
+        insert_audit(&mut self.tx, &e).await
+    }
+
+    pub async fn events(&mut self, rows: Vec<NewEvent>) -> Result<(), sqlx::Error> {
+        insert_events(&mut self.tx, &rows).await?;
+        self.announce
+            .event_clients
+            .extend(rows.into_iter().map(|r| r.client_id));
+        Ok(())
+    }
+
+    /// Marks elicitation `id` as changed: its waiters here and on other replicas are woken
+    /// once the change commits.
+    pub async fn elicitation_changed(&mut self, id: &str) -> Result<(), sqlx::Error> {
+        if self.engine == Engine::Postgres {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(ELICITATION_CHANNEL)
+                .bind(id)
+                .execute(&mut *self.tx)
+                .await?;
+        }
+        self.announce.elicitations.push(id.to_owned());
+        Ok(())
+    }
+
+    /// Commits; returns what to announce in this process (see `AppState::commit`).
+    pub async fn commit(self) -> Result<Announce, sqlx::Error> {
+        self.tx.commit().await?;
+        Ok(self.announce)
+    }
+}
