@@ -32,8 +32,12 @@ use crate::elicitations::rfc3339;
 
 /// Deliveries given up after this many attempts (about five hours of retrying).
 pub const MAX_ATTEMPTS: i64 = 16;
-/// How long a replica holds a delivery it is sending before others may take it.
-const LEASE_MS: i64 = 60_000;
+/// The webhook client's whole-request timeout.
+const SEND_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a replica holds a delivery it is sending before others may take it: the send's
+/// timeout and a margin, so a replica killed mid-send delays that webhook by seconds, not a
+/// minute.
+const LEASE_MS: i64 = SEND_TIMEOUT.as_millis() as i64 + 5_000;
 /// How often the outbox is looked at, whatever wakes it.
 const SCAN_EVERY: Duration = Duration::from_secs(1);
 /// Events are kept this long for `GET /v1/events` replays (`Last-Event-ID`).
@@ -117,7 +121,7 @@ impl Hub {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(15))
+            .timeout(SEND_TIMEOUT)
             .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());

@@ -546,3 +546,156 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+/// Fails every insert into `table` (a database fault injected under the service).
+async fn refuse_inserts(app: &TestApp, kind: DbKind, table: &str, on: bool) {
+    let stmts: Vec<String> = match (kind, on) {
+        (DbKind::Postgres, true) => vec![
+            "CREATE OR REPLACE FUNCTION refuse_insert() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'injected fault'; END $$ LANGUAGE plpgsql".into(),
+            format!("CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION refuse_insert()"),
+        ],
+        (DbKind::Postgres, false) => vec![format!("DROP TRIGGER refuse_{table} ON {table}")],
+        (DbKind::Sqlite, true) => vec![format!(
+            "CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+        )],
+        (DbKind::Sqlite, false) => vec![format!("DROP TRIGGER refuse_{table}")],
+    };
+    for s in stmts {
+        sqlx::query(&s).execute(&app.db().pool).await.unwrap();
+    }
+}
+
+on_both_databases!(
+    a_change_its_audit_row_and_its_event_commit_together_or_not_at_all,
+    |kind| async move {
+        let (hook, seen) = receiver(0).await;
+        let opts = Options {
+            demo_client_extra: format!(
+                "webhook_url = \"{hook}\"\nwebhook_secret = \"{WEBHOOK_SECRET}\""
+            ),
+            ..Options::default()
+        };
+        let app = TestApp::spawn_with(kind, opts).await;
+        let id = app.connect("alice").await;
+        let revoked_rows = || async {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM audit_events WHERE event = 'connection.revoked' AND connection_id = $1",
+            )
+            .bind(&id)
+            .fetch_one(&app.db().pool)
+            .await
+            .unwrap();
+            n
+        };
+        for table in ["events", "audit_events"] {
+            // The event (or the audit row) cannot be written: the revocation is not recorded
+            // either, so the tokens are still there and nothing claims otherwise.
+            refuse_inserts(&app, kind, table, true).await;
+            let (s, v) = app.delete(&format!("/v1/connections/{id}")).await;
+            assert!(s.is_server_error(), "{table}: {s} {v}");
+            let c = app.db().get_connection(&id).await.unwrap().unwrap();
+            assert_eq!(c.status.as_str(), "active", "{table}");
+            assert!(
+                app.db()
+                    .raw_connection_secrets(&id)
+                    .await
+                    .unwrap()
+                    .0
+                    .is_some()
+            );
+            assert_eq!(revoked_rows().await, 0, "{table}");
+            refuse_inserts(&app, kind, table, false).await;
+        }
+        let before = seen.lock().unwrap().requests.len();
+        let (s, v) = app.delete(&format!("/v1/connections/{id}")).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(revoked_rows().await, 1);
+        let reqs = wait_for_requests(&seen, before + 1).await;
+        let (h, b) = reqs.last().unwrap();
+        let ev = Verifier::new(WEBHOOK_SECRET).unwrap().verify(h, b).unwrap();
+        assert_eq!(ev.event_type, "connection.revoked");
+        app.shutdown().await;
+    }
+);
+
+/// A replica is killed (SIGKILL) right after a revocation committed, before its webhook could
+/// be delivered (the receiver was down): the event was stored with the change, so a process
+/// started afterwards on the same database delivers it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_committed_before_a_kill_is_delivered_after_it() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let hook = format!("http://127.0.0.1:{port}/hook");
+    let opts = Options {
+        demo_client_extra: format!(
+            "webhook_url = \"{hook}\"\nwebhook_secret = \"{WEBHOOK_SECRET}\""
+        ),
+        ..Options::default()
+    };
+    let app = TestApp::spawn_with(DbKind::Postgres, opts.clone()).await;
+    let id = app.connect("alice").await;
+    let (replica, mut child) = app.spawn_replica_process(&opts).await;
+    let (db_url, peers, key) = app.stop_keeping_peers().await;
+
+    let r = reqwest::Client::new()
+        .delete(format!("{replica}/v1/connections/{id}"))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    child.kill().await.unwrap();
+
+    // The receiver comes up; a new process on the same database delivers what is due.
+    let seen: Arc<Mutex<Vec<(HeaderMap, Bytes)>>> = Arc::default();
+    let s = seen.clone();
+    let hook_app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            let s = s.clone();
+            async move {
+                s.lock().unwrap().push((headers, body));
+                AxStatus::NO_CONTENT
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move { axum::serve(l, hook_app).await.unwrap() });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let app2 = TestApp::spawn_on(listener, peers, db_url, &Options { key, ..opts }).await;
+    let mut revoked = Vec::new();
+    for _ in 0..900 {
+        revoked = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(h, b)| Verifier::new(WEBHOOK_SECRET).unwrap().verify(h, b).ok())
+            .filter(|ev| ev.event_type == "connection.revoked")
+            .map(|ev| ev.data.connection_id.clone())
+            .collect::<Vec<_>>();
+        if !revoked.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(revoked, vec![Some(id.clone())]);
+    // Once: a second look a moment later finds no duplicate.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ids: std::collections::HashSet<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(h, _)| header(h, "webhook-id").to_owned())
+        .collect();
+    assert_eq!(
+        ids.len(),
+        seen.lock().unwrap().len(),
+        "no event delivered twice"
+    );
+    app2.shutdown().await;
+}
