@@ -150,7 +150,7 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
                 let at = SecretString::from(format!("bulk-at-{i}-v2"));
                 let rt = SecretString::from(format!("bulk-rt-{i}-v2"));
                 let stored = mcp_connect::db::connections::save_refreshed_tokens(
-                    &mut *state.db.pool.acquire().await.unwrap(),
+                    &mut state.db.pool.acquire().await.unwrap(),
                     &state.config.keys,
                     &c.id,
                     c.token_version,

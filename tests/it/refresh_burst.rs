@@ -199,7 +199,7 @@ async fn seed_steady(app: &TestApp) {
     let issuer = app.state.config.identity.issuer.to_string();
     let at = SecretString::from("at-steady");
     mcp_connect::db::connections::save_connected_tokens(
-        &mut *app.db().pool.acquire().await.unwrap(),
+        &mut app.db().pool.acquire().await.unwrap(),
         &app.state.config.keys,
         &issuer,
         "steady",
