@@ -138,7 +138,7 @@ pub struct ProviderConfig {
     /// `false` for providers that reject PKCE.
     pub pkce: Option<bool>,
     /// How the client authenticates at the token endpoint: `basic` or `post`.
-    pub token_auth: Option<String>,
+    pub token_auth: Option<crate::providers::TokenAuth>,
     /// Extra parameters added to the authorization URL, e.g. `access_type = "offline"`.
     #[serde(default)]
     pub authorize_params: BTreeMap<String, String>,
@@ -720,14 +720,6 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         if p.client_id.is_empty() {
             err(&format!("{key}.client_id"), "must not be empty".into());
         }
-        if let Some(a) = &p.token_auth {
-            if a != "basic" && a != "post" {
-                err(
-                    &format!("{key}.token_auth"),
-                    "must be \"basic\" or \"post\"".into(),
-                );
-            }
-        }
     }
 
     let mut clients = Vec::new();
@@ -1085,5 +1077,21 @@ client_secret = "gh-super-secret"
         );
         let e = Config::from_parts(&no_secret, &[]).unwrap_err().to_string();
         assert!(e.contains("clients[0].webhook_secret"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_token_auth_is_refused_by_key_and_known_ones_load() {
+        for (value, want) in [
+            ("basic", crate::providers::TokenAuth::Basic),
+            ("post", crate::providers::TokenAuth::Post),
+        ] {
+            let text = format!("{}token_auth = \"{value}\"\n", base());
+            let c = Config::from_parts(&text, &[]).unwrap();
+            assert_eq!(c.providers["github"].token_auth, Some(want));
+        }
+        let text = format!("{}token_auth = \"bearer\"\n", base());
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(e.contains("providers.github.token_auth"), "{e}");
+        assert!(e.contains("bearer"), "{e}");
     }
 }

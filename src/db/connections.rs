@@ -23,12 +23,18 @@ impl ConnectionStatus {
             Self::Revoked => "revoked",
         }
     }
+}
 
-    fn parse(s: &str) -> Self {
+/// A stored status that is none of the known ones: an error naming the value, never a default.
+impl std::str::FromStr for ConnectionStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "needs_reauth" => Self::NeedsReauth,
-            "revoked" => Self::Revoked,
-            _ => Self::Active,
+            "needs_reauth" => Ok(Self::NeedsReauth),
+            "revoked" => Ok(Self::Revoked),
+            "active" => Ok(Self::Active),
+            other => Err(format!("unknown connection status {other:?}")),
         }
     }
 }
@@ -74,14 +80,21 @@ pub struct Connection {
     pub token_version: i64,
 }
 
-impl From<Row> for Connection {
-    fn from(r: Row) -> Self {
-        Self {
+/// A row whose status does not decode is an error naming the row, never a default.
+impl TryFrom<Row> for Connection {
+    type Error = sqlx::Error;
+
+    fn try_from(r: Row) -> Result<Self, sqlx::Error> {
+        let status: ConnectionStatus = r
+            .status
+            .parse()
+            .map_err(|e: String| sqlx::Error::Decode(format!("connection {}: {e}", r.id).into()))?;
+        Ok(Self {
             id: r.id,
             issuer: r.issuer,
             subject: r.subject,
             provider: r.provider,
-            status: ConnectionStatus::parse(&r.status),
+            status,
             scopes: super::elicitations::split_scopes(&r.scopes),
             token_type: r.token_type,
             sealed_access_token: r.access_token,
@@ -93,7 +106,7 @@ impl From<Row> for Connection {
             last_refresh_at: r.last_refresh_at,
             last_error: r.last_error,
             token_version: r.token_version,
-        }
+        })
     }
 }
 
@@ -174,7 +187,7 @@ impl Db {
             Err(e) if super::is_dropped_connection(&e) => read().await?,
             r => r?,
         };
-        Ok(row.map(Into::into))
+        row.map(TryInto::try_into).transpose()
     }
 
     pub async fn list_connections(
@@ -189,7 +202,10 @@ impl Db {
         .bind(subject)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        Ok(rows
+            .into_iter()
+            .map(TryInto::try_into)
+            .collect::<Result<_, _>>()?)
     }
 
     /// Active, refreshable connections whose token expires before `expiring_before`, or that
@@ -212,7 +228,10 @@ impl Db {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        Ok(rows
+            .into_iter()
+            .map(TryInto::try_into)
+            .collect::<Result<_, _>>()?)
     }
 
     /// Test and operator helper: the raw sealed columns of a row.
@@ -279,7 +298,12 @@ impl Db {
                 .bind(f.status.as_deref())
                 .fetch_one(&self.pool)
                 .await?;
-        Ok((rows.into_iter().map(Into::into).collect(), total))
+        Ok((
+            rows.into_iter()
+                .map(TryInto::try_into)
+                .collect::<Result<_, _>>()?,
+            total,
+        ))
     }
 
     /// Connections per status, for the operator overview.
@@ -300,7 +324,7 @@ pub async fn get_connection(
             .bind(id)
             .fetch_optional(conn)
             .await?;
-    Ok(row.map(Into::into))
+    row.map(TryInto::try_into).transpose()
 }
 
 /// Stores the tokens of a completed connect flow: a new connection, or the existing one for
@@ -433,4 +457,24 @@ pub async fn mark_revoked(
     .execute(&mut *conn)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_round_trips_and_an_unknown_one_is_an_error() {
+        for s in [
+            ConnectionStatus::Active,
+            ConnectionStatus::NeedsReauth,
+            ConnectionStatus::Revoked,
+        ] {
+            assert_eq!(s.as_str().parse::<ConnectionStatus>(), Ok(s));
+        }
+        for bad in ["", "Active", "paused", "active "] {
+            let e = bad.parse::<ConnectionStatus>().unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
 }

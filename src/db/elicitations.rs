@@ -24,14 +24,20 @@ impl ElicitationStatus {
             Self::Failed => "failed",
         }
     }
+}
 
-    fn parse(s: &str) -> Self {
+/// A stored status that is none of the known ones: an error naming the value, never a default.
+impl std::str::FromStr for ElicitationStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "completed" => Self::Completed,
-            "declined" => Self::Declined,
-            "expired" => Self::Expired,
-            "failed" => Self::Failed,
-            _ => Self::Pending,
+            "completed" => Ok(Self::Completed),
+            "declined" => Ok(Self::Declined),
+            "expired" => Ok(Self::Expired),
+            "failed" => Ok(Self::Failed),
+            "pending" => Ok(Self::Pending),
+            other => Err(format!("unknown elicitation status {other:?}")),
         }
     }
 }
@@ -77,21 +83,27 @@ impl Elicitation {
     }
 }
 
-impl From<Row> for Elicitation {
-    fn from(r: Row) -> Self {
-        Self {
+/// A row whose status does not decode is an error naming the row, never a default.
+impl TryFrom<Row> for Elicitation {
+    type Error = sqlx::Error;
+
+    fn try_from(r: Row) -> Result<Self, sqlx::Error> {
+        let status: ElicitationStatus = r.status.parse().map_err(|e: String| {
+            sqlx::Error::Decode(format!("elicitation {}: {e}", r.id).into())
+        })?;
+        Ok(Self {
             id: r.id,
             client_id: r.client_id,
             issuer: r.issuer,
             subject: r.subject,
             provider: r.provider,
             scopes: split_scopes(&r.scopes),
-            status: ElicitationStatus::parse(&r.status),
+            status,
             connection_id: r.connection_id,
             failure: r.failure,
             created_at: r.created_at,
             expires_at: r.expires_at,
-        }
+        })
     }
 }
 
@@ -128,7 +140,7 @@ impl Db {
         .bind(now() + min_remaining)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(Into::into))
+        row.map(TryInto::try_into).transpose()
     }
 
     pub async fn get_elicitation(&self, id: &str) -> Result<Option<Elicitation>, sqlx::Error> {
@@ -137,7 +149,7 @@ impl Db {
                 .bind(id)
                 .fetch_optional(&self.pool)
                 .await?;
-        Ok(row.map(Into::into))
+        row.map(TryInto::try_into).transpose()
     }
 
     /// Which of `ids` are no longer pending (one query, for the long-poll sweep).
@@ -179,7 +191,10 @@ impl Db {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        Ok(rows
+            .into_iter()
+            .map(TryInto::try_into)
+            .collect::<Result<_, _>>()?)
     }
 
     /// Elicitations that have an outcome (or ran out of time), newest first, one page.
@@ -199,7 +214,10 @@ impl Db {
         .bind(offset)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        Ok(rows
+            .into_iter()
+            .map(TryInto::try_into)
+            .collect::<Result<_, _>>()?)
     }
 
     /// Elicitations that ended in a connection, newest first (who asked for it, and how).
@@ -213,7 +231,10 @@ impl Db {
         .bind(connection_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        Ok(rows
+            .into_iter()
+            .map(TryInto::try_into)
+            .collect::<Result<_, _>>()?)
     }
 }
 
@@ -250,7 +271,10 @@ pub async fn expire_pending_elicitations(
     .bind(now())
     .fetch_all(conn)
     .await?;
-    Ok(rows.into_iter().map(Into::into).collect())
+    Ok(rows
+        .into_iter()
+        .map(TryInto::try_into)
+        .collect::<Result<_, _>>()?)
 }
 
 /// Moves a pending elicitation to a final status. Returns false if it was no longer pending.
@@ -289,5 +313,27 @@ impl Db {
         .execute(&self.pool)
         .await?
         .rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_round_trips_and_an_unknown_one_is_an_error() {
+        for s in [
+            ElicitationStatus::Pending,
+            ElicitationStatus::Completed,
+            ElicitationStatus::Declined,
+            ElicitationStatus::Expired,
+            ElicitationStatus::Failed,
+        ] {
+            assert_eq!(s.as_str().parse::<ElicitationStatus>(), Ok(s));
+        }
+        for bad in ["", "Pending", "cancelled", "done"] {
+            let e = bad.parse::<ElicitationStatus>().unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
     }
 }

@@ -1,7 +1,10 @@
 //! Built-in knowledge of well-known providers: endpoints and quirks, so an operator only
 //! writes `kind = "github"` and the client credentials.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the client authenticates at the token endpoint. Configured as `token_auth = "basic"`
+/// or `"post"`; any other value is refused by the config loader, naming the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TokenAuth {
     /// HTTP Basic with the url-encoded client id and secret (RFC 6749 §2.3.1).
     Basic,

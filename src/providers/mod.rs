@@ -87,11 +87,10 @@ impl Provider {
             client_secret: c.client_secret.clone(),
             scopes,
             pkce: c.pkce.unwrap_or_else(|| entry.is_none_or(|e| e.pkce)),
-            token_auth: match c.token_auth.as_deref() {
-                Some("post") => TokenAuth::Post,
-                Some(_) => TokenAuth::Basic,
-                None => entry.map(|e| e.token_auth).unwrap_or(TokenAuth::Basic),
-            },
+            token_auth: c
+                .token_auth
+                .or_else(|| entry.map(|e| e.token_auth))
+                .unwrap_or(TokenAuth::Basic),
             scope_separator: entry.map(|e| e.scope_separator).unwrap_or(" "),
             authorize_params,
             message: c.message.clone(),
