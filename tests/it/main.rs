@@ -13,3 +13,4 @@ mod operations;
 mod provider_quirks;
 mod rmcp_example;
 mod signals;
+mod signin_hardening;
