@@ -335,6 +335,8 @@ on_both_databases!(
         assert_eq!(metric(&app, "login", "unknown"), n);
         assert_eq!(metric(&app, "provider", "unknown"), n);
         assert_eq!(metric(&app, "login", "missing"), 1);
+        assert_eq!(count(&app, "sessions").await, 0);
+        assert_eq!(count(&app, "auth_flows").await, 0);
         // One row per kind in the minute, the first one at once.
         assert_eq!(
             audited_counts(&app, "state.unknown_refused").await,
