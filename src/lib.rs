@@ -59,6 +59,8 @@ pub struct AppInner {
     pub refresh: tokens::RefreshCoordinator,
     pub metrics: metrics::Metrics,
     pub shutdown: watch::Receiver<bool>,
+    /// Refused callback states not yet in the audit log (aggregated, see `web::state_refusals`).
+    pub state_refusals: web::state_refusals::StateRefusals,
 }
 
 #[derive(Clone)]
@@ -88,6 +90,7 @@ impl AppState {
             waiters,
             events: events::Hub::new(),
             shutdown,
+            state_refusals: Default::default(),
         }))
     }
 }
@@ -256,6 +259,7 @@ impl AppState {
         if let Err(e) = self.db.delete_expired().await {
             tracing::warn!(error = %e, "cleanup failed");
         }
+        self.state_refusals.flush(&self.db, db::now()).await;
         if let Err(e) = self.expire_elicitations().await {
             tracing::warn!(error = %e, "expiring elicitations failed");
         }

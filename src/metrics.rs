@@ -50,6 +50,12 @@ struct UpstreamLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateRefusalLabels {
+    callback: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolLabels {
     state: String,
 }
@@ -69,6 +75,7 @@ struct Inner {
     upstream_errors: Family<UpstreamLabels, Counter>,
     pool: Family<PoolLabels, Gauge>,
     pool_max: Gauge,
+    state_refusals: Family<StateRefusalLabels, Counter>,
 }
 
 /// The application's metrics. Cheap to clone.
@@ -144,6 +151,12 @@ impl Metrics {
             "The database pool's size limit",
             pool_max.clone(),
         );
+        let state_refusals = Family::<StateRefusalLabels, Counter>::default();
+        registry.register(
+            "callback_state_refusals",
+            "Callback `state` values refused, by callback (login, provider) and reason (missing, unknown, replayed, foreign_browser, expired, wrong_provider)",
+            state_refusals.clone(),
+        );
         Self(Arc::new(Inner {
             registry,
             requests,
@@ -154,6 +167,7 @@ impl Metrics {
             upstream_errors,
             pool,
             pool_max,
+            state_refusals,
         }))
     }
 
@@ -191,6 +205,17 @@ impl Metrics {
             .get_or_create(&ProviderOutcomeLabels {
                 provider: provider.to_owned(),
                 outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// One refused callback `state`; `callback` and `reason` are fixed words.
+    pub fn state_refused(&self, callback: &str, reason: &str) {
+        self.0
+            .state_refusals
+            .get_or_create(&StateRefusalLabels {
+                callback: callback.to_owned(),
+                reason: reason.to_owned(),
             })
             .inc();
     }

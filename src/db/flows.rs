@@ -1,24 +1,15 @@
-//! Pending browser redirects: a sign-in at the identity issuer or an authorization at a
-//! provider. Keyed by the hash of the `state`; consumed exactly once.
+//! Pending provider authorizations (a signed-in user went to a provider from the consent page).
+//! Keyed by the hash of the `state`; claimed exactly once, and only after every check passed.
+//! Sign-ins at the identity issuer are not stored here: before sign-in nothing is written (their
+//! state lives in the sealed pre-sign-in cookie, `web::presignin`).
 
 use sqlx::FromRow;
 
 use super::{Db, now};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlowKind {
-    Login,
-    Provider,
-}
-
-impl FlowKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Login => "login",
-            Self::Provider => "provider",
-        }
-    }
-}
+/// The `kind` column: only `provider` rows are written (rows of kind `login` were written by
+/// earlier versions; they are never read and expire like the others).
+const PROVIDER: &str = "provider";
 
 #[derive(Debug, Clone, FromRow)]
 pub struct Flow {
@@ -43,22 +34,11 @@ struct FlowRow {
 
 pub struct NewFlow<'a> {
     pub state_hash: &'a str,
-    pub kind: FlowKind,
     pub binding_hash: &'a str,
     pub elicitation_id: Option<&'a str>,
     pub provider: Option<&'a str>,
-    pub return_to: Option<&'a str>,
-    pub nonce: Option<&'a str>,
     pub verifier: Option<&'a str>,
     pub ttl_seconds: i64,
-}
-
-/// The outcome of presenting a state.
-pub enum Consumed {
-    Fresh(Flow),
-    /// The state was valid once and has been used already.
-    Replayed(Flow),
-    Unknown,
 }
 
 impl Db {
@@ -69,12 +49,12 @@ impl Db {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(f.state_hash)
-        .bind(f.kind.as_str())
+        .bind(PROVIDER)
         .bind(f.binding_hash)
         .bind(f.elicitation_id)
         .bind(f.provider)
-        .bind(f.return_to)
-        .bind(f.nonce)
+        .bind(None::<String>)
+        .bind(None::<String>)
         .bind(f.verifier)
         .bind(now)
         .bind(now + f.ttl_seconds)
@@ -83,43 +63,33 @@ impl Db {
         Ok(())
     }
 
-    /// Marks the flow used and returns it. The claim is one conditional UPDATE that also wipes
-    /// the verifier: of two concurrent callbacks with the same state, exactly one claims it. The
-    /// row is read first, so a consume is one write (one commit, on Postgres one disk flush)
-    /// rather than a claim and a separate wipe.
-    pub async fn consume_flow(
-        &self,
-        state_hash: &str,
-        kind: FlowKind,
-    ) -> Result<Consumed, sqlx::Error> {
+    /// The flow a state names, and whether it was used already. Reads only: presenting a state
+    /// changes nothing until `claim_flow`.
+    pub async fn find_flow(&self, state_hash: &str) -> Result<Option<(Flow, bool)>, sqlx::Error> {
         let row: Option<FlowRow> = sqlx::query_as(
             "SELECT state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, expires_at, used_at \
              FROM auth_flows WHERE state_hash = $1 AND kind = $2",
         )
         .bind(state_hash)
-        .bind(kind.as_str())
+        .bind(PROVIDER)
         .fetch_optional(&self.pool)
         .await?;
-        let Some(FlowRow { mut flow, used_at }) = row else {
-            return Ok(Consumed::Unknown);
-        };
-        let claimed = used_at.is_none()
-            && sqlx::query(
-                "UPDATE auth_flows SET used_at = $3, verifier = NULL \
-                 WHERE state_hash = $1 AND kind = $2 AND used_at IS NULL",
-            )
-            .bind(state_hash)
-            .bind(kind.as_str())
-            .bind(now())
-            .execute(&self.pool)
-            .await?
-            .rows_affected()
-                == 1;
-        if claimed {
-            Ok(Consumed::Fresh(flow))
-        } else {
-            flow.verifier = None;
-            Ok(Consumed::Replayed(flow))
-        }
+        Ok(row.map(|FlowRow { flow, used_at }| (flow, used_at.is_some())))
+    }
+
+    /// Marks the flow used and wipes its verifier, in one conditional UPDATE: of two concurrent
+    /// callbacks with the same state, exactly one gets `true`.
+    pub async fn claim_flow(&self, state_hash: &str) -> Result<bool, sqlx::Error> {
+        Ok(sqlx::query(
+            "UPDATE auth_flows SET used_at = $3, verifier = NULL \
+             WHERE state_hash = $1 AND kind = $2 AND used_at IS NULL",
+        )
+        .bind(state_hash)
+        .bind(PROVIDER)
+        .bind(now())
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1)
     }
 }

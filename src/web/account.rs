@@ -64,7 +64,7 @@ pub async fn show(
 ) -> Result<Response> {
     let q = q.map(|q| q.0).unwrap_or_default();
     let Some(user) = session.user().await? else {
-        return start_sign_in(&state, &session, "/account").await;
+        return start_sign_in(&state, &headers, "/account").await;
     };
     let rid = request_id(&headers);
     let rows = state

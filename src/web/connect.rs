@@ -29,18 +29,11 @@ fn invalid_link() -> Error {
     )
 }
 
-/// The elicitation if it can still be answered, or a page saying why not.
-pub async fn open_elicitation(state: &AppState, id: &str) -> Result<Elicitation> {
-    if !is_valid_id(id) {
-        return Err(invalid_link());
-    }
-    let e = state
-        .db
-        .get_elicitation(id)
-        .await?
-        .ok_or_else(invalid_link)?;
+/// For the elicitation's own user: why it can no longer be answered (a 410 page), or `None`
+/// while it is pending.
+fn finished_page(e: &Elicitation) -> Option<Error> {
     let (title, message) = match e.effective_status(now()) {
-        ElicitationStatus::Pending => return Ok(e),
+        ElicitationStatus::Pending => return None,
         ElicitationStatus::Completed => (
             "This request is already done",
             "The account was connected. You can close this tab and return to your app.",
@@ -58,7 +51,42 @@ pub async fn open_elicitation(state: &AppState, id: &str) -> Result<Elicitation>
             "Connecting the account did not work. Go back to your app and try again: it will give you a new link.",
         ),
     };
-    Err(Error::page(StatusCode::GONE, "not_pending", title, message))
+    Some(Error::page(StatusCode::GONE, "not_pending", title, message))
+}
+
+/// What a signed-in user gets for the elicitation a link names.
+pub enum Own {
+    /// Theirs, and still pending.
+    Pending(Elicitation),
+    /// The refusal page (not theirs, or no such elicitation).
+    Respond(Response),
+}
+
+/// The signed-in user's own elicitation `id`, if it can still be answered. Anyone else gets the
+/// same refusal page whether it exists or not and whatever its state, so a link tells a stranger
+/// nothing; only its own user learns that it is finished, and how (a 410 page).
+pub async fn own_pending_elicitation(
+    state: &AppState,
+    session: &BrowserSession,
+    user: &SignedInUser,
+    id: &str,
+    rid: Option<&str>,
+    stage: &str,
+) -> Result<Own> {
+    let e = if is_valid_id(id) {
+        state.db.get_elicitation(id).await?
+    } else {
+        None
+    };
+    match e {
+        Some(e) if same_user(user, &e) => match finished_page(&e) {
+            None => Ok(Own::Pending(e)),
+            Some(err) => Err(err),
+        },
+        other => Ok(Own::Respond(
+            refuse_other_user(state, session, user, id, other.as_ref(), rid, stage).await?,
+        )),
+    }
 }
 
 pub fn same_user(user: &SignedInUser, e: &Elicitation) -> bool {
@@ -69,36 +97,41 @@ pub fn shown_name(user: &SignedInUser) -> &str {
     user.display_name.as_deref().unwrap_or(&user.subject)
 }
 
-/// The refusal shown when the signed-in user is not the one the link was made for. It says
-/// nothing about the other user, and changes nothing.
-pub async fn refuse_other_user(
+/// The refusal shown when the signed-in user is not the one the link was made for, or there is no
+/// such elicitation: one page for both, whatever the elicitation's state. It says nothing about
+/// the other user, and changes nothing.
+async fn refuse_other_user(
     state: &AppState,
     session: &BrowserSession,
     user: &SignedInUser,
-    e: &Elicitation,
+    id: &str,
+    e: Option<&Elicitation>,
     rid: Option<&str>,
     stage: &str,
 ) -> Result<Response> {
     tracing::warn!(
         target: "security",
-        elicitation_id = %e.id,
+        elicitation_id = %id,
         signed_in_subject = %user.subject,
+        exists = e.is_some(),
         stage,
         "elicitation opened by a different user; refused"
     );
+    // Written for unknown ids too (by a signed-in, accountable user), so the answer takes the
+    // same time whether the elicitation exists or not.
     state
         .db
         .audit(AuditEvent {
             event: "elicitation.subject_mismatch_refused",
             actor: Some(&user.subject),
             issuer: Some(&user.issuer),
-            subject: Some(&e.subject),
-            provider: Some(&e.provider),
-            client_id: Some(&e.client_id),
+            subject: e.map(|e| e.subject.as_str()),
+            provider: e.map(|e| e.provider.as_str()),
+            client_id: e.map(|e| e.client_id.as_str()),
             connection_id: None,
-            elicitation_id: Some(&e.id),
+            elicitation_id: Some(id),
             request_id: rid,
-            detail: Some(stage),
+            detail: Some(if e.is_some() { stage } else { "unknown id" }),
         })
         .await;
     let csrf = session.csrf_token().await?;
@@ -107,9 +140,9 @@ pub async fn refuse_other_user(
         request_id: rid,
         tone: "error",
         title: "This link is for a different account",
-        lead: "The link you opened was created for someone else, or for another account of yours. For your safety, it only works when you are signed in as the account it was made for. Nothing was connected and nothing was changed.",
+        lead: "The link you opened does not work for the account you are signed in with: it was created for someone else or for another account of yours, or it is not a valid link. For your safety, it only works when you are signed in as the account it was made for. Nothing was connected and nothing was changed.",
         next: Some("If someone sent you this link, do not use it. If it is yours, sign out and sign in with the account you use in your app."),
-        sign_out: Some(SignOutForm { csrf, return_to: format!("/connect/{}", e.id) }),
+        sign_out: Some(SignOutForm { csrf, return_to: format!("/connect/{id}") }),
     }
     .response(StatusCode::FORBIDDEN))
 }
@@ -121,13 +154,20 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Response> {
     let rid = request_id(&headers);
-    let e = open_elicitation(&state, &id).await?;
-    let Some(user) = session.user().await? else {
-        return start_sign_in(&state, &session, &format!("/connect/{}", e.id)).await;
-    };
-    if !same_user(&user, &e) {
-        return refuse_other_user(&state, &session, &user, &e, rid.as_deref(), "connect").await;
+    if !is_valid_id(&id) {
+        return Err(invalid_link());
     }
+    // Signed out: the same sign-in redirect whatever the elicitation's state, or whether it
+    // exists at all (nothing is even looked up, and nothing is written).
+    let Some(user) = session.user().await? else {
+        return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
+    };
+    let e = match own_pending_elicitation(&state, &session, &user, &id, rid.as_deref(), "connect")
+        .await?
+    {
+        Own::Pending(e) => e,
+        Own::Respond(r) => return Ok(r),
+    };
     let client = state
         .clients
         .iter()
@@ -163,6 +203,20 @@ pub struct ConsentForm {
 
 /// Refuses a form post from another origin (defence in depth beside the CSRF token).
 pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
+    let from_elsewhere = || {
+        Error::page(
+            StatusCode::FORBIDDEN,
+            "csrf_failed",
+            "This form came from another site",
+            "We only accept this form from our own pages. Nothing was changed.",
+        )
+    };
+    // Fetch metadata, where the browser sends it: our forms are always posted from our own pages.
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        if site == "cross-site" || site == "same-site" {
+            return Err(from_elsewhere());
+        }
+    }
     // Browsers send `Origin: null` for same-origin posts from pages with
     // `Referrer-Policy: no-referrer` (ours); the CSRF token is the check that counts then.
     let Some(origin) = headers
@@ -176,12 +230,7 @@ pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
     if origin == ours {
         Ok(())
     } else {
-        Err(Error::page(
-            StatusCode::FORBIDDEN,
-            "csrf_failed",
-            "This form came from another site",
-            "We only accept this form from our own pages. Nothing was changed.",
-        ))
+        Err(from_elsewhere())
     }
 }
 
@@ -203,13 +252,18 @@ pub async fn answer(
         )
     })?;
     session.check_csrf(&form.csrf).await?;
-    let e = open_elicitation(&state, &id).await?;
-    let Some(user) = session.user().await? else {
-        return start_sign_in(&state, &session, &format!("/connect/{}", e.id)).await;
-    };
-    if !same_user(&user, &e) {
-        return refuse_other_user(&state, &session, &user, &e, rid.as_deref(), "consent").await;
+    if !is_valid_id(&id) {
+        return Err(invalid_link());
     }
+    let Some(user) = session.user().await? else {
+        return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
+    };
+    let e = match own_pending_elicitation(&state, &session, &user, &id, rid.as_deref(), "consent")
+        .await?
+    {
+        Own::Pending(e) => e,
+        Own::Respond(r) => return Ok(r),
+    };
     let provider = state.providers.get(&e.provider).cloned().ok_or_else(|| {
         Error::page(
             StatusCode::GONE,

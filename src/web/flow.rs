@@ -1,20 +1,25 @@
-//! Starting and finishing browser redirects (`state` handling shared by the sign-in and the
-//! provider flows): the state is random, stored only as a hash, bound to this browser's
-//! session, single-use and short-lived; the PKCE verifier is sealed at rest.
+//! Starting and finishing browser redirects. The `state` is random, kept only as a hash, bound to
+//! this browser, single-use and short-lived (10 minutes); the PKCE verifier is sealed at rest.
+//! Before sign-in nothing is stored server-side: a sign-in's state lives in the sealed
+//! pre-sign-in cookie (`presignin`). A provider flow (signed in) is a row bound to the session's
+//! binding, claimed only after every check passed.
 
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use oauth2::PkceCodeChallenge;
 use secrecy::SecretString;
 
+use super::connect::{Own, own_pending_elicitation};
+use super::presignin::{LoginFlow, MAX_RETURN_TO, PreSignIn};
 use super::session::BrowserSession;
+use super::state_refusals::{Callback, Context, Reason};
 use crate::AppState;
 use crate::crypto::{ct_eq, random_token, sha256_b64};
-use crate::db::audit::AuditEvent;
 use crate::db::elicitations::Elicitation;
-use crate::db::flows::{Consumed, Flow, FlowKind, NewFlow};
+use crate::db::flows::{Flow, NewFlow};
 use crate::db::now;
 use crate::error::{Error, Result};
+use crate::identity::SignedInUser;
 use crate::providers::Provider;
 
 /// What an authorization server sends back to a redirect URI (RFC 6749 §4.1.2, RFC 9207).
@@ -41,18 +46,21 @@ fn redirect_away(url: &str) -> Response {
     r
 }
 
-/// Sends the browser to the identity issuer to sign in, coming back to `return_to`.
+/// Sends the browser to the identity issuer to sign in, coming back to `return_to`. Writes
+/// nothing server-side: the flow goes into the sealed pre-sign-in cookie set on this response.
 pub async fn start_sign_in(
     state: &AppState,
-    session: &BrowserSession,
+    headers: &HeaderMap,
     return_to: &str,
 ) -> Result<Response> {
-    let binding = session.binding_hash().await?;
+    let https = state.config.is_https();
+    let keys = &state.config.keys;
+    let now = now();
+    let mut pre = PreSignIn::from_headers(keys, https, headers, now);
     let st = random_token(32);
     let nonce = random_token(24);
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
-    let state_hash = sha256_b64(st.as_bytes());
-    let fresh_login = session.take_fresh_login().await?;
+    let fresh_login = pre.take_fresh_login(now);
     let url = state
         .identity
         .authorize_url(
@@ -72,25 +80,53 @@ pub async fn start_sign_in(
                 "The sign-in service did not answer. Wait a moment and reload this page.",
             )
         })?;
-    let sealed = state
-        .config
-        .keys
-        .seal(verifier.secret().as_bytes(), &verifier_aad(&state_hash));
-    state
-        .db
-        .insert_flow(&NewFlow {
-            state_hash: &state_hash,
-            kind: FlowKind::Login,
-            binding_hash: &binding,
-            elicitation_id: None,
-            provider: None,
-            return_to: Some(return_to),
-            nonce: Some(&nonce),
-            verifier: Some(&sealed),
-            ttl_seconds: FLOW_TTL_SECONDS,
-        })
-        .await?;
-    Ok(redirect_away(&url))
+    pre.start(
+        LoginFlow {
+            state_hash: sha256_b64(st.as_bytes()),
+            nonce,
+            verifier: verifier.secret().clone(),
+            return_to: kept_return_path(return_to).to_owned(),
+            expires_at: now + FLOW_TTL_SECONDS,
+        },
+        now,
+    );
+    let mut r = redirect_away(&url);
+    r.headers_mut()
+        .append(header::SET_COOKIE, pre.set_cookie(keys, https, now));
+    Ok(r)
+}
+
+/// `return_to` as kept in the pre-sign-in cookie: a local path, bounded (a long admin filter
+/// loses its query), else `/account`.
+fn kept_return_path(p: &str) -> &str {
+    let p = match local_path(p) {
+        Some(p) if p.len() > MAX_RETURN_TO => p.split('?').next().unwrap_or(p),
+        Some(p) => p,
+        None => return "/account",
+    };
+    if p.len() > MAX_RETURN_TO {
+        "/account"
+    } else {
+        p
+    }
+}
+
+/// The path to send a browser back to, if it is a local path that cannot lead elsewhere: visible
+/// ASCII only (no control characters, which browsers strip, so `/\t/host` would become
+/// `//host`), starting with one `/` (not `//` or `/\`), no `\` anywhere, and the same after one
+/// round of percent-decoding (which may then hold spaces, but no control characters). `None` for
+/// anything else.
+pub fn local_path(p: &str) -> Option<&str> {
+    fn local(p: &str) -> bool {
+        p.starts_with('/') && !p.starts_with("//") && !p.contains('\\')
+    }
+    let decoded = percent_encoding::percent_decode_str(p).decode_utf8_lossy();
+    let ok = p.len() <= 2048
+        && local(p)
+        && p.bytes().all(|b| b.is_ascii_graphic())
+        && local(&decoded)
+        && !decoded.chars().any(char::is_control);
+    ok.then_some(p)
 }
 
 /// After consent: sends the browser to the provider's authorization endpoint.
@@ -142,12 +178,9 @@ pub async fn start_provider(
         .db
         .insert_flow(&NewFlow {
             state_hash: &state_hash,
-            kind: FlowKind::Provider,
             binding_hash: &binding,
             elicitation_id: Some(&e.id),
             provider: Some(&provider.name),
-            return_to: None,
-            nonce: None,
             verifier: sealed.as_deref(),
             ttl_seconds: FLOW_TTL_SECONDS,
         })
@@ -164,91 +197,193 @@ fn refused(title: &str, message: &str) -> Error {
     )
 }
 
-/// Takes the flow a callback's `state` names: it must exist, be unused, unexpired, and have been
-/// started by this very browser session. Returns the flow and its PKCE verifier.
-pub async fn take_flow(
+/// Counts a refused state (metrics, aggregated audit) and returns the page to show.
+pub async fn refuse_state(
     state: &AppState,
-    session: &BrowserSession,
-    state_param: Option<&str>,
-    kind: FlowKind,
-    request_id: Option<&str>,
-) -> Result<(Flow, Option<SecretString>)> {
-    let st = state_param
-        .filter(|s| !s.is_empty() && s.len() <= 256)
-        .ok_or_else(|| {
-            refused(
-                "This link is incomplete",
-                "The answer we received has no state. Go back to your app and open its link again.",
-            )
-        })?;
-    let binding = session.existing_binding_hash().await?.ok_or_else(|| {
-        refused(
-            "We could not find your session",
-            "Your browser did not send back the cookie this flow started with. This happens when cookies are blocked, or when the link was opened in another browser or a private window. Nothing was changed. Go back to your app and open its link again in this browser.",
-        )
-    })?;
-    let state_hash = sha256_b64(st.as_bytes());
-    let flow = match state.db.consume_flow(&state_hash, kind).await? {
-        Consumed::Fresh(f) => f,
-        Consumed::Replayed(f) => {
-            state
-                .db
-                .audit(flow_audit("state.replay_refused", Some(&f), request_id))
-                .await;
-            return Err(refused(
-                "This link was already used",
-                "Each sign-in answer can be used only once. Nothing was changed. Go back to your app and open its link again.",
-            ));
-        }
-        Consumed::Unknown => {
-            state
-                .db
-                .audit(flow_audit("state.unknown_refused", None, request_id))
-                .await;
-            return Err(refused(
-                "This link is not valid",
-                "We do not recognise this answer. Nothing was changed. Go back to your app and open its link again.",
-            ));
-        }
-    };
-    if !ct_eq(flow.binding_hash.as_bytes(), binding.as_bytes()) {
-        state
-            .db
-            .audit(flow_audit(
-                "state.session_mismatch_refused",
-                Some(&flow),
-                request_id,
-            ))
-            .await;
-        return Err(refused(
+    callback: Callback,
+    reason: Reason,
+    ctx: Context<'_>,
+) -> Error {
+    state
+        .state_refusals
+        .record(&state.db, &state.metrics, callback, reason, ctx)
+        .await;
+    match reason {
+        Reason::Missing => refused(
+            "This link is incomplete",
+            "The answer we received has no state. Go back to your app and open its link again.",
+        ),
+        Reason::Unknown => refused(
+            "This link is not valid",
+            "We do not recognise this answer, or it was not started in this browser. Nothing was changed. Go back to your app and open its link again in this browser.",
+        ),
+        Reason::Replayed => refused(
+            "This link was already used",
+            "Each sign-in answer can be used only once. Nothing was changed. Go back to your app and open its link again.",
+        ),
+        Reason::ForeignBrowser => refused(
             "This answer belongs to another browser session",
-            "The flow was started in a different browser session than the one that came back. Nothing was changed. Go back to your app and open its link again in this browser.",
-        ));
-    }
-    if flow.expires_at < now() {
-        return Err(refused(
+            "The flow was started in a different browser session than the one that came back. This happens when cookies are blocked, or when the link was opened in another browser or a private window. Nothing was changed. Go back to your app and open its link again in this browser.",
+        ),
+        Reason::Expired => refused(
             "This took too long",
             "The sign-in took more than 10 minutes, so we stopped it. Nothing was changed. Go back to your app and open its link again.",
-        ));
+        ),
+        Reason::WrongProvider => refused(
+            "This answer came to the wrong place",
+            "Nothing was changed. Go back to your app and open its link again.",
+        ),
     }
-    let verifier = flow
-        .verifier
-        .as_deref()
-        .map(|v| state.config.keys.open_string(v, &verifier_aad(&state_hash)))
-        .transpose()?;
-    Ok((flow, verifier))
 }
 
-fn flow_audit<'a>(
-    event: &'a str,
-    flow: Option<&'a Flow>,
-    request_id: Option<&'a str>,
-) -> AuditEvent<'a> {
-    AuditEvent {
-        event,
-        elicitation_id: flow.and_then(|f| f.elicitation_id.as_deref()),
-        provider: flow.and_then(|f| f.provider.as_deref()),
+/// A `state` as a callback presents it: present and of a sane length.
+pub fn presented_state(state_param: Option<&str>) -> Option<&str> {
+    state_param.filter(|s| !s.is_empty() && s.len() <= 256)
+}
+
+/// A provider callback's flow that passed every check, not yet claimed.
+pub struct CheckedFlow {
+    pub flow: Flow,
+    pub user: SignedInUser,
+    pub elicitation: Elicitation,
+}
+
+/// What checking a provider callback's state gives.
+pub enum Checked {
+    Flow(Box<CheckedFlow>),
+    /// The refusal page for a user who is not the elicitation's own.
+    Respond(Response),
+}
+
+/// Checks a provider callback's `state` without changing anything: it must name a flow this very
+/// browser session started (checked before anything else is revealed), unused, unexpired, sent to
+/// the provider named in the path, for the signed-in user's own pending elicitation. Only then may
+/// the caller `claim_provider_flow` it; a foreign or failed presentation leaves the owner's flow
+/// working.
+pub async fn check_provider_flow(
+    state: &AppState,
+    session: &BrowserSession,
+    provider: &str,
+    state_param: Option<&str>,
+    request_id: Option<&str>,
+) -> Result<Checked> {
+    let mut ctx = Context {
+        provider: Some(provider),
+        elicitation_id: None,
         request_id,
-        ..Default::default()
+    };
+    let cb = Callback::Provider;
+    let Some(st) = presented_state(state_param) else {
+        return Err(refuse_state(state, cb, Reason::Missing, ctx).await);
+    };
+    let state_hash = sha256_b64(st.as_bytes());
+    let Some((flow, used)) = state.db.find_flow(&state_hash).await? else {
+        return Err(refuse_state(state, cb, Reason::Unknown, ctx).await);
+    };
+    ctx.elicitation_id = flow.elicitation_id.as_deref();
+    let ours = session
+        .existing_binding_hash()
+        .await?
+        .is_some_and(|b| ct_eq(flow.binding_hash.as_bytes(), b.as_bytes()));
+    if !ours {
+        return Err(refuse_state(state, cb, Reason::ForeignBrowser, ctx).await);
+    }
+    if used {
+        return Err(refuse_state(state, cb, Reason::Replayed, ctx).await);
+    }
+    if flow.expires_at < now() {
+        return Err(refuse_state(state, cb, Reason::Expired, ctx).await);
+    }
+    if flow.provider.as_deref() != Some(provider) {
+        return Err(refuse_state(state, cb, Reason::WrongProvider, ctx).await);
+    }
+    let user = session.user().await?.ok_or_else(|| {
+        Error::page(StatusCode::UNAUTHORIZED, "connect_failed", "You are no longer signed in", "Your session ended before the provider sent you back. Nothing was changed. Go back to your app and open its link again.")
+    })?;
+    let id = flow.elicitation_id.clone().unwrap_or_default();
+    match own_pending_elicitation(state, session, &user, &id, request_id, "callback").await? {
+        Own::Pending(elicitation) => Ok(Checked::Flow(Box::new(CheckedFlow {
+            flow,
+            user,
+            elicitation,
+        }))),
+        Own::Respond(r) => Ok(Checked::Respond(r)),
+    }
+}
+
+/// Marks a checked flow used (exactly one of two concurrent presentations wins) and opens its
+/// PKCE verifier.
+pub async fn claim_provider_flow(
+    state: &AppState,
+    checked: &CheckedFlow,
+    request_id: Option<&str>,
+) -> Result<Option<SecretString>> {
+    let flow = &checked.flow;
+    if !state.db.claim_flow(&flow.state_hash).await? {
+        let ctx = Context {
+            provider: flow.provider.as_deref(),
+            elicitation_id: flow.elicitation_id.as_deref(),
+            request_id,
+        };
+        return Err(refuse_state(state, Callback::Provider, Reason::Replayed, ctx).await);
+    }
+    Ok(flow
+        .verifier
+        .as_deref()
+        .map(|v| {
+            state
+                .config
+                .keys
+                .open_string(v, &verifier_aad(&flow.state_hash))
+        })
+        .transpose()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_local_paths_are_returned_to() {
+        for ok in [
+            "/account",
+            "/connect/abcdefghijklmnop",
+            "/admin/audit?event=admin.&subject=alice",
+            "/a%20b",
+        ] {
+            assert_eq!(local_path(ok), Some(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "account",
+            "//evil.example",
+            "/\\evil.example",
+            "\\evil.example",
+            "/\t/evil.example/x",
+            "/%09/evil.example/x",
+            "/%2F/evil.example",
+            "/%2f%2fevil.example",
+            "/%5Cevil.example",
+            "/x\ny",
+            "/x\ry",
+            "/x\u{b}y",
+            "/x\u{7f}",
+            "/caf\u{e9}",
+            "https://evil.example/",
+            "javascript:alert(1)",
+            " /account",
+        ] {
+            assert_eq!(local_path(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn kept_return_paths_are_bounded() {
+        assert_eq!(kept_return_path("//evil.example"), "/account");
+        let long_query = format!("/admin/audit?subject={}", "a".repeat(400));
+        assert_eq!(kept_return_path(&long_query), "/admin/audit");
+        let long_path = format!("/{}", "a".repeat(400));
+        assert_eq!(kept_return_path(&long_path), "/account");
+        assert_eq!(kept_return_path("/admin"), "/admin");
     }
 }

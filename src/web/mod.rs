@@ -1,14 +1,18 @@
 //! Browser routes: the connect page, sign-in at the identity issuer, the provider callback, the
-//! account page and the admin pages (`admin/`). Errors here render as pages; sessions live in the database.
+//! account page and the admin pages (`admin/`). Errors here render as pages; sessions live in the
+//! database and exist only once a sign-in succeeded (before that, the sealed pre-sign-in cookie of
+//! `presignin` holds what the sign-in needs).
 
 pub mod account;
 pub mod admin;
 pub mod connect;
 pub mod flow;
 pub mod pages;
+pub mod presignin;
 pub mod provider_callback;
 pub mod session;
 pub mod signin;
+pub mod state_refusals;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

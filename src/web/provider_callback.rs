@@ -1,13 +1,14 @@
 //! `/oauth/{provider}/callback`: the redirect URI registered at each provider. Checks the state
-//! and the signed-in user again, exchanges the code, stores the tokens sealed.
+//! (this browser's, unused, for this provider), the signed-in user and the `iss` again, only then
+//! claims the state, exchanges the code and stores the tokens sealed.
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use secrecy::ExposeSecret;
 
-use super::connect::{open_elicitation, refuse_other_user, same_user, shown_name};
-use super::flow::{CallbackQuery, take_flow};
+use super::connect::shown_name;
+use super::flow::{CallbackQuery, Checked, check_provider_flow, claim_provider_flow};
 use super::pages::MessagePage;
 use super::session::BrowserSession;
 use crate::AppState;
@@ -15,7 +16,6 @@ use crate::db::audit::AuditEvent;
 use crate::db::change::Change;
 use crate::db::connections::{NewTokens, save_connected_tokens};
 use crate::db::elicitations::ElicitationStatus;
-use crate::db::flows::FlowKind;
 use crate::db::now;
 use crate::error::{Error, Result};
 use crate::middleware::request_id;
@@ -59,28 +59,19 @@ pub async fn callback(
             "Go back to your app and open its link again.".into(),
         )
     })?;
-    let (flow, verifier) = take_flow(
+    let checked = match check_provider_flow(
         &state,
         &session,
+        &provider.name,
         q.state.as_deref(),
-        FlowKind::Provider,
         rid.as_deref(),
     )
-    .await?;
-    if flow.provider.as_deref() != Some(provider.name.as_str()) {
-        return Err(page_err(
-            StatusCode::BAD_REQUEST,
-            "This answer came to the wrong place",
-            "Nothing was changed. Go back to your app and open its link again.".into(),
-        ));
-    }
-    let user = session.user().await?.ok_or_else(|| {
-        page_err(StatusCode::UNAUTHORIZED, "You are no longer signed in", "Your session ended before the provider sent you back. Nothing was changed. Go back to your app and open its link again.".into())
-    })?;
-    let e = open_elicitation(&state, flow.elicitation_id.as_deref().unwrap_or_default()).await?;
-    if !same_user(&user, &e) {
-        return refuse_other_user(&state, &session, &user, &e, rid.as_deref(), "callback").await;
-    }
+    .await?
+    {
+        Checked::Flow(c) => c,
+        Checked::Respond(r) => return Ok(r),
+    };
+    let (user, e) = (&checked.user, &checked.elicitation);
     let client = state
         .clients
         .iter()
@@ -114,12 +105,14 @@ pub async fn callback(
         _ => {}
     }
 
+    // Every check passed: from here on this state is spent, whatever the provider answered.
+    let verifier = claim_provider_flow(&state, &checked, rid.as_deref()).await?;
     if let Some(err) = &q.error {
         let code = clean_code(err);
         if code == "access_denied" {
             state
                 .finish_elicitation(
-                    &e,
+                    e,
                     ElicitationStatus::Declined,
                     None,
                     Some("access_denied"),
@@ -130,7 +123,7 @@ pub async fn callback(
                 "You did not approve access at {pname}. Nothing was connected, and {client} has been told."
             );
             return Ok(MessagePage {
-                signed_in_as: Some(shown_name(&user)),
+                signed_in_as: Some(shown_name(user)),
                 request_id: rid.as_deref(),
                 tone: "info",
                 title: "You declined",
@@ -143,7 +136,7 @@ pub async fn callback(
         let failure = format!("provider answered {code}");
         state
             .finish_elicitation(
-                &e,
+                e,
                 ElicitationStatus::Failed,
                 None,
                 Some(&failure),
@@ -185,7 +178,7 @@ pub async fn callback(
             tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %summary, "code exchange failed");
             state
                 .finish_elicitation(
-                    &e,
+                    e,
                     ElicitationStatus::Failed,
                     None,
                     Some(&summary),
@@ -244,7 +237,7 @@ pub async fn callback(
     let completed = state
         .finish_elicitation_in(
             &mut change,
-            &e,
+            e,
             ElicitationStatus::Completed,
             Some(&connection_id),
             None,
@@ -260,7 +253,7 @@ pub async fn callback(
     let title = format!("{pname} is connected");
     let lead = format!("{client} can now use your {pname} account.");
     Ok(MessagePage {
-        signed_in_as: Some(shown_name(&user)),
+        signed_in_as: Some(shown_name(user)),
         request_id: rid.as_deref(),
         tone: "success",
         title: &title,

@@ -1,5 +1,7 @@
 //! A typed wrapper over the browser session: who is signed in, the CSRF token, and the random
-//! binding that ties pending redirects (`state`) to this browser.
+//! binding that ties pending provider redirects (`state`) to this browser. A session (and so a
+//! row) exists only once a sign-in succeeded; what a sign-in needs before that lives in the
+//! sealed pre-sign-in cookie (`presignin`).
 
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
@@ -13,9 +15,6 @@ use crate::identity::SignedInUser;
 const USER: &str = "user";
 const CSRF: &str = "csrf";
 const BINDING: &str = "binding";
-/// Set after an explicit sign-out: the next sign-in asks the issuer for a fresh login instead of
-/// silently reusing its own session (which would sign the same account back in).
-const FRESH_LOGIN: &str = "fresh_login";
 
 pub struct BrowserSession(Session);
 
@@ -39,7 +38,8 @@ impl BrowserSession {
         self.0.get(USER).await.map_err(store_err)
     }
 
-    /// The hash of this browser's binding, creating the binding (and so the session) if needed.
+    /// The hash of this browser's binding, creating the binding if needed. Only for a signed-in
+    /// session: called before sign-in it would create a session row.
     pub async fn binding_hash(&self) -> Result<String> {
         let b: Option<String> = self.0.get(BINDING).await.map_err(store_err)?;
         let b = match b {
@@ -82,30 +82,26 @@ impl BrowserSession {
         }
     }
 
-    /// Records who signed in, with a new session id (so a planted id is worthless) and a new
-    /// CSRF token.
+    /// Records who signed in. Everything this browser's session held before is dropped, and the
+    /// session id, the CSRF token and the binding are all new: a planted or earlier session, its
+    /// token and the redirects bound to it are worthless afterwards.
     pub async fn sign_in(&self, user: &SignedInUser) -> Result<()> {
+        self.0.clear().await;
         self.0.cycle_id().await.map_err(store_err)?;
         self.0.insert(USER, user).await.map_err(store_err)?;
         self.0
             .insert(CSRF, random_token(32))
             .await
             .map_err(store_err)?;
+        self.0
+            .insert(BINDING, random_token(32))
+            .await
+            .map_err(store_err)?;
         Ok(())
     }
 
+    /// Deletes the session (its row and, in the response, its cookie).
     pub async fn sign_out(&self) -> Result<()> {
-        self.0.flush().await.map_err(store_err)?;
-        self.0.insert(FRESH_LOGIN, true).await.map_err(store_err)
-    }
-
-    /// Whether the next sign-in must ask for a fresh login (consumes the flag).
-    pub async fn take_fresh_login(&self) -> Result<bool> {
-        Ok(self
-            .0
-            .remove::<bool>(FRESH_LOGIN)
-            .await
-            .map_err(store_err)?
-            .unwrap_or(false))
+        self.0.flush().await.map_err(store_err)
     }
 }

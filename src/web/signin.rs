@@ -1,17 +1,24 @@
 //! `/auth/callback` (the redirect URI registered at the identity issuer) and sign-out.
+//!
+//! A sign-in answer completes only in the browser whose pre-sign-in cookie holds its flow (the
+//! sealed cookie set when the sign-in started); a session row is written only once the ID token
+//! checked out. Refusals change nothing, not even the browser's other sign-ins under way.
 
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use secrecy::ExposeSecret;
 use serde::Deserialize;
 
-use super::flow::{CallbackQuery, take_flow};
+use super::connect::check_origin;
+use super::flow::{CallbackQuery, local_path, presented_state, refuse_state};
+use super::presignin::{Lookup, PreSignIn};
 use super::session::BrowserSession;
+use super::state_refusals::{Callback, Context, Reason};
 use crate::AppState;
-use crate::db::flows::FlowKind;
+use crate::crypto::sha256_b64;
+use crate::db::now;
 use crate::error::{Error, Result};
 use crate::middleware::request_id;
 
@@ -24,14 +31,6 @@ fn sign_in_failed(message: &str) -> Error {
     )
 }
 
-/// Only local paths may be returned to, never another site.
-fn safe_return_to(p: Option<&str>) -> &str {
-    match p {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => p,
-        _ => "/account",
-    }
-}
-
 pub async fn callback(
     State(state): State<AppState>,
     session: BrowserSession,
@@ -40,14 +39,25 @@ pub async fn callback(
 ) -> Result<Response> {
     let rid = request_id(&headers);
     let Query(q) = q.map_err(|_| sign_in_failed("The answer from the sign-in service was malformed. Go back to your app and open its link again."))?;
-    let (flow, verifier) = take_flow(
-        &state,
-        &session,
-        q.state.as_deref(),
-        FlowKind::Login,
-        rid.as_deref(),
-    )
-    .await?;
+    let ctx = Context {
+        request_id: rid.as_deref(),
+        ..Default::default()
+    };
+    let cb = Callback::Login;
+    let Some(st) = presented_state(q.state.as_deref()) else {
+        return Err(refuse_state(&state, cb, Reason::Missing, ctx).await);
+    };
+    let https = state.config.is_https();
+    let keys = &state.config.keys;
+    let now = now();
+    let mut pre = PreSignIn::from_headers(keys, https, &headers, now);
+    let state_hash = sha256_b64(st.as_bytes());
+    let flow = match pre.lookup(&state_hash, now) {
+        Lookup::Found(f) => f,
+        Lookup::Expired => return Err(refuse_state(&state, cb, Reason::Expired, ctx).await),
+        Lookup::Used => return Err(refuse_state(&state, cb, Reason::Replayed, ctx).await),
+        Lookup::Unknown => return Err(refuse_state(&state, cb, Reason::Unknown, ctx).await),
+    };
     if let Some(iss) = &q.iss {
         if iss != state.identity.issuer() {
             return Err(sign_in_failed(
@@ -66,21 +76,22 @@ pub async fn callback(
     let code = q
         .code
         .as_deref()
-        .filter(|c| !c.is_empty())
+        .filter(|c| !c.is_empty() && c.len() <= 4096)
         .ok_or_else(|| sign_in_failed("The answer from the sign-in service has no code."))?;
-    let verifier =
-        verifier.ok_or_else(|| Error::internal(anyhow::anyhow!("login flow without verifier")))?;
-    let nonce = flow.nonce.as_deref().unwrap_or_default();
     let user = state
         .identity
-        .finish_sign_in(code, &state.config.url("/auth/callback"), verifier.expose_secret(), nonce)
+        .finish_sign_in(code, &state.config.url("/auth/callback"), &flow.verifier, &flow.nonce)
         .await
         .map_err(|e| {
             tracing::warn!(target: "security", error = format!("{e:#}"), "sign-in could not be verified");
             sign_in_failed("We could not verify your sign-in. Nothing was changed. Go back to your app and open its link again.")
         })?;
     session.sign_in(&user).await?;
-    Ok(Redirect::to(safe_return_to(flow.return_to.as_deref())).into_response())
+    pre.finish(&state_hash, now);
+    let mut r = Redirect::to(local_path(&flow.return_to).unwrap_or("/account")).into_response();
+    r.headers_mut()
+        .append(header::SET_COOKIE, pre.set_cookie(keys, https, now));
+    Ok(r)
 }
 
 #[derive(Debug, Deserialize)]
@@ -90,18 +101,44 @@ pub struct LogoutForm {
 }
 
 pub async fn logout(
+    State(state): State<AppState>,
     session: BrowserSession,
+    headers: HeaderMap,
     form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Result<Response> {
-    let Form(form) = form.map_err(|_| {
+    check_origin(&state, &headers)?;
+    let incomplete = || {
         Error::page(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "This form is incomplete",
             "Go back, reload the page and try again.",
         )
-    })?;
+    };
+    let Form(form) = form.map_err(|_| incomplete())?;
     session.check_csrf(&form.csrf).await?;
+    let return_to = match form.return_to.as_deref() {
+        None | Some("") => "/account",
+        Some(p) => local_path(p).ok_or_else(|| {
+            Error::page(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "This form names a page we cannot send you to",
+                "You are still signed in, and nothing was changed. Go back, reload the page and try again.",
+            )
+        })?,
+    };
     session.sign_out().await?;
-    Ok(Redirect::to(safe_return_to(form.return_to.as_deref())).into_response())
+    // The next sign-in in this browser asks the issuer for a fresh login, instead of letting it
+    // silently sign the same account back in (the point of "sign out and use another account").
+    let https = state.config.is_https();
+    let now = now();
+    let mut pre = PreSignIn::from_headers(&state.config.keys, https, &headers, now);
+    pre.ask_fresh_login(now);
+    let mut r = Redirect::to(return_to).into_response();
+    r.headers_mut().append(
+        header::SET_COOKIE,
+        pre.set_cookie(&state.config.keys, https, now),
+    );
+    Ok(r)
 }

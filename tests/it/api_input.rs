@@ -303,8 +303,10 @@ on_both_databases!(
 on_both_databases!(bad_browser_input_gets_a_page_not_a_500, |kind| async move {
     let app = TestApp::spawn(kind).await;
     let b = Browser::new();
+    // (A well-formed id that names nothing is answered like any other link: see
+    // signin_hardening.rs. One that cannot be an id is simply not found.)
     let p = b
-        .get(&format!("{}/connect/not-a-real-elicitation-id", app.url))
+        .get(&format!("{}/connect/not.a.real.elicitation.id", app.url))
         .await;
     assert_eq!(p.status, StatusCode::NOT_FOUND);
     assert!(p.has("<html") && p.has("not valid"), "{}", p.body);
@@ -447,8 +449,9 @@ async fn https_public_url_gives_a_host_prefixed_secure_cookie() {
         .send()
         .await
         .unwrap();
+    // Before sign-in the only cookie is the sealed pre-sign-in one; it is host-prefixed too.
     let cookie = r.headers()["set-cookie"].to_str().unwrap();
-    assert!(cookie.starts_with("__Host-mcp-connect="), "{cookie}");
+    assert!(cookie.starts_with("__Host-mcp-connect-signin="), "{cookie}");
     assert!(
         cookie.contains("Secure")
             && cookie.contains("HttpOnly")

@@ -201,43 +201,53 @@ on_both_databases!(
     }
 );
 
-on_both_databases!(sign_in_rotates_the_session_id, |kind| async move {
-    let app = TestApp::spawn(kind).await;
-    let e = app.elicit("alice").await;
-    let url = e["url"].as_str().unwrap();
-    let b = Browser::stopping_at_callback();
-    let first = b.client.get(url).send().await.unwrap();
-    assert!(
-        first.url().as_str().starts_with(&app.peers.identity),
-        "sent to sign in"
-    );
-    let before = b.cookies(&app.url);
-    let ours = |c: &str| {
-        c.split("; ")
-            .find(|p| p.starts_with("mcp-connect="))
-            .map(str::to_owned)
-    };
-    let before = ours(&before).expect("a session cookie before sign-in");
-    let page = b.sign_in_to_consent(url, "alice").await;
-    assert!(page.has("Continue"));
-    let after = ours(&b.cookies(&app.url)).expect("a session cookie after sign-in");
-    assert_ne!(before, after, "sign-in must issue a new session id");
-    // The pre-sign-in id (say, planted by an attacker) is not a signed-in session.
-    let r = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-        .get(url)
-        .header("cookie", &before)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert!(
-        r.headers()["location"]
-            .to_str()
+on_both_databases!(
+    the_session_starts_at_sign_in_and_the_pre_sign_in_cookie_is_none,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        let e = app.elicit("alice").await;
+        let url = e["url"].as_str().unwrap();
+        let b = Browser::stopping_at_callback();
+        let first = b.client.get(url).send().await.unwrap();
+        assert!(
+            first.url().as_str().starts_with(&app.peers.identity),
+            "sent to sign in"
+        );
+        let cookie = |all: &str, name: &str| {
+            all.split("; ")
+                .find(|p| p.starts_with(&format!("{name}=")))
+                .map(str::to_owned)
+        };
+        let before = b.cookies(&app.url);
+        assert!(
+            cookie(&before, "mcp-connect").is_none(),
+            "no session before sign-in: {before}"
+        );
+        let pre = cookie(&before, "mcp-connect-signin").expect("a pre-sign-in cookie");
+        let page = b.sign_in_to_consent(url, "alice").await;
+        assert!(page.has("Continue"));
+        let after = b.cookies(&app.url);
+        assert!(
+            cookie(&after, "mcp-connect").is_some(),
+            "a session after sign-in"
+        );
+        // The pre-sign-in cookie (say, copied or planted by an attacker) signs nobody in.
+        let r = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
             .unwrap()
-            .starts_with(&app.peers.identity)
-    );
-    app.shutdown().await;
-});
+            .get(url)
+            .header("cookie", &pre)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        assert!(
+            r.headers()["location"]
+                .to_str()
+                .unwrap()
+                .starts_with(&app.peers.identity)
+        );
+        app.shutdown().await;
+    }
+);

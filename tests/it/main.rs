@@ -14,3 +14,4 @@ mod provider_quirks;
 mod refresh_burst;
 mod rmcp_example;
 mod signals;
+mod signin_hardening;

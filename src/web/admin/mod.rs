@@ -102,7 +102,7 @@ pub async fn gate(
             .filter(|p| p.starts_with("/admin"))
             .unwrap_or("/admin");
         return Ok(Gate::Respond(
-            start_sign_in(state, session, return_to).await?,
+            start_sign_in(state, headers, return_to).await?,
         ));
     };
     let csrf = session.csrf_token().await?;
