@@ -510,3 +510,26 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+on_both_databases!(
+    a_connection_row_with_an_unknown_status_is_never_served,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        let id = app.connect("alice").await;
+        let (s, _) = app.token("alice").await;
+        assert_eq!(s, StatusCode::OK);
+        // A status this version does not know (a newer binary's, or a corrupted row) must not
+        // read as a working grant.
+        sqlx::query("UPDATE connections SET status = 'paused' WHERE id = $1")
+            .bind(&id)
+            .execute(&app.db().pool)
+            .await
+            .unwrap();
+        let (s, v) = app.token("alice").await;
+        assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR, "{v}");
+        assert!(v.get("access_token").is_none(), "{v}");
+        let e = app.db().get_connection(&id).await.unwrap_err().to_string();
+        assert!(e.contains(&id) && e.contains("paused"), "{e}");
+        app.shutdown().await;
+    }
+);
