@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod crypto;
 pub mod db;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod elicitations;
 pub mod error;

@@ -34,6 +34,7 @@ enum Command {
     CheckConfig,
     /// Try it on this machine: the real service on 127.0.0.1 with SQLite in a data folder, plus
     /// a development identity issuer and sandbox provider (development only; never use for real).
+    #[cfg(feature = "demo")]
     Demo {
         /// The port to listen on (0 picks a free one).
         #[arg(long, default_value_t = 8080)]
@@ -154,6 +155,7 @@ async fn main() -> ExitCode {
             println!("{}", mcp_connect::crypto::generate_key(&id));
             ExitCode::SUCCESS
         }
+        #[cfg(feature = "demo")]
         Command::Demo {
             port,
             host,

@@ -202,10 +202,7 @@ impl Db {
         .bind(subject)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(TryInto::try_into)
-            .collect::<Result<_, _>>()?)
+        rows.into_iter().map(TryInto::try_into).collect()
     }
 
     /// Active, refreshable connections whose token expires before `expiring_before`, or that
@@ -228,10 +225,7 @@ impl Db {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(TryInto::try_into)
-            .collect::<Result<_, _>>()?)
+        rows.into_iter().map(TryInto::try_into).collect()
     }
 
     /// Test and operator helper: the raw sealed columns of a row.

@@ -191,10 +191,7 @@ impl Db {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(TryInto::try_into)
-            .collect::<Result<_, _>>()?)
+        rows.into_iter().map(TryInto::try_into).collect()
     }
 
     /// Elicitations that have an outcome (or ran out of time), newest first, one page.
@@ -214,10 +211,7 @@ impl Db {
         .bind(offset)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(TryInto::try_into)
-            .collect::<Result<_, _>>()?)
+        rows.into_iter().map(TryInto::try_into).collect()
     }
 
     /// Elicitations that ended in a connection, newest first (who asked for it, and how).
@@ -231,10 +225,7 @@ impl Db {
         .bind(connection_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(TryInto::try_into)
-            .collect::<Result<_, _>>()?)
+        rows.into_iter().map(TryInto::try_into).collect()
     }
 }
 
@@ -271,10 +262,7 @@ pub async fn expire_pending_elicitations(
     .bind(now())
     .fetch_all(conn)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(TryInto::try_into)
-        .collect::<Result<_, _>>()?)
+    rows.into_iter().map(TryInto::try_into).collect()
 }
 
 /// Moves a pending elicitation to a final status. Returns false if it was no longer pending.

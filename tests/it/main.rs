@@ -4,8 +4,10 @@ mod harness;
 
 mod admin;
 mod api_input;
+#[cfg(feature = "demo")]
 mod conformance;
 mod connect_flow;
+#[cfg(feature = "demo")]
 mod demo;
 mod invariants;
 mod lifecycle;
