@@ -181,6 +181,29 @@ pub fn db_url(kind: DbKind) -> String {
     }
 }
 
+/// Removes a test's database once the test is done with it (a failing test keeps its own, to
+/// look at). Replicas in other processes may still be connected: `FORCE` ends their sessions.
+pub async fn drop_database(db_url: &str) {
+    if let Some(path) = db_url.strip_prefix("sqlite://") {
+        if let Some(dir) = std::path::Path::new(path).parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        return;
+    }
+    let Some((base, name)) = db_url.rsplit_once('/') else {
+        return;
+    };
+    if !name.starts_with("mcpc_test_") {
+        return;
+    }
+    if let Ok(admin) = sqlx::PgPool::connect(&format!("{base}/postgres")).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&admin)
+            .await;
+        admin.close().await;
+    }
+}
+
 #[derive(Clone)]
 pub struct Options {
     pub access_token_ttl: u64,
@@ -264,6 +287,8 @@ impl TestApp {
         if let Some(t) = self.task.take() {
             let _ = t.await;
         }
+        self.state.db.pool.close().await;
+        drop_database(&self.db_url).await;
     }
 
     /// Stops the app but keeps its peers running; returns what a restarted app needs (its
