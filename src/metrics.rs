@@ -69,6 +69,12 @@ struct Inner {
     upstream_errors: Family<UpstreamLabels, Counter>,
     pool: Family<PoolLabels, Gauge>,
     pool_max: Gauge,
+    rate_limited: Family<LimitLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: String,
 }
 
 /// The application's metrics. Cheap to clone.
@@ -144,6 +150,12 @@ impl Metrics {
             "The database pool's size limit",
             pool_max.clone(),
         );
+        let rate_limited = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "rate_limited",
+            "Requests refused with 429 by limit (browser, failed_auth, api_client, sse_streams, long_polls)",
+            rate_limited.clone(),
+        );
         Self(Arc::new(Inner {
             registry,
             requests,
@@ -154,6 +166,7 @@ impl Metrics {
             upstream_errors,
             pool,
             pool_max,
+            rate_limited,
         }))
     }
 
@@ -191,6 +204,16 @@ impl Metrics {
             .get_or_create(&ProviderOutcomeLabels {
                 provider: provider.to_owned(),
                 outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A request refused by `limit` (a fixed word, see `limits::Limit::label`).
+    pub fn rate_limited(&self, limit: &str) {
+        self.0
+            .rate_limited
+            .get_or_create(&LimitLabels {
+                limit: limit.to_owned(),
             })
             .inc();
     }

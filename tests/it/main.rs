@@ -7,6 +7,7 @@ mod api_input;
 mod conformance;
 mod connect_flow;
 mod demo;
+mod edges;
 mod invariants;
 mod lifecycle;
 mod operations;
