@@ -56,7 +56,7 @@ impl ServerMetadata {
 /// the document names the same issuer (a mix-up defence).
 pub async fn discover(http: &reqwest::Client, issuer: &str) -> anyhow::Result<ServerMetadata> {
     let base = issuer.trim_end_matches('/');
-    let mut last_err = None;
+    let mut errors = Vec::new();
     for suffix in [
         "/.well-known/openid-configuration",
         "/.well-known/oauth-authorization-server",
@@ -74,10 +74,11 @@ pub async fn discover(http: &reqwest::Client, issuer: &str) -> anyhow::Result<Se
                     .with_context(|| format!("discovery at {url}"))?;
                 return Ok(m);
             }
-            Err(e) => last_err = Some(e),
+            Err(e) => errors.push(format!("{e:#}")),
         }
     }
-    Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no discovery document")))
+    // Both answers: the first (OpenID Connect) is usually the telling one.
+    bail!("no usable discovery document: {}", errors.join("; "))
 }
 
 /// The most we read of any answer from an issuer or provider (discovery, JWKS, token, userinfo,
@@ -161,4 +162,66 @@ pub async fn fetch_json_with_headers<T: serde::de::DeserializeOwned>(
     let v = serde_json::from_slice::<T>(&body)
         .with_context(|| format!("GET {url}: unexpected body"))?;
     Ok((v, headers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Json;
+    use serde_json::{Value, json};
+    use std::sync::{Arc, Mutex};
+
+    /// A stub issuer whose discovery document the test sets.
+    async fn stub(doc: Arc<Mutex<Value>>) -> String {
+        let app = axum::Router::new().route(
+            "/.well-known/openid-configuration",
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move { Json(doc.lock().unwrap().clone()) }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(l, app).await });
+        base
+    }
+
+    #[tokio::test]
+    async fn discovery_refuses_oversized_documents_and_plain_http_endpoints() {
+        let doc = Arc::new(Mutex::new(Value::Null));
+        let issuer = stub(doc.clone()).await;
+        let http = build();
+        let good = json!({"issuer": issuer, "authorization_endpoint": format!("{issuer}/a"),
+            "token_endpoint": format!("{issuer}/t"), "jwks_uri": format!("{issuer}/jwks")});
+        *doc.lock().unwrap() = good.clone();
+        discover(&http, &issuer).await.unwrap();
+
+        let mut big = good.clone();
+        big["padding"] = json!("x".repeat(MAX_RESPONSE_BYTES));
+        *doc.lock().unwrap() = big;
+        let e = discover(&http, &issuer).await.unwrap_err();
+        assert!(format!("{e:#}").contains("larger than"), "{e:#}");
+
+        let mut clear = good.clone();
+        clear["jwks_uri"] = json!("http://keys.example.com/jwks");
+        *doc.lock().unwrap() = clear;
+        let e = discover(&http, &issuer).await.unwrap_err();
+        assert!(format!("{e:#}").contains("jwks_uri must be https"), "{e:#}");
+    }
+
+    #[test]
+    fn max_age_reads_cache_control() {
+        let h = |v: &str| {
+            let mut m = reqwest::header::HeaderMap::new();
+            m.insert(reqwest::header::CACHE_CONTROL, v.parse().unwrap());
+            m
+        };
+        assert_eq!(
+            max_age(&h("public, max-age=600")),
+            Some(Duration::from_secs(600))
+        );
+        assert_eq!(max_age(&h("no-store")), Some(Duration::ZERO));
+        assert_eq!(max_age(&h("public")), None);
+        assert_eq!(max_age(&reqwest::header::HeaderMap::new()), None);
+    }
 }
