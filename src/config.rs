@@ -251,9 +251,10 @@ pub fn require_https_off_loopback(url: &Url) -> Result<(), String> {
         return Ok(());
     }
     if url.scheme() == "http" {
+        // The host only: a URL may carry credentials.
         return Err(format!(
-            "must be https (plain http is only allowed on loopback: localhost, 127.0.0.0/8, ::1), not {}",
-            url.as_str()
+            "must be https: plain http is only allowed on loopback (localhost, 127.0.0.0/8, ::1), and {} is not",
+            url.host_str().unwrap_or("(no host)")
         ));
     }
     Err(format!("must be an https URL, not {:?}", url.scheme()))
@@ -1365,6 +1366,15 @@ client_secret = "gh-super-secret"
                 .replace("https://auth.example.com", &format!("{loopback}/issuer"));
             Config::from_parts(&text, &[]).unwrap_or_else(|e| panic!("{loopback}: {e}"));
         }
+        let text = base().replace(
+            "https://auth.example.com",
+            "http://user:pa55word@auth.example.com",
+        );
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("`identity.issuer`") && !e.contains("pa55word"),
+            "{e}"
+        );
         for not_loopback in [
             "http://127.0.0.1.example.com",
             "http://10.0.0.1",
