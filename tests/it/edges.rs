@@ -666,3 +666,44 @@ client_id = "x"
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_allowance() {
+    let app = Bare::spawn(
+        "[limits]\nbrowser_requests_per_minute = 1\nbrowser_burst = 2\ntrusted_proxies = [\"127.0.0.8\"]\n",
+        None,
+    )
+    .await;
+    let proxy = client_from("127.0.0.8");
+    let get = |c: &reqwest::Client, xff: &str| {
+        c.get(format!("{}/", app.url))
+            .header("x-forwarded-for", xff)
+            .send()
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            get(&proxy, "198.51.100.1").await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        get(&proxy, "198.51.100.1").await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Another user behind the same proxy is not throttled with the first.
+    assert_eq!(
+        get(&proxy, "198.51.100.2").await.unwrap().status(),
+        StatusCode::OK
+    );
+    // A peer that is not a trusted proxy cannot choose its address by the header.
+    let stranger = client_from("127.0.0.9");
+    for i in 0..2 {
+        let xff = format!("203.0.113.{i}");
+        assert_eq!(get(&stranger, &xff).await.unwrap().status(), StatusCode::OK);
+    }
+    assert_eq!(
+        get(&stranger, "203.0.113.250").await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    app.stop().await;
+}
