@@ -204,8 +204,8 @@ async fn long_polls_and_event_streams_are_capped_per_client() {
             (s, retry, r.json::<Value>().await.unwrap_or(Value::Null))
         }
     };
-    let held: Vec<_> = (0..2).map(|_| tokio::spawn(poll(API_KEY, 3))).collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held: Vec<_> = (0..2).map(|_| tokio::spawn(poll(API_KEY, 6))).collect();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let (s, retry, body) = poll(API_KEY, 3).await;
     assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(body["error"], "rate_limited");
