@@ -54,7 +54,10 @@ pub enum Error {
     },
     /// Too many requests from this caller; try again after `retry_after` seconds.
     #[error("Too many requests. Try again in {retry_after} seconds.")]
-    RateLimited { retry_after: u64 },
+    RateLimited {
+        retry_after: u64,
+        limit: crate::limits::Limit,
+    },
     #[error("a dependency is unavailable")]
     Unavailable(#[source] anyhow::Error),
     #[error("the provider failed")]
@@ -218,9 +221,11 @@ impl IntoResponse for Error {
             message: self.message(),
         };
         let mut resp = (status, Json(body)).into_response();
-        if let Self::RateLimited { retry_after } = &self {
+        if let Self::RateLimited { retry_after, limit } = &self {
             resp.headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, (*retry_after).into());
+            // For the metrics layer, which counts refusals by limit.
+            resp.extensions_mut().insert(*limit);
         }
         resp.extensions_mut().insert(rendered);
         resp

@@ -78,14 +78,13 @@ impl AppState {
     pub fn new(config: Config, db: Db, shutdown: watch::Receiver<bool>) -> Self {
         let http = http_client::build();
         let waiters = Waiters::new(shutdown.clone());
-        let metrics = metrics::Metrics::new();
         AppState(Arc::new(AppInner {
             identity: Identity::new(config.identity.clone(), http.clone()),
+            limits: limits::Limits::new(&config.limits),
             providers: Providers::from_config(&config.providers),
             clients: config.clients.clone(),
             refresh: tokens::RefreshCoordinator::default(),
-            limits: limits::Limits::new(&config.limits, metrics.clone()),
-            metrics,
+            metrics: metrics::Metrics::new(),
             config,
             db,
             http,

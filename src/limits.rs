@@ -22,7 +22,6 @@ use axum::response::Response;
 use crate::AppState;
 use crate::config::{IpNet, Limits as LimitsConfig};
 use crate::error::Error;
-use crate::metrics::Metrics;
 
 /// A keyed rate limiter (GCRA) with a bound on the keys it remembers.
 pub struct RateLimiter<K> {
@@ -161,7 +160,8 @@ impl From<IpAddr> for AddrKey {
     }
 }
 
-/// Which limit refused a request (the metrics label).
+/// Which limit refused a request. A 429 response carries it as an extension, and the metrics
+/// layer counts it (`mcp_connect_rate_limited_total{limit}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
     Browser,
@@ -191,7 +191,6 @@ pub struct Limits {
     sse: Cap,
     long_polls: Cap,
     trusted_proxies: Vec<IpNet>,
-    metrics: Metrics,
 }
 
 /// How long a refused caller is told to wait: whole seconds, at least one.
@@ -200,7 +199,7 @@ fn retry_secs(d: Duration) -> u64 {
 }
 
 impl Limits {
-    pub fn new(c: &LimitsConfig, metrics: Metrics) -> Self {
+    pub fn new(c: &LimitsConfig) -> Self {
         let minute = Duration::from_secs(60);
         Self {
             browser: RateLimiter::new(
@@ -225,14 +224,13 @@ impl Limits {
             sse: Cap::new(c.sse_streams_per_client),
             long_polls: Cap::new(c.long_polls_per_client),
             trusted_proxies: c.trusted_proxies.clone(),
-            metrics,
         }
     }
 
     fn refuse(&self, limit: Limit, retry_after: Duration) -> Error {
-        self.metrics.rate_limited(limit.label());
         Error::RateLimited {
             retry_after: retry_secs(retry_after).max(1),
+            limit,
         }
     }
 
@@ -329,7 +327,6 @@ pub async fn browser_limit(State(state): State<AppState>, req: Request, next: Ne
                 .client_ip(peer_ip(req.extensions()), req.headers());
             if let Some(ip) = ip {
                 if let Err(d) = l.check(&ip.into()) {
-                    state.metrics.rate_limited(Limit::Browser.label());
                     return too_many_page(retry_secs(d).max(1));
                 }
             }
@@ -352,6 +349,7 @@ fn too_many_page(retry_after: u64) -> Response {
     if let Ok(v) = HeaderValue::from_str(&retry_after.to_string()) {
         resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
+    resp.extensions_mut().insert(Limit::Browser);
     resp
 }
 
@@ -407,7 +405,7 @@ mod tests {
             trusted_proxies: vec![IpNet::parse("10.0.0.0/8").unwrap()],
             ..LimitsConfig::default()
         };
-        let l = Limits::new(&c, Metrics::new());
+        let l = Limits::new(&c);
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "203.0.113.9, 10.1.1.1".parse().unwrap());
         let proxy: IpAddr = "10.2.2.2".parse().unwrap();
@@ -417,7 +415,7 @@ mod tests {
             Some("203.0.113.9".parse().unwrap())
         );
         assert_eq!(l.client_ip(Some(stranger), &h), Some(stranger));
-        let off = Limits::new(&LimitsConfig::default(), Metrics::new());
+        let off = Limits::new(&LimitsConfig::default());
         assert_eq!(
             off.client_ip(Some(proxy), &h),
             Some(proxy),

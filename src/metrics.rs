@@ -292,6 +292,9 @@ pub async fn track(
     }
     .to_owned();
     let resp = next.run(req).await;
+    if let Some(limit) = resp.extensions().get::<crate::limits::Limit>() {
+        metrics.rate_limited(limit.label());
+    }
     let route = resp
         .extensions()
         .get::<MatchedPath>()
