@@ -51,7 +51,12 @@ impl FromRequestParts<AppState> for ApiClient {
         let client = Self::authenticate(parts, state);
         match &client {
             Ok(c) => state.limits.check_api(&c.0.id)?,
-            Err(_) => state.limits.auth_failed(ip),
+            // A wrong key is a guess; a request without credentials guesses nothing (and
+            // probes of the API's 401 must not lock its address out).
+            Err(_) if parts.headers.contains_key(header::AUTHORIZATION) => {
+                state.limits.auth_failed(ip)
+            }
+            Err(_) => {}
         }
         client
     }

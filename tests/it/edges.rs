@@ -384,6 +384,15 @@ async fn failed_api_authentication_is_limited_per_address() {
             .await
         }
     };
+    // Requests without credentials guess nothing and are not counted.
+    for _ in 0..5 {
+        let r = attacker
+            .get(format!("{}/v1/connections?subject=alice", app.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    }
     for _ in 0..3 {
         let (s, _, body) = get(&attacker, "wrong-key-wrong-key-wrong-key").await;
         assert_eq!(s, StatusCode::UNAUTHORIZED, "{body}");
