@@ -612,6 +612,17 @@ async fn whitespace_only_subjects_are_refused() {
             assert_eq!(s, StatusCode::BAD_REQUEST, "{path} {subject:?}: {body}");
             assert_eq!(body["error"], "invalid_request");
         }
+        let q: String = url::form_urlencoded::byte_serialize(subject.as_bytes()).collect();
+        let (s, _, body) = api(
+            &http,
+            &app.url,
+            API_KEY,
+            reqwest::Method::GET,
+            &format!("/v1/connections?subject={q}"),
+            None,
+        )
+        .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{subject:?}: {body}");
     }
     app.stop().await;
 }
