@@ -38,6 +38,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProviderOutcomeLabels {
     provider: String,
     outcome: String,
@@ -64,17 +69,12 @@ struct Inner {
     requests: Family<RouteLabels, Counter>,
     request_seconds: Family<RouteTimeLabels, Histogram, fn() -> Histogram>,
     elicitations: Family<OutcomeLabels, Counter>,
+    rate_limited: Family<LimitLabels, Counter>,
     refreshes: Family<ProviderOutcomeLabels, Counter>,
     upstream_seconds: Family<UpstreamLabels, Histogram, fn() -> Histogram>,
     upstream_errors: Family<UpstreamLabels, Counter>,
     pool: Family<PoolLabels, Gauge>,
     pool_max: Gauge,
-    rate_limited: Family<LimitLabels, Counter>,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LimitLabels {
-    limit: String,
 }
 
 /// The application's metrics. Cheap to clone.
@@ -117,6 +117,12 @@ impl Metrics {
             "Elicitations by outcome (created, completed, declined, expired, failed)",
             elicitations.clone(),
         );
+        let rate_limited = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "rate_limited",
+            "Requests refused with 429 by limit (browser, failed_auth, api_client, sse_streams, long_polls)",
+            rate_limited.clone(),
+        );
         let refreshes = Family::<ProviderOutcomeLabels, Counter>::default();
         registry.register(
             "token_refreshes",
@@ -150,23 +156,17 @@ impl Metrics {
             "The database pool's size limit",
             pool_max.clone(),
         );
-        let rate_limited = Family::<LimitLabels, Counter>::default();
-        registry.register(
-            "rate_limited",
-            "Requests refused with 429 by limit (browser, failed_auth, api_client, sse_streams, long_polls)",
-            rate_limited.clone(),
-        );
         Self(Arc::new(Inner {
             registry,
             requests,
             request_seconds,
             elicitations,
+            rate_limited,
             refreshes,
             upstream_seconds,
             upstream_errors,
             pool,
             pool_max,
-            rate_limited,
         }))
     }
 
@@ -198,22 +198,22 @@ impl Metrics {
             .inc();
     }
 
-    pub fn refresh(&self, provider: &str, outcome: &str) {
-        self.0
-            .refreshes
-            .get_or_create(&ProviderOutcomeLabels {
-                provider: provider.to_owned(),
-                outcome: outcome.to_owned(),
-            })
-            .inc();
-    }
-
     /// A request refused by `limit` (a fixed word, see `limits::Limit::label`).
     pub fn rate_limited(&self, limit: &str) {
         self.0
             .rate_limited
             .get_or_create(&LimitLabels {
                 limit: limit.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn refresh(&self, provider: &str, outcome: &str) {
+        self.0
+            .refreshes
+            .get_or_create(&ProviderOutcomeLabels {
+                provider: provider.to_owned(),
+                outcome: outcome.to_owned(),
             })
             .inc();
     }
