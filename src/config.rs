@@ -75,6 +75,9 @@ struct RawConfig {
     audit_retention_days: Option<u64>,
     elicitation_retention_days: Option<u64>,
     metrics_listen: Option<String>,
+    metrics_token: Option<SecretString>,
+    #[serde(default)]
+    limits: RawLimits,
     identity: Option<RawIdentity>,
     #[serde(default)]
     clients: Vec<RawClient>,
@@ -105,6 +108,157 @@ struct RawClient {
     providers: Vec<String>,
     webhook_url: Option<String>,
     webhook_secret: Option<SecretString>,
+}
+
+/// `[limits]` as written; every key is optional.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    header_read_timeout_seconds: Option<u64>,
+    request_timeout_seconds: Option<u64>,
+    max_connections: Option<u64>,
+    sse_streams_per_client: Option<u64>,
+    long_polls_per_client: Option<u64>,
+    api_requests_per_second: Option<u64>,
+    api_burst: Option<u64>,
+    browser_requests_per_minute: Option<u64>,
+    browser_burst: Option<u64>,
+    failed_auth_per_minute: Option<u64>,
+    failed_auth_burst: Option<u64>,
+    tracked_addresses: Option<u64>,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+}
+
+/// Timeouts, caps and rate limits at the service's edge (`[limits]`). The defaults are aimed at
+/// strangers and runaway clients: a trusted MCP server fetching thousands of tokens a second, or
+/// a user completing several connect flows in a minute, never meets them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// A connection that has not sent a whole request header within this is closed.
+    pub header_read_timeout_seconds: u64,
+    /// Non-streaming requests are answered within this (long polls get their wait on top).
+    pub request_timeout_seconds: u64,
+    /// Open connections accepted at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// `GET /v1/events` streams open at once per API client.
+    pub sse_streams_per_client: usize,
+    /// Long polls (`?wait=`, `wait_seconds`) held at once per API client.
+    pub long_polls_per_client: usize,
+    /// API requests per second per API client (0 = no limit), with this burst.
+    pub api_requests_per_second: u64,
+    pub api_burst: u64,
+    /// Browser-route requests per minute per client address (0 = no limit), with this burst.
+    pub browser_requests_per_minute: u64,
+    pub browser_burst: u64,
+    /// Failed API authentications per minute per client address (0 = no limit), with this burst.
+    pub failed_auth_per_minute: u64,
+    pub failed_auth_burst: u64,
+    /// Addresses each per-address limit remembers at most (its memory bound).
+    pub tracked_addresses: usize,
+    /// Peers whose `X-Forwarded-For` is believed (reverse proxies). Empty (the default): the
+    /// client address is always the peer address.
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout_seconds: 20,
+            request_timeout_seconds: 30,
+            max_connections: 20_000,
+            sse_streams_per_client: 50,
+            long_polls_per_client: 10_000,
+            api_requests_per_second: 20_000,
+            api_burst: 20_000,
+            browser_requests_per_minute: 600,
+            browser_burst: 300,
+            failed_auth_per_minute: 60,
+            failed_auth_burst: 30,
+            tracked_addresses: 100_000,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+/// An address range such as `10.0.0.0/8` or `fd00::/8` (a bare address is a single host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    pub addr: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl IpNet {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: std::net::IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not an address or a range like 10.0.0.0/8"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            None => max,
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|n| *n <= max)
+                .ok_or_else(|| format!("{s:?} has a bad prefix length"))?,
+        };
+        Ok(Self { addr, prefix })
+    }
+
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether `url`'s host is loopback: `localhost`, 127.0.0.0/8 or ::1.
+pub fn is_loopback_url(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        None => false,
+    }
+}
+
+/// Plain http is only for loopback (development, the demo, tests): anywhere else tokens, codes,
+/// ID-token keys and cookies would cross the network in clear.
+pub fn require_https_off_loopback(url: &Url) -> Result<(), String> {
+    if url.scheme() == "https" || (url.scheme() == "http" && is_loopback_url(url)) {
+        return Ok(());
+    }
+    if url.scheme() == "http" {
+        // The host only: a URL may carry credentials.
+        return Err(format!(
+            "must be https: plain http is only allowed on loopback (localhost, 127.0.0.0/8, ::1), and {} is not",
+            url.host_str().unwrap_or("(no host)")
+        ));
+    }
+    Err(format!("must be an https URL, not {:?}", url.scheme()))
 }
 
 /// Who may use `/admin`.
@@ -273,6 +427,10 @@ pub struct Config {
     pub elicitation_retention_days: u64,
     /// Serve `/metrics` on this address instead of the main listener.
     pub metrics_listen: Option<SocketAddr>,
+    /// With it, `/metrics` on the main listener answers a request bearing this token; without
+    /// it, only requests from loopback that no proxy forwarded.
+    pub metrics_token: Option<SecretString>,
+    pub limits: Limits,
     pub identity: IdentityConfig,
     pub clients: Vec<ClientConfig>,
     pub admin: AdminConfig,
@@ -292,6 +450,11 @@ impl fmt::Debug for Config {
                 &self.elicitation_retention_days,
             )
             .field("metrics_listen", &self.metrics_listen)
+            .field(
+                "metrics_token",
+                &self.metrics_token.as_ref().map(|_| "[redacted]"),
+            )
+            .field("limits", &self.limits)
             .field("identity", &self.identity)
             .field("clients", &self.clients)
             .field("providers", &self.providers)
@@ -508,7 +671,12 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 );
                 None
             }
-            Ok(u) => Some(u),
+            Ok(u) => {
+                if let Err(m) = require_https_off_loopback(&u) {
+                    err("public_url", m);
+                }
+                Some(u)
+            }
             Err(e) => {
                 err("public_url", format!("is not a URL: {e}"));
                 None
@@ -630,6 +798,17 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             "must differ from `listen` (leave it out to serve /metrics on the main address)".into(),
         );
     }
+    if raw
+        .metrics_token
+        .as_ref()
+        .is_some_and(|t| t.expose_secret().trim().len() < 16)
+    {
+        err(
+            "metrics_token",
+            "must be at least 16 characters (use a random value)".into(),
+        );
+    }
+    let limits = validate_limits(raw.limits, &mut err);
     match (&raw.admin.claim, raw.admin.claim_values.is_empty()) {
         (Some(c), true) => err(
             "admin.claim_values",
@@ -665,7 +844,12 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                     err("identity.issuer", "must be an http(s) URL".into());
                     None
                 }
-                Some(Ok(_)) => id.issuer.clone(),
+                Some(Ok(u)) => {
+                    if let Err(m) = require_https_off_loopback(&u) {
+                        err("identity.issuer", m);
+                    }
+                    id.issuer.clone()
+                }
             };
             let client_id = id.client_id.filter(|c| !c.is_empty());
             if client_id.is_none() {
@@ -712,9 +896,25 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         } else if p.issuer.is_none() && (p.authorization_url.is_none() || p.token_url.is_none()) {
             err(&key, "needs `kind`, or `issuer` (discovery), or both `authorization_url` and `token_url`".into());
         }
-        if let Some(i) = &p.issuer {
-            if Url::parse(i).is_err() {
-                err(&format!("{key}.issuer"), "is not a URL".into());
+        match p.issuer.as_deref().map(Url::parse) {
+            Some(Err(_)) => err(&format!("{key}.issuer"), "is not a URL".into()),
+            Some(Ok(u)) => {
+                if let Err(m) = require_https_off_loopback(&u) {
+                    err(&format!("{key}.issuer"), m);
+                }
+            }
+            None => {}
+        }
+        for (field, url) in [
+            ("authorization_url", &p.authorization_url),
+            ("token_url", &p.token_url),
+            ("revocation_url", &p.revocation_url),
+            ("userinfo_url", &p.userinfo_url),
+        ] {
+            if let Some(u) = url {
+                if let Err(m) = require_https_off_loopback(u) {
+                    err(&format!("{key}.{field}"), m);
+                }
             }
         }
         if p.client_id.is_empty() {
@@ -850,6 +1050,8 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             audit_retention_days,
             elicitation_retention_days,
             metrics_listen,
+            metrics_token: raw.metrics_token,
+            limits,
             identity,
             clients,
             admin: raw.admin,
@@ -860,6 +1062,109 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             "incomplete",
         )])),
     }
+}
+
+fn validate_limits(raw: RawLimits, err: &mut impl FnMut(&str, String)) -> Limits {
+    let d = Limits::default();
+    let mut bounded = |key: &str, v: Option<u64>, default: u64, min: u64, max: u64| -> u64 {
+        let v = v.unwrap_or(default);
+        if !(min..=max).contains(&v) {
+            err(
+                &format!("limits.{key}"),
+                format!("must be between {min} and {max}"),
+            );
+            return default;
+        }
+        v
+    };
+    let mut l = Limits {
+        header_read_timeout_seconds: bounded(
+            "header_read_timeout_seconds",
+            raw.header_read_timeout_seconds,
+            d.header_read_timeout_seconds,
+            1,
+            30,
+        ),
+        request_timeout_seconds: bounded(
+            "request_timeout_seconds",
+            raw.request_timeout_seconds,
+            d.request_timeout_seconds,
+            1,
+            300,
+        ),
+        max_connections: bounded(
+            "max_connections",
+            raw.max_connections,
+            d.max_connections as u64,
+            1,
+            1_000_000,
+        ) as usize,
+        sse_streams_per_client: bounded(
+            "sse_streams_per_client",
+            raw.sse_streams_per_client,
+            d.sse_streams_per_client as u64,
+            1,
+            100_000,
+        ) as usize,
+        long_polls_per_client: bounded(
+            "long_polls_per_client",
+            raw.long_polls_per_client,
+            d.long_polls_per_client as u64,
+            1,
+            1_000_000,
+        ) as usize,
+        api_requests_per_second: bounded(
+            "api_requests_per_second",
+            raw.api_requests_per_second,
+            d.api_requests_per_second,
+            0,
+            1_000_000,
+        ),
+        api_burst: bounded("api_burst", raw.api_burst, d.api_burst, 1, 1_000_000),
+        browser_requests_per_minute: bounded(
+            "browser_requests_per_minute",
+            raw.browser_requests_per_minute,
+            d.browser_requests_per_minute,
+            0,
+            1_000_000,
+        ),
+        browser_burst: bounded(
+            "browser_burst",
+            raw.browser_burst,
+            d.browser_burst,
+            1,
+            1_000_000,
+        ),
+        failed_auth_per_minute: bounded(
+            "failed_auth_per_minute",
+            raw.failed_auth_per_minute,
+            d.failed_auth_per_minute,
+            0,
+            1_000_000,
+        ),
+        failed_auth_burst: bounded(
+            "failed_auth_burst",
+            raw.failed_auth_burst,
+            d.failed_auth_burst,
+            1,
+            1_000_000,
+        ),
+        tracked_addresses: bounded(
+            "tracked_addresses",
+            raw.tracked_addresses,
+            d.tracked_addresses as u64,
+            100,
+            10_000_000,
+        ) as usize,
+        trusted_proxies: Vec::new(),
+    };
+    for p in &raw.trusted_proxies {
+        match IpNet::parse(p) {
+            Ok(n) => l.trusted_proxies.push(n),
+            Err(m) => err("limits.trusted_proxies", m),
+        }
+    }
+    l
 }
 
 #[cfg(test)]
@@ -1035,6 +1340,105 @@ client_secret = "gh-super-secret"
             .unwrap_err()
             .to_string();
         assert!(e.contains("subjectz"), "{e}");
+    }
+
+    #[test]
+    fn plain_http_is_refused_off_loopback_naming_the_key() {
+        let text = base()
+            .replace("https://connect.example.com", "http://connect.example.com")
+            .replace("https://auth.example.com", "http://auth.example.com")
+            + "[providers.acme]\nissuer = \"http://id.acme.test\"\nclient_id = \"a\"\n\
+               [providers.plain]\nauthorization_url = \"http://p.test/a\"\ntoken_url = \"https://p.test/t\"\n\
+               revocation_url = \"http://p.test/r\"\nuserinfo_url = \"ftp://p.test/u\"\nclient_id = \"p\"\n";
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        for key in [
+            "`public_url`",
+            "`identity.issuer`",
+            "`providers.acme.issuer`",
+            "`providers.plain.authorization_url`",
+            "`providers.plain.revocation_url`",
+            "`providers.plain.userinfo_url`",
+        ] {
+            assert!(e.contains(key), "{key} not named: {e}");
+        }
+        assert!(!e.contains("providers.plain.token_url"), "{e}");
+        for loopback in [
+            "http://127.0.0.1:8080",
+            "http://127.3.2.1",
+            "http://localhost:8080",
+            "http://[::1]:8080",
+        ] {
+            let text = base()
+                .replace("https://connect.example.com", loopback)
+                .replace("https://auth.example.com", &format!("{loopback}/issuer"));
+            Config::from_parts(&text, &[]).unwrap_or_else(|e| panic!("{loopback}: {e}"));
+        }
+        let text = base().replace(
+            "https://auth.example.com",
+            "http://user:pa55word@auth.example.com",
+        );
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("`identity.issuer`") && !e.contains("pa55word"),
+            "{e}"
+        );
+        for not_loopback in [
+            "http://127.0.0.1.example.com",
+            "http://10.0.0.1",
+            "http://[::2]",
+        ] {
+            let text = base().replace("https://connect.example.com", not_loopback);
+            let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+            assert!(e.contains("`public_url`"), "{not_loopback}: {e}");
+        }
+    }
+
+    #[test]
+    fn limits_have_defaults_and_are_validated() {
+        let c = Config::from_parts(&base(), &[]).unwrap();
+        assert_eq!(c.limits, Limits::default());
+        assert!(c.limits.header_read_timeout_seconds <= 30);
+        let text = format!(
+            "{}\n[limits]\nheader_read_timeout_seconds = 5\nbrowser_requests_per_minute = 0\n\
+             trusted_proxies = [\"10.0.0.0/8\", \"fd00::1\"]\n",
+            base()
+        );
+        let c = Config::from_parts(&text, &[]).unwrap();
+        assert_eq!(c.limits.header_read_timeout_seconds, 5);
+        assert_eq!(c.limits.browser_requests_per_minute, 0);
+        assert!(c.limits.trusted_proxies[0].contains("10.9.8.7".parse().unwrap()));
+        assert!(!c.limits.trusted_proxies[0].contains("11.0.0.1".parse().unwrap()));
+        assert!(c.limits.trusted_proxies[1].contains("fd00::1".parse().unwrap()));
+        let text = format!(
+            "{}\n[limits]\nheader_read_timeout_seconds = 31\nmax_connections = 0\n\
+             trusted_proxies = [\"10.0.0.0/33\"]\nburst = 3\n",
+            base()
+        );
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(e.contains("burst"), "unknown key named: {e}");
+        let text = format!(
+            "{}\n[limits]\nheader_read_timeout_seconds = 31\nmax_connections = 0\n\
+             trusted_proxies = [\"10.0.0.0/33\"]\n",
+            base()
+        );
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        for key in [
+            "`limits.header_read_timeout_seconds`",
+            "`limits.max_connections`",
+            "`limits.trusted_proxies`",
+        ] {
+            assert!(e.contains(key), "{key} not named: {e}");
+        }
+        let e = Config::from_parts(&format!("metrics_token = \"short\"\n{}", base()), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`metrics_token`"), "{e}");
+        let c = Config::from_parts(
+            &format!("metrics_token = \"metrics-token-0123456789\"\n{}", base()),
+            &[],
+        )
+        .unwrap();
+        assert!(!format!("{c:?}").contains("metrics-token-0123456789"));
     }
 
     #[test]

@@ -52,6 +52,12 @@ pub enum Error {
         title: String,
         message: String,
     },
+    /// Too many requests from this caller; try again after `retry_after` seconds.
+    #[error("Too many requests. Try again in {retry_after} seconds.")]
+    RateLimited {
+        retry_after: u64,
+        limit: crate::limits::Limit,
+    },
     #[error("a dependency is unavailable")]
     Unavailable(#[source] anyhow::Error),
     #[error("the provider failed")]
@@ -64,8 +70,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Every API error body. Stable codes: `unauthorized`, `forbidden_provider`, `invalid_request`,
 /// `invalid_request_state`, `not_found`, `not_connected`, `authorization_required`,
-/// `reauthorization_required`, `authorization_declined`, `unavailable`, `upstream_error`,
-/// `internal`.
+/// `reauthorization_required`, `authorization_declined`, `rate_limited` (with a `Retry-After`
+/// header), `unavailable`, `upstream_error`, `internal`.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// The stable error code.
@@ -129,6 +135,7 @@ impl Error {
             | Self::ReauthorizationRequired { .. }
             | Self::AuthorizationDeclined { .. } => StatusCode::CONFLICT,
             Self::Page { status, .. } => *status,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Upstream(_) => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -147,6 +154,7 @@ impl Error {
             Self::AuthorizationRequired { .. } => "authorization_required",
             Self::ReauthorizationRequired { .. } => "reauthorization_required",
             Self::Page { code, .. } => code,
+            Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable(_) => "unavailable",
             Self::Upstream(_) => "upstream_error",
             Self::Internal(_) => "internal",
@@ -172,6 +180,7 @@ impl Error {
             Self::Page { title, .. } => title.clone(),
             Self::NotFound(_) => "Not found".into(),
             Self::InvalidRequest(_) => "This request cannot be handled".into(),
+            Self::RateLimited { .. } => "Too many requests".into(),
             Self::Unavailable(_) => "Temporarily unavailable".into(),
             Self::Upstream(_) => "The provider did not answer".into(),
             _ => "Something went wrong".into(),
@@ -212,6 +221,12 @@ impl IntoResponse for Error {
             message: self.message(),
         };
         let mut resp = (status, Json(body)).into_response();
+        if let Self::RateLimited { retry_after, limit } = &self {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, (*retry_after).into());
+            // For the metrics layer, which counts refusals by limit.
+            resp.extensions_mut().insert(*limit);
+        }
         resp.extensions_mut().insert(rendered);
         resp
     }

@@ -1,4 +1,5 @@
-//! The outbound HTTP client (redirects off, timeouts on) and authorization-server discovery.
+//! The outbound HTTP client (redirects off, timeouts on, response bodies bounded) and
+//! authorization-server discovery.
 
 use std::time::Duration;
 
@@ -32,11 +33,30 @@ pub struct ServerMetadata {
     pub token_endpoint_auth_methods_supported: Vec<String>,
 }
 
+impl ServerMetadata {
+    /// Every endpoint it names must be https unless on loopback, like the configured ones.
+    fn check_transport(&self) -> anyhow::Result<()> {
+        for (name, v) in [
+            ("authorization_endpoint", Some(&self.authorization_endpoint)),
+            ("token_endpoint", Some(&self.token_endpoint)),
+            ("jwks_uri", self.jwks_uri.as_ref()),
+            ("revocation_endpoint", self.revocation_endpoint.as_ref()),
+            ("userinfo_endpoint", self.userinfo_endpoint.as_ref()),
+        ] {
+            let Some(v) = v else { continue };
+            let u = url::Url::parse(v).with_context(|| format!("{name} is not a URL"))?;
+            crate::config::require_https_off_loopback(&u)
+                .map_err(|m| anyhow::anyhow!("{name} {m}"))?;
+        }
+        Ok(())
+    }
+}
+
 /// Fetches metadata for `issuer`, trying OpenID Connect discovery then RFC 8414, and checks that
 /// the document names the same issuer (a mix-up defence).
 pub async fn discover(http: &reqwest::Client, issuer: &str) -> anyhow::Result<ServerMetadata> {
     let base = issuer.trim_end_matches('/');
-    let mut last_err = None;
+    let mut errors = Vec::new();
     for suffix in [
         "/.well-known/openid-configuration",
         "/.well-known/oauth-authorization-server",
@@ -50,18 +70,81 @@ pub async fn discover(http: &reqwest::Client, issuer: &str) -> anyhow::Result<Se
                         m.issuer
                     );
                 }
+                m.check_transport()
+                    .with_context(|| format!("discovery at {url}"))?;
                 return Ok(m);
             }
-            Err(e) => last_err = Some(e),
+            Err(e) => errors.push(format!("{e:#}")),
         }
     }
-    Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no discovery document")))
+    // Both answers: the first (OpenID Connect) is usually the telling one.
+    bail!("no usable discovery document: {}", errors.join("; "))
+}
+
+/// The most we read of any answer from an issuer or provider (discovery, JWKS, token, userinfo,
+/// revocation): real ones are a few kilobytes; a larger one is refused, not buffered.
+pub const MAX_RESPONSE_BYTES: usize = 256 * 1024;
+
+/// A response body too large to read (see `MAX_RESPONSE_BYTES`).
+#[derive(Debug, thiserror::Error)]
+#[error("the response body is larger than {limit} bytes; refused")]
+pub struct TooLarge {
+    pub limit: usize,
+}
+
+/// Reads a response body, refusing one longer than `limit` bytes (by its `Content-Length`
+/// before reading, or as the chunks arrive when it has none).
+pub async fn read_limited(
+    mut resp: reqwest::Response,
+    limit: usize,
+) -> anyhow::Result<bytes::Bytes> {
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(TooLarge { limit }.into());
+    }
+    let mut buf = bytes::BytesMut::new();
+    while let Some(chunk) = resp.chunk().await.context("reading the response body")? {
+        if buf.len() + chunk.len() > limit {
+            return Err(TooLarge { limit }.into());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// `Cache-Control: max-age` of a response, if it gives one (and no `no-store`/`no-cache`,
+/// which mean zero).
+pub fn max_age(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let mut age = None;
+    for v in headers.get_all(reqwest::header::CACHE_CONTROL) {
+        for d in v.to_str().ok()?.split(',') {
+            let d = d.trim().to_ascii_lowercase();
+            if d == "no-store" || d == "no-cache" {
+                return Some(Duration::ZERO);
+            }
+            if let Some(n) = d.strip_prefix("max-age=") {
+                age = n
+                    .trim_matches('"')
+                    .parse::<u64>()
+                    .ok()
+                    .map(Duration::from_secs);
+            }
+        }
+    }
+    age
 }
 
 pub async fn fetch_json<T: serde::de::DeserializeOwned>(
     http: &reqwest::Client,
     url: &str,
 ) -> anyhow::Result<T> {
+    fetch_json_with_headers(http, url).await.map(|(v, _)| v)
+}
+
+/// A JSON document and its response headers (for caching rules).
+pub async fn fetch_json_with_headers<T: serde::de::DeserializeOwned>(
+    http: &reqwest::Client,
+    url: &str,
+) -> anyhow::Result<(T, reqwest::header::HeaderMap)> {
     let resp = http
         .get(url)
         .header(reqwest::header::ACCEPT, "application/json")
@@ -72,7 +155,73 @@ pub async fn fetch_json<T: serde::de::DeserializeOwned>(
     if !status.is_success() {
         bail!("GET {url}: HTTP {status}");
     }
-    resp.json::<T>()
+    let headers = resp.headers().clone();
+    let body = read_limited(resp, MAX_RESPONSE_BYTES)
         .await
-        .with_context(|| format!("GET {url}: unexpected body"))
+        .with_context(|| format!("GET {url}"))?;
+    let v = serde_json::from_slice::<T>(&body)
+        .with_context(|| format!("GET {url}: unexpected body"))?;
+    Ok((v, headers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Json;
+    use serde_json::{Value, json};
+    use std::sync::{Arc, Mutex};
+
+    /// A stub issuer whose discovery document the test sets.
+    async fn stub(doc: Arc<Mutex<Value>>) -> String {
+        let app = axum::Router::new().route(
+            "/.well-known/openid-configuration",
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move { Json(doc.lock().unwrap().clone()) }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(l, app).await });
+        base
+    }
+
+    #[tokio::test]
+    async fn discovery_refuses_oversized_documents_and_plain_http_endpoints() {
+        let doc = Arc::new(Mutex::new(Value::Null));
+        let issuer = stub(doc.clone()).await;
+        let http = build();
+        let good = json!({"issuer": issuer, "authorization_endpoint": format!("{issuer}/a"),
+            "token_endpoint": format!("{issuer}/t"), "jwks_uri": format!("{issuer}/jwks")});
+        *doc.lock().unwrap() = good.clone();
+        discover(&http, &issuer).await.unwrap();
+
+        let mut big = good.clone();
+        big["padding"] = json!("x".repeat(MAX_RESPONSE_BYTES));
+        *doc.lock().unwrap() = big;
+        let e = discover(&http, &issuer).await.unwrap_err();
+        assert!(format!("{e:#}").contains("larger than"), "{e:#}");
+
+        let mut clear = good.clone();
+        clear["jwks_uri"] = json!("http://keys.example.com/jwks");
+        *doc.lock().unwrap() = clear;
+        let e = discover(&http, &issuer).await.unwrap_err();
+        assert!(format!("{e:#}").contains("jwks_uri must be https"), "{e:#}");
+    }
+
+    #[test]
+    fn max_age_reads_cache_control() {
+        let h = |v: &str| {
+            let mut m = reqwest::header::HeaderMap::new();
+            m.insert(reqwest::header::CACHE_CONTROL, v.parse().unwrap());
+            m
+        };
+        assert_eq!(
+            max_age(&h("public, max-age=600")),
+            Some(Duration::from_secs(600))
+        );
+        assert_eq!(max_age(&h("no-store")), Some(Duration::ZERO));
+        assert_eq!(max_age(&h("public")), None);
+        assert_eq!(max_age(&reqwest::header::HeaderMap::new()), None);
+    }
 }

@@ -13,7 +13,9 @@ use tokio::sync::RwLock;
 use url::Url;
 
 use crate::config::IdentityConfig;
-use crate::http_client::{ServerMetadata, discover, fetch_json};
+use crate::http_client::{
+    MAX_RESPONSE_BYTES, ServerMetadata, discover, fetch_json_with_headers, max_age, read_limited,
+};
 
 /// Who signed in, from a validated ID token.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
@@ -30,6 +32,19 @@ pub struct SignedInUser {
 /// Don't refetch the JWKS for an unknown `kid` more often than this (a forged token must not
 /// make us hammer the issuer).
 const JWKS_REFETCH_MIN: Duration = Duration::from_secs(30);
+/// How long a fetched JWKS is used: the issuer's `Cache-Control: max-age`, within these bounds
+/// (so a key the issuer withdrew stops working within a day at most, and we never fetch more
+/// often than every half minute), or `JWKS_TTL_DEFAULT` when it says nothing.
+const JWKS_TTL_MIN: Duration = Duration::from_secs(30);
+const JWKS_TTL_MAX: Duration = Duration::from_secs(24 * 3600);
+const JWKS_TTL_DEFAULT: Duration = Duration::from_secs(600);
+
+/// A fetched key set and how long it may be used.
+struct CachedJwks {
+    set: Arc<JwkSet>,
+    fetched: Instant,
+    ttl: Duration,
+}
 const ALLOWED_ALGS: &[Algorithm] = &[
     Algorithm::RS256,
     Algorithm::RS384,
@@ -46,7 +61,10 @@ pub struct Identity {
     config: IdentityConfig,
     http: reqwest::Client,
     metadata: RwLock<Option<Arc<ServerMetadata>>>,
-    jwks: RwLock<Option<(Arc<JwkSet>, Instant)>>,
+    jwks: RwLock<Option<CachedJwks>>,
+    /// Bounds on the JWKS lifetime and the unknown-`kid` refetch interval (tests shorten them).
+    jwks_ttl_bounds: (Duration, Duration),
+    jwks_refetch_min: Duration,
 }
 
 impl Identity {
@@ -56,6 +74,8 @@ impl Identity {
             http,
             metadata: RwLock::new(None),
             jwks: RwLock::new(None),
+            jwks_ttl_bounds: (JWKS_TTL_MIN, JWKS_TTL_MAX),
+            jwks_refetch_min: JWKS_REFETCH_MIN,
         }
     }
 
@@ -159,7 +179,10 @@ impl Identity {
             .await
             .context("calling the identity token endpoint")?;
         let status = resp.status();
-        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        let body = read_limited(resp, MAX_RESPONSE_BYTES)
+            .await
+            .context("reading the identity token response")?;
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         if !status.is_success() {
             let err = v.get("error").and_then(Value::as_str).unwrap_or("unknown");
             bail!("identity token endpoint answered HTTP {status} ({err})");
@@ -241,22 +264,213 @@ impl Identity {
         bail!("no key {kid:?} in the issuer's JWKS")
     }
 
+    /// The issuer's key set: the cached one while its TTL lasts; `refresh` (an unknown `kid`)
+    /// fetches again, but not sooner than `jwks_refetch_min` after the last fetch. An expired
+    /// set is never used: if the issuer cannot be reached, ID tokens are refused.
     async fn jwks(&self, refresh: bool) -> anyhow::Result<Arc<JwkSet>> {
-        if let Some((set, at)) = self.jwks.read().await.as_ref() {
-            if !refresh || at.elapsed() < JWKS_REFETCH_MIN {
-                return Ok(set.clone());
-            }
+        let fresh = |c: &CachedJwks| {
+            let age = c.fetched.elapsed();
+            age < c.ttl && (!refresh || age < self.jwks_refetch_min)
+        };
+        if let Some(c) = self.jwks.read().await.as_ref().filter(|c| fresh(c)) {
+            return Ok(c.set.clone());
+        }
+        let mut slot = self.jwks.write().await;
+        // Another request may have fetched while this one waited for the lock.
+        if let Some(c) = slot.as_ref().filter(|c| fresh(c)) {
+            return Ok(c.set.clone());
         }
         let m = self.metadata().await?;
         let uri = m
             .jwks_uri
             .as_deref()
             .ok_or_else(|| anyhow!("no jwks_uri"))?;
-        let set: JwkSet = fetch_json(&self.http, uri)
+        let (set, headers): (JwkSet, _) = fetch_json_with_headers(&self.http, uri)
             .await
             .context("fetching the issuer's JWKS")?;
+        let (min, max) = self.jwks_ttl_bounds;
+        let ttl = max_age(&headers)
+            .unwrap_or(JWKS_TTL_DEFAULT)
+            .clamp(min, max);
         let set = Arc::new(set);
-        *self.jwks.write().await = Some((set.clone(), Instant::now()));
+        *slot = Some(CachedJwks {
+            set: set.clone(),
+            fetched: Instant::now(),
+            ttl,
+        });
         Ok(set)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Json;
+    use axum::extract::State;
+    use axum::http::header;
+    use axum::response::IntoResponse;
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use jsonwebtoken::{EncodingKey, Header};
+    use ring::rand::SystemRandom;
+    use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+    use serde_json::json;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Key {
+        kid: String,
+        enc: EncodingKey,
+        jwk: Value,
+    }
+
+    fn key(kid: &str) -> Key {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        let p = pair.public_key().as_ref();
+        Key {
+            kid: kid.into(),
+            enc: EncodingKey::from_ec_der(pkcs8.as_ref()),
+            jwk: json!({"kty": "EC", "crv": "P-256", "alg": "ES256", "use": "sig", "kid": kid,
+                "x": URL_SAFE_NO_PAD.encode(&p[1..33]), "y": URL_SAFE_NO_PAD.encode(&p[33..65])}),
+        }
+    }
+
+    /// A stub issuer: discovery, and a JWKS whose keys, `Cache-Control` and size the test sets.
+    #[derive(Default)]
+    struct Stub {
+        issuer: Mutex<String>,
+        keys: Mutex<Vec<Value>>,
+        cache_control: Mutex<Option<String>>,
+        padding: Mutex<usize>,
+        fetches: AtomicUsize,
+    }
+
+    async fn discovery(State(s): State<Arc<Stub>>) -> Json<Value> {
+        let iss = s.issuer.lock().unwrap().clone();
+        Json(
+            json!({"issuer": iss, "authorization_endpoint": format!("{iss}/authorize"),
+            "token_endpoint": format!("{iss}/token"), "jwks_uri": format!("{iss}/jwks")}),
+        )
+    }
+
+    async fn jwks(State(s): State<Arc<Stub>>) -> axum::response::Response {
+        s.fetches.fetch_add(1, Ordering::SeqCst);
+        let body = json!({"keys": s.keys.lock().unwrap().clone(),
+            "padding": "x".repeat(*s.padding.lock().unwrap())});
+        let mut r = Json(body).into_response();
+        if let Some(cc) = s.cache_control.lock().unwrap().clone() {
+            r.headers_mut()
+                .insert(header::CACHE_CONTROL, cc.parse().unwrap());
+        }
+        r
+    }
+
+    async fn start() -> (Arc<Stub>, Identity) {
+        let stub = Arc::new(Stub::default());
+        let app = axum::Router::new()
+            .route(
+                "/.well-known/openid-configuration",
+                axum::routing::get(discovery),
+            )
+            .route("/jwks", axum::routing::get(jwks))
+            .with_state(stub.clone());
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let issuer = format!("http://{}", l.local_addr().unwrap());
+        *stub.issuer.lock().unwrap() = issuer.clone();
+        tokio::spawn(async move { axum::serve(l, app).await });
+        let id = Identity::new(
+            IdentityConfig {
+                issuer,
+                client_id: "mcp-connect".into(),
+                client_secret: None,
+                scopes: vec!["openid".into()],
+            },
+            crate::http_client::build(),
+        );
+        (stub, id)
+    }
+
+    fn id_token(id: &Identity, k: &Key) -> String {
+        let mut h = Header::new(Algorithm::ES256);
+        h.kid = Some(k.kid.clone());
+        let now = crate::db::now();
+        jsonwebtoken::encode(
+            &h,
+            &json!({"iss": id.issuer(), "aud": "mcp-connect", "sub": "alice", "nonce": "n",
+                "iat": now, "exp": now + 300}),
+            &k.enc,
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_withdrawn_key_stops_validating_after_the_jwks_ttl() {
+        let (stub, mut id) = start().await;
+        id.jwks_ttl_bounds = (Duration::ZERO, JWKS_TTL_MAX);
+        let (old, new) = (key("old"), key("new"));
+        *stub.keys.lock().unwrap() = vec![old.jwk.clone()];
+        *stub.cache_control.lock().unwrap() = Some("public, max-age=1".into());
+        id.verify_id_token(&id_token(&id, &old), "n").await.unwrap();
+        // The issuer withdraws the old key and publishes a new one.
+        *stub.keys.lock().unwrap() = vec![new.jwk.clone()];
+        id.verify_id_token(&id_token(&id, &old), "n")
+            .await
+            .expect("still cached within max-age");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let e = id
+            .verify_id_token(&id_token(&id, &old), "n")
+            .await
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("no key"), "{e:#}");
+        id.verify_id_token(&id_token(&id, &new), "n").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn jwks_ttl_is_bounded_and_unknown_kids_refetch_at_most_once_per_interval() {
+        let (stub, id) = start().await;
+        let k = key("k");
+        *stub.keys.lock().unwrap() = vec![k.jwk.clone()];
+        // max-age=0 is raised to the minimum: no refetch per sign-in.
+        *stub.cache_control.lock().unwrap() = Some("max-age=0".into());
+        for _ in 0..3 {
+            id.verify_id_token(&id_token(&id, &k), "n").await.unwrap();
+        }
+        assert_eq!(stub.fetches.load(Ordering::SeqCst), 1);
+        // Forged tokens with unknown kids: no more than one refetch per interval.
+        let forged = key("forged");
+        for _ in 0..5 {
+            assert!(
+                id.verify_id_token(&id_token(&id, &forged), "n")
+                    .await
+                    .is_err()
+            );
+        }
+        assert_eq!(stub.fetches.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            crate::http_client::max_age(&{
+                let mut h = reqwest::header::HeaderMap::new();
+                h.insert("cache-control", "public, max-age=3600".parse().unwrap());
+                h
+            }),
+            Some(Duration::from_secs(3600))
+        );
+    }
+
+    #[tokio::test]
+    async fn an_oversized_jwks_is_refused() {
+        let (stub, id) = start().await;
+        let k = key("k");
+        *stub.keys.lock().unwrap() = vec![k.jwk.clone()];
+        *stub.padding.lock().unwrap() = crate::http_client::MAX_RESPONSE_BYTES;
+        let e = id
+            .verify_id_token(&id_token(&id, &k), "n")
+            .await
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("larger than"), "{e:#}");
+        *stub.padding.lock().unwrap() = 0;
+        id.verify_id_token(&id_token(&id, &k), "n").await.unwrap();
     }
 }

@@ -19,6 +19,7 @@ pub mod error;
 pub mod events;
 pub mod http_client;
 pub mod identity;
+pub mod limits;
 pub mod metrics;
 pub mod middleware;
 pub mod ops;
@@ -59,6 +60,7 @@ pub struct AppInner {
     pub events: events::Hub,
     pub refresh: tokens::RefreshCoordinator,
     pub metrics: metrics::Metrics,
+    pub limits: limits::Limits,
     pub shutdown: watch::Receiver<bool>,
     /// Refused callback states not yet in the audit log (aggregated, see `web::state_refusals`).
     pub state_refusals: web::state_refusals::StateRefusals,
@@ -81,6 +83,7 @@ impl AppState {
         let waiters = Waiters::new(shutdown.clone());
         AppState(Arc::new(AppInner {
             identity: Identity::new(config.identity.clone(), http.clone()),
+            limits: limits::Limits::new(&config.limits),
             providers: Providers::from_config(&config.providers),
             clients: config.clients.clone(),
             refresh: tokens::RefreshCoordinator::new(db.pool.options().get_max_connections()),
@@ -190,12 +193,12 @@ impl Application {
         if let Some(l) = self.metrics_listener {
             let mut stop_metrics = self.state.shutdown.clone();
             let app = ops::metrics_router(self.state.clone());
+            let limits = self.state.config.limits.clone();
             tasks.push(tokio::spawn(async move {
-                let r = axum::serve(l, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop_metrics.changed().await;
-                    })
-                    .await;
+                let r = serve(l, app, &limits, async move {
+                    let _ = stop_metrics.changed().await;
+                })
+                .await;
                 if let Err(e) = r {
                     tracing::error!(error = %e, "the metrics listener failed");
                 }
@@ -206,12 +209,12 @@ impl Application {
             tracing::info!("shutting down");
             let _ = shutdown_tx.send(true);
         };
-        axum::serve(
+        serve(
             self.listener,
-            self.router
-                .into_make_service_with_connect_info::<SocketAddr>(),
+            self.router,
+            &self.state.config.limits,
+            graceful,
         )
-        .with_graceful_shutdown(graceful)
         .await
         .context("serving")?;
         for t in tasks {
@@ -222,8 +225,82 @@ impl Application {
     }
 }
 
+/// Serves `app` on `listener` until `stop` resolves, then lets open requests finish (at most
+/// `DRAIN`). Unlike `axum::serve`, it bounds what slow or idle clients can hold: a connection
+/// must send each request's header within `header_read_timeout_seconds` (hyper's timer; an idle
+/// keep-alive connection is closed after the same time), and at most `max_connections` are open
+/// at once (the rest wait in the kernel's backlog). Each request carries the peer address as
+/// `ConnectInfo<SocketAddr>`.
+async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: &config::Limits,
+    stop: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt;
+
+    const DRAIN: Duration = Duration::from_secs(90);
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(limits.header_read_timeout_seconds));
+    tokio::pin!(stop);
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = &mut stop => break,
+        };
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let svc = app.clone().map_request(
+            move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                req
+            },
+        );
+        let conn = http.serve_connection(
+            TokioIo::new(stream),
+            hyper_util::service::TowerToHyperService::new(svc),
+        );
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still open after the drain period were cut off");
+    }
+    Ok(())
+}
+
 /// The whole HTTP surface: API, browser pages, ops routes, with shared middleware.
 pub fn router(state: AppState) -> Router {
+    let https = state.config.is_https();
+    let timeout = Duration::from_secs(state.config.limits.request_timeout_seconds);
     Router::new()
         .merge(api::router(state.clone()))
         .merge(web::router(state.clone()))
@@ -231,10 +308,22 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn(metrics::remember_route))
         .fallback(web::fallback)
         .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limits::browser_limit,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            timeout,
+            middleware::request_timeout,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
             state.metrics.clone(),
             metrics::track,
         ))
         .layer(axum::middleware::from_fn(middleware::security_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            https,
+            middleware::hsts,
+        ))
         .layer(middleware::trace_layer())
         .layer(middleware::request_id_layers())
 }

@@ -38,6 +38,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProviderOutcomeLabels {
     provider: String,
     outcome: String,
@@ -70,6 +75,7 @@ struct Inner {
     requests: Family<RouteLabels, Counter>,
     request_seconds: Family<RouteTimeLabels, Histogram, fn() -> Histogram>,
     elicitations: Family<OutcomeLabels, Counter>,
+    rate_limited: Family<LimitLabels, Counter>,
     refreshes: Family<ProviderOutcomeLabels, Counter>,
     upstream_seconds: Family<UpstreamLabels, Histogram, fn() -> Histogram>,
     upstream_errors: Family<UpstreamLabels, Counter>,
@@ -118,6 +124,12 @@ impl Metrics {
             "Elicitations by outcome (created, completed, declined, expired, failed)",
             elicitations.clone(),
         );
+        let rate_limited = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "rate_limited",
+            "Requests refused with 429 by limit (browser, failed_auth, api_client, sse_streams, long_polls)",
+            rate_limited.clone(),
+        );
         let refreshes = Family::<ProviderOutcomeLabels, Counter>::default();
         registry.register(
             "token_refreshes",
@@ -162,6 +174,7 @@ impl Metrics {
             requests,
             request_seconds,
             elicitations,
+            rate_limited,
             refreshes,
             upstream_seconds,
             upstream_errors,
@@ -195,6 +208,16 @@ impl Metrics {
             .elicitations
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A request refused by `limit` (a fixed word, see `limits::Limit::label`).
+    pub fn rate_limited(&self, limit: &str) {
+        self.0
+            .rate_limited
+            .get_or_create(&LimitLabels {
+                limit: limit.to_owned(),
             })
             .inc();
     }
@@ -294,6 +317,9 @@ pub async fn track(
     }
     .to_owned();
     let resp = next.run(req).await;
+    if let Some(limit) = resp.extensions().get::<crate::limits::Limit>() {
+        metrics.rate_limited(limit.label());
+    }
     let route = resp
         .extensions()
         .get::<MatchedPath>()

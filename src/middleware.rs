@@ -1,5 +1,8 @@
 //! Middleware shared by every route: request ids, request tracing (paths only, never query
-//! strings, which carry codes and states), and security headers.
+//! strings, which carry codes and states), security headers (HSTS when served over https), and
+//! request timeouts.
+
+use std::time::Duration;
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
@@ -68,6 +71,27 @@ fn make_span(req: &Request) -> Span {
     )
 }
 
+/// Two years: long enough to count for browsers' preload rules; subdomains of the service's own
+/// host (not its parent domain) are included, so no sibling can be reached in clear either.
+const HSTS: &str = "max-age=63072000; includeSubDomains";
+
+/// `Strict-Transport-Security` on every response when `https` (`public_url` is https): once a
+/// browser has seen the service over https it never tries plain http again.
+pub async fn hsts(
+    axum::extract::State(https): axum::extract::State<bool>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let mut resp = next.run(req).await;
+    if https {
+        resp.headers_mut().insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static(HSTS),
+        );
+    }
+    resp
+}
+
 /// Headers every response carries; pages additionally must never be cached or framed.
 pub async fn security_headers(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
@@ -91,4 +115,116 @@ pub async fn security_headers(req: Request, next: Next) -> Response {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
     resp
+}
+
+/// How long a request may take: `base` for ordinary requests; requests that may long-poll
+/// (`GET /v1/elicitations/{id}?wait=`, `POST /v1/tokens` with `wait_seconds`) get their longest
+/// wait on top; the SSE stream `/v1/events` has no deadline (it ends with the service).
+fn deadline(req: &Request, base: Duration) -> Option<Duration> {
+    let path = req.uri().path();
+    if path == "/v1/events" {
+        return None;
+    }
+    let long_poll = (path == "/v1/tokens" && req.method() == axum::http::Method::POST)
+        || (path.starts_with("/v1/elicitations/") && req.method() == axum::http::Method::GET);
+    if long_poll {
+        return Some(base + Duration::from_secs(crate::api::elicitations::MAX_WAIT_SECONDS));
+    }
+    Some(base)
+}
+
+/// Answers 503 `unavailable` (a page on browser routes) when a request overruns its deadline.
+pub async fn request_timeout(
+    axum::extract::State(base): axum::extract::State<Duration>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Some(limit) = deadline(&req, base) else {
+        return next.run(req).await;
+    };
+    let api = req.uri().path().starts_with("/v1/");
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => {
+            tracing::warn!(
+                seconds = limit.as_secs(),
+                "request timed out before it was answered"
+            );
+            if api {
+                use axum::response::IntoResponse;
+                crate::error::Error::page(
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "Took too long",
+                    "The request took too long to answer. Try again shortly.",
+                )
+                .into_response()
+            } else {
+                crate::web::pages::MessagePage {
+                    signed_in_as: None,
+                    request_id: None,
+                    tone: "error",
+                    title: "This took too long",
+                    lead: "The request took too long to answer.",
+                    next: Some("Wait a moment and reload this page."),
+                    sign_out: None,
+                }
+                .response(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::{get, post};
+    use tower::ServiceExt;
+
+    async fn slow() -> &'static str {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        "done"
+    }
+
+    #[tokio::test]
+    async fn slow_requests_time_out_except_streams_and_long_polls() {
+        let app = Router::new()
+            .route("/v1/connections", get(slow))
+            .route("/account", get(slow))
+            .route("/v1/events", get(slow))
+            .route("/v1/tokens", post(slow))
+            .route("/v1/elicitations/{id}", get(slow))
+            .layer(axum::middleware::from_fn_with_state(
+                Duration::from_secs(1),
+                request_timeout,
+            ));
+        let call = |method: &str, path: &str| {
+            let req = axum::http::Request::builder()
+                .method(method)
+                .uri(path)
+                .body(Body::empty())
+                .unwrap();
+            app.clone().oneshot(req)
+        };
+        let r = call("GET", "/v1/connections").await.unwrap();
+        assert_eq!(r.status(), axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        let r = call("GET", "/account").await.unwrap();
+        assert_eq!(r.status(), axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            r.headers()[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html")
+        );
+        for (m, p) in [
+            ("GET", "/v1/events"),
+            ("POST", "/v1/tokens"),
+            ("GET", "/v1/elicitations/x"),
+        ] {
+            let r = call(m, p).await.unwrap();
+            assert_eq!(r.status(), axum::http::StatusCode::OK, "{m} {p}");
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! Operations routes: liveness, readiness, metrics, and the OpenAPI document.
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -10,6 +10,7 @@ use utoipa::OpenApi;
 
 use crate::AppState;
 use crate::api;
+use crate::error::Error;
 
 pub fn router(state: AppState) -> Router {
     let r = Router::new()
@@ -18,7 +19,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }));
     // With `metrics_listen`, metrics live only on that (private) address.
     let r = if state.config.metrics_listen.is_none() {
-        r.route("/metrics", get(metrics))
+        r.route("/metrics", get(guarded_metrics))
     } else {
         r
     };
@@ -41,6 +42,52 @@ async fn readyz(State(state): State<AppState>) -> Response {
             (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unavailable", "error": "unavailable", "message": "the database is unreachable"}))).into_response()
         }
     }
+}
+
+/// `/metrics` on the main listener: with `metrics_token`, for requests bearing it; without, for
+/// loopback peers only, and not when a proxy forwarded the request (a reverse proxy on the same
+/// host would otherwise make every stranger look local).
+async fn guarded_metrics(State(state): State<AppState>, req: axum::extract::Request) -> Response {
+    use secrecy::ExposeSecret;
+    let headers = req.headers();
+    match &state.config.metrics_token {
+        Some(token) => {
+            let presented = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("");
+            let want = crate::crypto::sha256(token.expose_secret().trim().as_bytes());
+            if !crate::crypto::ct_eq(&crate::crypto::sha256(presented.trim().as_bytes()), &want) {
+                let mut r = Error::page(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "Unauthorized",
+                    "/metrics needs `Authorization: Bearer <metrics_token>`",
+                )
+                .into_response();
+                r.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return r;
+            }
+        }
+        None => {
+            let forwarded = ["forwarded", "x-forwarded-for", "x-real-ip"]
+                .iter()
+                .any(|h| headers.contains_key(*h));
+            let local = crate::limits::peer_ip(req.extensions()).is_some_and(|ip| ip.is_loopback());
+            if !local || forwarded {
+                return Error::page(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    "Forbidden",
+                    "/metrics answers loopback only; set metrics_token or metrics_listen to scrape it from elsewhere",
+                )
+                .into_response();
+            }
+        }
+    }
+    metrics(State(state)).await
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
@@ -73,6 +120,53 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
+/// Every API operation may answer 429 `rate_limited` (the per-client rate, failed
+/// authentication from the caller's address, or a cap on streams and long polls).
+struct RateLimited;
+
+impl utoipa::Modify for RateLimited {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{
+            ContentBuilder, HeaderBuilder, Ref, ResponseBuilder, Type, schema::ObjectBuilder,
+        };
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if !path.starts_with("/v1/") {
+                continue;
+            }
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                op.responses.responses.entry("429".into()).or_insert_with(|| {
+                    ResponseBuilder::new()
+                        .description("`rate_limited`: too many requests from this client or address; retry after `Retry-After` seconds")
+                        .header(
+                            "Retry-After",
+                            HeaderBuilder::new()
+                                .schema(ObjectBuilder::new().schema_type(Type::Integer))
+                                .description(Some("seconds to wait"))
+                                .build(),
+                        )
+                        .content(
+                            "application/json",
+                            ContentBuilder::new()
+                                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                                .build(),
+                        )
+                        .build()
+                        .into()
+                });
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(title = "mcp-connect", description = "Third-party OAuth for MCP servers through URL-mode elicitation. Errors are `{\"error\": code, \"message\": text}` (schema `ErrorBody`). Completion signals: `GET /v1/events` (server-sent events) and, for clients with a `webhook_url`, webhooks signed per Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of \"id.timestamp.body\">`) whose body is `EventBody`."),
@@ -92,7 +186,7 @@ impl utoipa::Modify for BearerAuth {
         crate::events::EventData,
         crate::events::EventType,
     )),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &RateLimited)
 )]
 pub struct ApiDoc;
 

@@ -92,11 +92,14 @@ pub async fn show(
                 "wait must be at most {MAX_WAIT_SECONDS} seconds"
             )));
         }
-        Some(w) if w > 0 => state
-            .waiters
-            .wait(&state.db, &e.id, Duration::from_secs(w))
-            .await?
-            .ok_or_else(|| Error::not_found("no such elicitation"))?,
+        Some(w) if w > 0 => {
+            let _slot = state.limits.long_poll(&client.0.id)?;
+            state
+                .waiters
+                .wait(&state.db, &e.id, Duration::from_secs(w))
+                .await?
+                .ok_or_else(|| Error::not_found("no such elicitation"))?
+        }
         _ => e,
     };
     Ok(Json(state.elicitation_view(&e)))

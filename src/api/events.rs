@@ -37,6 +37,8 @@ struct Cursor {
     rx: broadcast::Receiver<String>,
     shutdown: watch::Receiver<bool>,
     hello: bool,
+    /// This stream's place under the client's cap, released when the stream ends.
+    _slot: crate::limits::Slot,
 }
 
 #[utoipa::path(get, path = "/v1/events",
@@ -50,6 +52,7 @@ pub async fn stream(
     client: ApiClient,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let slot = state.limits.sse_stream(&client.0.id)?;
     // Subscribe before reading the position, so nothing recorded in between is missed.
     let rx = state.events.subscribe();
     let resume = headers
@@ -70,6 +73,7 @@ pub async fn stream(
         buf: VecDeque::new(),
         rx,
         hello: true,
+        _slot: slot,
     };
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         let ev = next_event(&mut c).await?;

@@ -112,6 +112,7 @@ pub async fn fetch(
                 )));
             }
             Some(w) if w > 0 => {
+                let _slot = state.limits.long_poll(&client.0.id)?;
                 if let Some(done) = state
                     .waiters
                     .wait(&state.db, &e.id, Duration::from_secs(w))

@@ -5,6 +5,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 use super::{Endpoints, Provider, TokenAuth};
+use crate::http_client::{MAX_RESPONSE_BYTES, read_limited as read_body};
 
 /// What a token endpoint granted. Secrets stay wrapped.
 #[derive(Debug)]
@@ -117,7 +118,10 @@ impl Provider {
         if status.is_success() {
             return Ok(true);
         }
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        let body: Value = read_body(resp, MAX_RESPONSE_BYTES)
+            .await
+            .map(|b| serde_json::from_slice(&b).unwrap_or(Value::Null))
+            .map_err(TokenError::Malformed)?;
         if status.is_server_error() {
             return Err(TokenError::Transient(anyhow!(
                 "revocation endpoint answered HTTP {status}"
@@ -148,7 +152,8 @@ impl Provider {
         if !resp.status().is_success() {
             return None;
         }
-        let v: Value = resp.json().await.ok()?;
+        let body = read_body(resp, MAX_RESPONSE_BYTES).await.ok()?;
+        let v: Value = serde_json::from_slice(&body).ok()?;
         ["login", "preferred_username", "email", "name", "sub", "id"]
             .iter()
             .find_map(|k| match v.get(*k)? {
@@ -208,10 +213,13 @@ impl Provider {
             .is_some_and(|v| {
                 v.starts_with("application/x-www-form-urlencoded") || v.starts_with("text/plain")
             });
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| TokenError::Transient(e.into()))?;
+        let bytes = read_body(resp, MAX_RESPONSE_BYTES).await.map_err(|e| {
+            if e.is::<crate::http_client::TooLarge>() {
+                TokenError::Malformed(e)
+            } else {
+                TokenError::Transient(e)
+            }
+        })?;
         let body = parse_body(&bytes, is_form);
         if let Some(e) = oauth_error(status.as_u16(), &body) {
             return Err(e);
@@ -367,6 +375,56 @@ mod tests {
             oauth_error(503, &json!({"error":"temporarily_unavailable"})).unwrap(),
             TokenError::Transient(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn an_oversized_token_response_is_refused_cleanly() {
+        let big = format!(
+            "{{\"access_token\":\"at\",\"padding\":\"{}\"}}",
+            "x".repeat(crate::http_client::MAX_RESPONSE_BYTES)
+        );
+        let app = axum::Router::new()
+            .route(
+                "/token",
+                axum::routing::post(move || {
+                    let big = big.clone();
+                    async move { ([("content-type", "application/json")], big) }
+                }),
+            )
+            .route(
+                "/small",
+                axum::routing::post(|| async {
+                    (
+                        [("content-type", "application/json")],
+                        r#"{"access_token":"at","expires_in":60}"#,
+                    )
+                }),
+            );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(l, app).await });
+        let config: crate::config::ProviderConfig = toml::from_str(&format!(
+            "authorization_url = \"{base}/authorize\"\ntoken_url = \"{base}/token\"\nclient_id = \"c\""
+        ))
+        .unwrap();
+        let p = Provider::from_config("stub", &config);
+        let http = crate::http_client::build();
+        let mut endpoints = Endpoints {
+            issuer: None,
+            authorization_url: format!("{base}/authorize"),
+            token_url: format!("{base}/token"),
+            revocation_url: None,
+            userinfo_url: None,
+            iss_required: false,
+        };
+        let rt = SecretString::from("rt".to_owned());
+        let e = p.refresh(&http, &endpoints, &rt).await.unwrap_err();
+        assert!(matches!(e, TokenError::Malformed(_)), "{e:?}");
+        assert!(!e.is_invalid_grant());
+        assert!(e.summary().contains("larger than"), "{}", e.summary());
+        endpoints.token_url = format!("{base}/small");
+        let t = p.refresh(&http, &endpoints, &rt).await.unwrap();
+        assert_eq!(t.expires_in, Some(60));
     }
 
     #[test]

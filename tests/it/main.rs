@@ -9,6 +9,7 @@ mod conformance;
 mod connect_flow;
 #[cfg(feature = "demo")]
 mod demo;
+mod edges;
 mod invariants;
 mod lifecycle;
 mod operations;
