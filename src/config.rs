@@ -74,6 +74,7 @@ struct RawConfig {
     log_format: Option<String>,
     audit_retention_days: Option<u64>,
     elicitation_retention_days: Option<u64>,
+    drain_delay_seconds: Option<u64>,
     metrics_listen: Option<String>,
     metrics_token: Option<SecretString>,
     #[serde(default)]
@@ -425,6 +426,9 @@ pub struct Config {
     pub audit_retention_days: u64,
     /// Finished (or expired) elicitations older than this many days are deleted.
     pub elicitation_retention_days: u64,
+    /// On SIGTERM, `/readyz` answers 503 for this long while requests are still served, so a
+    /// load balancer's health checks take the replica out before it stops accepting.
+    pub drain_delay_seconds: u64,
     /// Serve `/metrics` on this address instead of the main listener.
     pub metrics_listen: Option<SocketAddr>,
     /// With it, `/metrics` on the main listener answers a request bearing this token; without
@@ -449,6 +453,7 @@ impl fmt::Debug for Config {
                 "elicitation_retention_days",
                 &self.elicitation_retention_days,
             )
+            .field("drain_delay_seconds", &self.drain_delay_seconds)
             .field("metrics_listen", &self.metrics_listen)
             .field(
                 "metrics_token",
@@ -774,6 +779,13 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             "must be between 1 and 36500 (days)".into(),
         );
     }
+    let drain_delay_seconds = raw.drain_delay_seconds.unwrap_or(0);
+    if drain_delay_seconds > 300 {
+        err(
+            "drain_delay_seconds",
+            "must be at most 300 (seconds)".into(),
+        );
+    }
     let elicitation_retention_days = raw.elicitation_retention_days.unwrap_or(30);
     if !(1..=36_500).contains(&elicitation_retention_days) {
         err(
@@ -1049,6 +1061,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             log_format,
             audit_retention_days,
             elicitation_retention_days,
+            drain_delay_seconds,
             metrics_listen,
             metrics_token: raw.metrics_token,
             limits,

@@ -62,6 +62,9 @@ pub struct AppInner {
     pub metrics: metrics::Metrics,
     pub limits: limits::Limits,
     pub shutdown: watch::Receiver<bool>,
+    /// Set when the process was asked to stop: `/readyz` answers 503 so load balancers take
+    /// this replica out while it still serves (see `Application::run_until`).
+    pub draining: std::sync::atomic::AtomicBool,
     /// Refused callback states not yet in the audit log (aggregated, see `web::state_refusals`).
     pub state_refusals: web::state_refusals::StateRefusals,
 }
@@ -94,6 +97,7 @@ impl AppState {
             waiters,
             events: events::Hub::new(),
             shutdown,
+            draining: Default::default(),
             state_refusals: Default::default(),
         }))
     }
@@ -204,8 +208,22 @@ impl Application {
                 }
             }));
         }
+        // The drain, in order: readiness off (load balancers stop sending new requests) while
+        // everything is still served for `drain_delay_seconds`; then long polls are answered
+        // and background work stops, no new connection is accepted, and the requests in flight
+        // finish (`serve`).
+        let state = self.state.clone();
         let graceful = async move {
             stop.await;
+            state
+                .draining
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            let delay = Duration::from_secs(state.config.drain_delay_seconds);
+            tracing::info!(
+                delay_seconds = delay.as_secs(),
+                "draining: readiness is off"
+            );
+            tokio::time::sleep(delay).await;
             tracing::info!("shutting down");
             let _ = shutdown_tx.send(true);
         };

@@ -35,6 +35,13 @@ pub fn metrics_router(state: AppState) -> Router {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
+    if state.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "draining", "error": "unavailable", "message": "this replica is shutting down"})),
+        )
+            .into_response();
+    }
     match state.db.ping().await {
         Ok(()) => Json(json!({"status": "ready"})).into_response(),
         Err(e) => {

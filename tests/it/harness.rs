@@ -391,6 +391,15 @@ impl TestApp {
     /// Starts another replica of this app as its own `mcp-connect serve` process, on the same
     /// database, peers and keys. Returns its base URL and the process (killed on drop).
     pub async fn spawn_replica_process(&self, opts: &Options) -> (String, Child) {
+        self.spawn_replica_process_with_env(opts, &[]).await
+    }
+
+    /// `spawn_replica_process` with extra `MCP_CONNECT_*` environment overrides.
+    pub async fn spawn_replica_process_with_env(
+        &self,
+        opts: &Options,
+        env: &[(&str, &str)],
+    ) -> (String, Child) {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -411,6 +420,7 @@ impl TestApp {
         std::fs::write(&path, toml).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
             .args(["serve", "--config", path.to_str().unwrap()])
+            .envs(env.iter().copied())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()

@@ -533,3 +533,61 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+/// SIGTERM drains: readiness goes off first while requests are still served (so a load
+/// balancer takes the replica out), then a long poll in flight is answered rather than cut off,
+/// and the process exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_turns_readiness_off_first_then_answers_long_polls_and_exits() {
+    let app = TestApp::spawn(DbKind::Postgres).await;
+    app.connect("alice").await;
+    let e = app.elicit("bob").await;
+    let (replica, mut child) = app
+        .spawn_replica_process_with_env(
+            &Options::default(),
+            &[("MCP_CONNECT_DRAIN_DELAY_SECONDS", "2")],
+        )
+        .await;
+    let http = reqwest::Client::new();
+    let poll = {
+        let http = http.clone();
+        let url = format!(
+            "{replica}/v1/elicitations/{}?wait=30",
+            e["id"].as_str().unwrap()
+        );
+        tokio::spawn(async move {
+            let r = http.get(url).bearer_auth(API_KEY).send().await.unwrap();
+            (r.status(), r.json::<Value>().await.unwrap())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Draining: not ready, still serving.
+    let r = http.get(format!("{replica}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "draining");
+    let r = http
+        .post(format!("{replica}/v1/tokens"))
+        .bearer_auth(API_KEY)
+        .json(&json!({"subject": "alice", "provider": "acme"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // The long poll is answered (still pending) once the delay is over, not cut off.
+    let (s, v) = poll.await.unwrap();
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "pending");
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait())
+        .await
+        .expect("the replica exits after draining")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    app.shutdown().await;
+}
