@@ -405,3 +405,40 @@ async fn a_database_outage_mid_burst_loses_no_redeemed_grant() {
     }
     app.shutdown().await;
 }
+
+/// A replica is killed (SIGKILL) while it holds a grant's refresh lock and waits on the
+/// provider: the lock goes with its database session, so another replica refreshes the grant
+/// at once, and the provider (whose answer never reached anyone) sees no second redemption of
+/// a consumed token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_refresh_leaves_no_lock_behind() {
+    let (url, provider) = stub(3000).await;
+    let opts = Options {
+        other_provider: format!(
+            "authorization_url = \"{url}/authorize\"\ntoken_url = \"{url}/token\"\nclient_id = \"stub\"\nclient_secret = \"stub-secret\"\ntoken_auth = \"post\"\npkce = false\nscopes = [\"read\"]"
+        ),
+        ..Options::default()
+    };
+    let app = TestApp::spawn_with(DbKind::Postgres, opts.clone()).await;
+    seed_due_grants(&app, &provider, 1).await;
+    let (replica, mut child) = app.spawn_replica_process(&opts).await;
+    let api = reqwest::Client::new();
+    let doomed = {
+        let api = api.clone();
+        tokio::spawn(async move { fetch(&api, &replica, "burst-g0", 600).await })
+    };
+    // The replica now holds the lock and waits on the provider.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    child.kill().await.unwrap();
+    let _ = doomed.await;
+    provider.lock().unwrap().delay_ms = 0;
+    // A lock left behind would make this wait out the 30 s lock wait and answer 503.
+    let (s, v) = fetch(&api, &app.url, "burst-g0", 600).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["access_token"], "at-g0-1");
+    let p = provider.lock().unwrap();
+    assert!(p.refused.is_empty(), "{:?}", p.refused);
+    assert_eq!(p.redeemed.get("g0"), Some(&1));
+    drop(p);
+    app.shutdown().await;
+}
