@@ -22,6 +22,8 @@ pub enum CryptoError {
     UnknownKey(String),
     #[error("stored value failed authentication (wrong key, or moved from another row or field)")]
     Authentication,
+    #[error("a value could not be sealed")]
+    Seal,
 }
 
 struct Key {
@@ -95,10 +97,11 @@ impl KeyRing {
 
     /// Seals `plaintext` under the current key. The result is `keyid.base64url(nonce || ct)`;
     /// `aad` names where the value lives, so a value copied elsewhere will not open.
-    pub fn seal(&self, plaintext: &[u8], aad: &str) -> String {
+    /// Fails only for a plaintext beyond AES-GCM's limit; a value that could not be sealed is
+    /// never stored (no empty or partial ciphertext).
+    pub fn seal(&self, plaintext: &[u8], aad: &str) -> Result<String, CryptoError> {
         let key = &self.keys[0];
         let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
-        // Encryption with a valid key and in-memory buffers cannot fail.
         let ct = key
             .cipher
             .encrypt(
@@ -108,11 +111,11 @@ impl KeyRing {
                     aad: aad.as_bytes(),
                 },
             )
-            .unwrap_or_default();
+            .map_err(|_| CryptoError::Seal)?;
         let mut out = Vec::with_capacity(12 + ct.len());
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&ct);
-        format!("{}.{}", key.id, URL_SAFE_NO_PAD.encode(out))
+        Ok(format!("{}.{}", key.id, URL_SAFE_NO_PAD.encode(out)))
     }
 
     pub fn open(&self, sealed: &str, aad: &str) -> Result<Vec<u8>, CryptoError> {
@@ -205,7 +208,9 @@ mod tests {
     fn sealed_value_opens_with_its_aad_only() {
         let k = generate_key("k1");
         let r = ring(&[&k]);
-        let s = r.seal(b"gho_secret", &connection_aad("c1", "access_token"));
+        let s = r
+            .seal(b"gho_secret", &connection_aad("c1", "access_token"))
+            .unwrap();
         assert!(s.starts_with("k1."));
         assert!(!s.contains("gho_secret"));
         assert_eq!(
@@ -226,10 +231,10 @@ mod tests {
     fn old_keys_open_and_the_first_seals() {
         let old = generate_key("old");
         let new = generate_key("new");
-        let sealed_old = ring(&[&old]).seal(b"x", "a");
+        let sealed_old = ring(&[&old]).seal(b"x", "a").unwrap();
         let both = ring(&[&new, &old]);
         assert_eq!(both.open(&sealed_old, "a").unwrap(), b"x");
-        assert!(both.seal(b"x", "a").starts_with("new."));
+        assert!(both.seal(b"x", "a").unwrap().starts_with("new."));
         assert!(matches!(
             ring(&[&new]).open(&sealed_old, "a"),
             Err(CryptoError::UnknownKey(_))
@@ -239,7 +244,7 @@ mod tests {
     #[test]
     fn tampering_is_detected() {
         let r = ring(&[&generate_key("k")]);
-        let mut s = r.seal(b"value", "a").into_bytes();
+        let mut s = r.seal(b"value", "a").unwrap().into_bytes();
         let last = s.len() - 2;
         s[last] = if s[last] == b'A' { b'B' } else { b'A' };
         assert!(r.open(std::str::from_utf8(&s).unwrap(), "a").is_err());

@@ -80,7 +80,7 @@ impl AppState {
             .replace("{provider}", &provider.display_name)
     }
 
-    pub fn elicitation_view(&self, e: &Elicitation) -> ElicitationView {
+    pub fn elicitation_view(&self, e: &Elicitation) -> Result<ElicitationView> {
         let url = self.connect_url(&e.id);
         let message = match (
             self.clients.iter().find(|c| c.id == e.client_id),
@@ -105,7 +105,7 @@ impl AppState {
                 }
             }
         });
-        ElicitationView {
+        Ok(ElicitationView {
             id: e.id.clone(),
             url,
             message,
@@ -116,8 +116,8 @@ impl AppState {
             expires_at: rfc3339(e.expires_at),
             connection_id: e.connection_id.clone(),
             mcp,
-            request_state: crate::request_state::seal(&self.config.keys, e),
-        }
+            request_state: crate::request_state::seal(&self.config.keys, e)?,
+        })
     }
 
     /// Creates an elicitation, or hands out the still-pending one for the same request.

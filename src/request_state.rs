@@ -39,7 +39,7 @@ pub struct RequestState {
 }
 
 /// Seals a request state for `e`, to be opened only by `e.client_id`.
-pub fn seal(keys: &KeyRing, e: &Elicitation) -> String {
+pub fn seal(keys: &KeyRing, e: &Elicitation) -> Result<String, crate::error::Error> {
     let claims = Claims {
         v: 1,
         iss: e.issuer.clone(),
@@ -48,9 +48,8 @@ pub fn seal(keys: &KeyRing, e: &Elicitation) -> String {
         eid: e.id.clone(),
         exp: e.expires_at,
     };
-    // Serialising plain strings and integers cannot fail.
-    let json = serde_json::to_vec(&claims).unwrap_or_default();
-    keys.seal(&json, &aad(&e.client_id))
+    let json = serde_json::to_vec(&claims)?;
+    Ok(keys.seal(&json, &aad(&e.client_id))?)
 }
 
 /// The caller as the API authenticated it, and what it asks about.
@@ -147,7 +146,7 @@ mod tests {
     fn round_trip_then_every_kind_of_refusal() {
         let keys = ring();
         let e = elicitation();
-        let s = seal(&keys, &e);
+        let s = seal(&keys, &e).unwrap();
         assert!(!s.contains("alice"), "the subject is not readable in {s}");
         let ok = open(&keys, &s, &want("demo", "alice", 1500)).unwrap();
         assert_eq!(ok.elicitation_id, e.id);

@@ -76,7 +76,14 @@ fn reseal(
     match keys.open(s, aad) {
         Ok(plain) => {
             let plain = secrecy::SecretSlice::from(plain);
-            Some(Resealed::New(keys.seal(plain.expose_secret(), aad)))
+            match keys.seal(plain.expose_secret(), aad) {
+                Ok(sealed) => Some(Resealed::New(sealed)),
+                Err(e) => {
+                    tracing::warn!(value = what, error = %e, "a value cannot be re-sealed; left as it is");
+                    unreadable.push(what.to_owned());
+                    None
+                }
+            }
         }
         Err(e) => {
             tracing::warn!(value = what, error = %e, "a stored value cannot be opened; left as it is");

@@ -248,11 +248,13 @@ fn make_rows(keys: &KeyRing, from: u64, to: u64) -> Vec<RowValues> {
             let access = keys.seal(
                 format!("at-{i:012}-0123456789abcdefghijklmnopqrstuv").as_bytes(),
                 &connection_aad(&id, "access_token"),
-            );
+            )
+            .expect("sealing a bench token");
             let refresh = keys.seal(
                 format!("rt-{i:012}-0123456789abcdefghijklmnopqrstuv").as_bytes(),
                 &connection_aad(&id, "refresh_token"),
-            );
+            )
+            .expect("sealing a bench token");
             RowValues {
                 id,
                 subject: format!("user{i}"),

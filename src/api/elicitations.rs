@@ -65,7 +65,7 @@ pub async fn create(
             request_id(&headers).as_deref(),
         )
         .await?;
-    Ok((StatusCode::CREATED, Json(state.elicitation_view(&e))))
+    Ok((StatusCode::CREATED, Json(state.elicitation_view(&e)?)))
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,5 +102,5 @@ pub async fn show(
         }
         _ => e,
     };
-    Ok(Json(state.elicitation_view(&e)))
+    Ok(Json(state.elicitation_view(&e)?))
 }

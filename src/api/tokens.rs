@@ -205,5 +205,5 @@ async fn offer_elicitation(
     let e = state
         .create_or_reuse_elicitation(&client.0, subject, provider, None, request_id)
         .await?;
-    serde_json::to_value(state.elicitation_view(&e)).map_err(Error::internal)
+    serde_json::to_value(state.elicitation_view(&e)?).map_err(Error::internal)
 }

@@ -155,8 +155,24 @@ pub struct NewTokens<'a> {
 const COLUMNS: &str = "id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, expires_at, \
                        account_label, created_at, updated_at, last_refresh_at, last_error, token_version";
 
-fn seal(keys: &KeyRing, id: &str, field: &str, value: &SecretString) -> String {
+/// Seals a token for its row and field; a value that cannot be sealed is never stored.
+fn seal(
+    keys: &KeyRing,
+    id: &str,
+    field: &str,
+    value: &SecretString,
+) -> Result<String, sqlx::Error> {
     keys.seal(value.expose_secret().as_bytes(), &connection_aad(id, field))
+        .map_err(|e| sqlx::Error::Encode(Box::new(e)))
+}
+
+fn seal_optional(
+    keys: &KeyRing,
+    id: &str,
+    field: &str,
+    value: Option<&SecretString>,
+) -> Result<Option<String>, sqlx::Error> {
+    value.map(|v| seal(keys, id, field, v)).transpose()
 }
 
 impl Db {
@@ -345,8 +361,8 @@ pub async fn save_connected_tokens(
     .bind(provider)
     .bind(t.scopes.join(" "))
     .bind(t.token_type)
-    .bind(seal(keys, &id, "access_token", t.access_token))
-    .bind(t.refresh_token.map(|r| seal(keys, &id, "refresh_token", r)))
+    .bind(seal(keys, &id, "access_token", t.access_token)?)
+    .bind(seal_optional(keys, &id, "refresh_token", t.refresh_token)?)
     .bind(t.expires_at)
     .bind(t.account_label)
     .bind(now)
@@ -375,8 +391,8 @@ pub async fn save_connected_tokens(
     .bind(&id)
     .bind(t.scopes.join(" "))
     .bind(t.token_type)
-    .bind(seal(keys, &id, "access_token", t.access_token))
-    .bind(t.refresh_token.map(|r| seal(keys, &id, "refresh_token", r)))
+    .bind(seal(keys, &id, "access_token", t.access_token)?)
+    .bind(seal_optional(keys, &id, "refresh_token", t.refresh_token)?)
     .bind(t.expires_at)
     .bind(t.account_label)
     .bind(now)
@@ -395,7 +411,7 @@ pub async fn save_refreshed_tokens(
     t: &NewTokens<'_>,
 ) -> Result<bool, sqlx::Error> {
     let now = now();
-    let refresh = t.refresh_token.map(|r| seal(keys, id, "refresh_token", r));
+    let refresh = seal_optional(keys, id, "refresh_token", t.refresh_token)?;
     let r = sqlx::query(
         "UPDATE connections SET status = 'active', scopes = $3, token_type = $4, access_token = $5, \
          refresh_token = COALESCE($6, refresh_token), expires_at = $7, updated_at = $8, last_refresh_at = $8, \
@@ -406,7 +422,7 @@ pub async fn save_refreshed_tokens(
     .bind(expected_version)
     .bind(t.scopes.join(" "))
     .bind(t.token_type)
-    .bind(seal(keys, id, "access_token", t.access_token))
+    .bind(seal(keys, id, "access_token", t.access_token)?)
     .bind(refresh)
     .bind(t.expires_at)
     .bind(now)

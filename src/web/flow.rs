@@ -92,7 +92,7 @@ pub async fn start_sign_in(
     );
     let mut r = redirect_away(&url);
     r.headers_mut()
-        .append(header::SET_COOKIE, pre.set_cookie(keys, https, now));
+        .append(header::SET_COOKIE, pre.set_cookie(keys, https, now)?);
     Ok(r)
 }
 
@@ -156,7 +156,7 @@ pub async fn start_provider(
                 state
                     .config
                     .keys
-                    .seal(v.secret().as_bytes(), &verifier_aad(&state_hash)),
+                    .seal(v.secret().as_bytes(), &verifier_aad(&state_hash))?,
             ),
         )
     } else {

@@ -178,7 +178,12 @@ impl PreSignIn {
 
     /// The `Set-Cookie` value that stores this state (or removes the cookie when there is
     /// nothing left to keep).
-    pub fn set_cookie(&self, keys: &KeyRing, https: bool, now: i64) -> HeaderValue {
+    pub fn set_cookie(
+        &self,
+        keys: &KeyRing,
+        https: bool,
+        now: i64,
+    ) -> Result<HeaderValue, crate::error::Error> {
         let name = cookie_name(https);
         let secure = if https { "; Secure" } else { "" };
         let latest = self
@@ -190,16 +195,15 @@ impl PreSignIn {
             .max();
         let (value, max_age) = match latest {
             Some(t) if t > now => {
-                // Serialising plain strings and integers cannot fail.
-                let json = serde_json::to_vec(self).unwrap_or_default();
-                (keys.seal(&json, AAD), (t - now).min(TTL_SECONDS))
+                let json = serde_json::to_vec(self)?;
+                (keys.seal(&json, AAD)?, (t - now).min(TTL_SECONDS))
             }
             _ => (String::new(), 0),
         };
         let cookie =
             format!("{name}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Lax{secure}");
         // Key ids and base64url are cookie-safe, so this is always a valid header value.
-        HeaderValue::from_str(&cookie).unwrap_or_else(|_| HeaderValue::from_static(""))
+        HeaderValue::from_str(&cookie).map_err(crate::error::Error::internal)
     }
 }
 
@@ -234,7 +238,7 @@ mod tests {
         let keys = ring("k1");
         let mut c = PreSignIn::from_headers(&keys, false, &HeaderMap::new(), 1000);
         c.start(flow("h1", 1600), 1000);
-        let set = c.set_cookie(&keys, false, 1000);
+        let set = c.set_cookie(&keys, false, 1000).unwrap();
         let s = set.to_str().unwrap();
         assert!(s.starts_with("mcp-connect-signin=k1."), "{s}");
         assert!(s.contains("Max-Age=600") && s.contains("HttpOnly") && s.contains("SameSite=Lax"));
@@ -249,7 +253,7 @@ mod tests {
         let again = PreSignIn::from_headers(
             &keys,
             false,
-            &headers(&back.set_cookie(&keys, false, 1100)),
+            &headers(&back.set_cookie(&keys, false, 1100).unwrap()),
             1200,
         );
         assert!(matches!(again.lookup("h1", 1200), Lookup::Used));
@@ -263,7 +267,7 @@ mod tests {
             ..Default::default()
         };
         c.start(flow("h1", 1600), 1000);
-        let set = c.set_cookie(&keys, false, 1000);
+        let set = c.set_cookie(&keys, false, 1000).unwrap();
         // Another deployment's key, a tampered value, another name: all ignored.
         let other = PreSignIn::from_headers(&ring("k1"), false, &headers(&set), 1000);
         assert!(matches!(other.lookup("h1", 1000), Lookup::Unknown));
@@ -299,7 +303,7 @@ mod tests {
         assert_eq!(c.flows.len(), MAX_FLOWS);
         assert!(matches!(c.lookup("h0", 1000), Lookup::Unknown));
         assert!(matches!(c.lookup("h9", 1000), Lookup::Found(_)));
-        let set = c.set_cookie(&keys, true, 1000);
+        let set = c.set_cookie(&keys, true, 1000).unwrap();
         let s = set.to_str().unwrap();
         assert!(
             s.starts_with("__Host-mcp-connect-signin=")
@@ -308,7 +312,7 @@ mod tests {
         );
         assert!(s.len() < 4000, "{}", s.len());
         // Nothing left: the cookie is removed.
-        let empty = PreSignIn::default().set_cookie(&keys, false, 1000);
+        let empty = PreSignIn::default().set_cookie(&keys, false, 1000).unwrap();
         assert!(empty.to_str().unwrap().contains("Max-Age=0"));
     }
 }

@@ -90,7 +90,7 @@ pub async fn callback(
     pre.finish(&state_hash, now);
     let mut r = Redirect::to(local_path(&flow.return_to).unwrap_or("/account")).into_response();
     r.headers_mut()
-        .append(header::SET_COOKIE, pre.set_cookie(keys, https, now));
+        .append(header::SET_COOKIE, pre.set_cookie(keys, https, now)?);
     Ok(r)
 }
 
@@ -138,7 +138,7 @@ pub async fn logout(
     let mut r = Redirect::to(return_to).into_response();
     r.headers_mut().append(
         header::SET_COOKIE,
-        pre.set_cookie(&state.config.keys, https, now),
+        pre.set_cookie(&state.config.keys, https, now)?,
     );
     Ok(r)
 }

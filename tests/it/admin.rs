@@ -109,14 +109,18 @@ pub async fn insert_bulk(
     let mut tx = app.db().pool.begin().await.unwrap();
     for i in 0..n {
         let id = mcp_connect::crypto::random_token(16);
-        let at = keys.seal(
-            format!("bulk-at-{i}").as_bytes(),
-            &mcp_connect::crypto::connection_aad(&id, "access_token"),
-        );
-        let rt = keys.seal(
-            format!("bulk-rt-{i}").as_bytes(),
-            &mcp_connect::crypto::connection_aad(&id, "refresh_token"),
-        );
+        let at = keys
+            .seal(
+                format!("bulk-at-{i}").as_bytes(),
+                &mcp_connect::crypto::connection_aad(&id, "access_token"),
+            )
+            .unwrap();
+        let rt = keys
+            .seal(
+                format!("bulk-rt-{i}").as_bytes(),
+                &mcp_connect::crypto::connection_aad(&id, "refresh_token"),
+            )
+            .unwrap();
         sqlx::query(
             "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
              expires_at, created_at, updated_at) VALUES ($1, $2, $3, 'acme', $4, 'api', 'Bearer', $5, $6, NULL, $7, $7)",

@@ -436,9 +436,10 @@ async fn a_replica_killed_mid_refresh_leaves_no_lock_behind() {
     let (s, v) = fetch(&api, &app.url, "burst-g0", 600).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["access_token"], "at-g0-1");
-    let p = provider.lock().unwrap();
-    assert!(p.refused.is_empty(), "{:?}", p.refused);
-    assert_eq!(p.redeemed.get("g0"), Some(&1));
-    drop(p);
+    {
+        let p = provider.lock().unwrap();
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
+        assert_eq!(p.redeemed.get("g0"), Some(&1));
+    }
     app.shutdown().await;
 }
