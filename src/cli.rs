@@ -31,7 +31,7 @@ impl Cli {
         db.migrate().await?;
         let (tx, rx) = watch::channel(false);
         Ok(Self {
-            state: AppState::new(config, db, rx),
+            state: AppState::new(config, db, rx)?,
             _shutdown: tx,
         })
     }

@@ -109,27 +109,21 @@ pub struct Hub {
     http: reqwest::Client,
 }
 
-impl Default for Hub {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Hub {
-    pub fn new() -> Self {
+    /// Fails (stopping start-up) if the webhook client cannot be built.
+    pub fn new() -> Result<Self, reqwest::Error> {
         let (tx, _) = broadcast::channel(1024);
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(5))
             .timeout(SEND_TIMEOUT)
             .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
-        Self {
+            .build()?;
+        Ok(Self {
             tx,
             outbox: Arc::new(Notify::new()),
             http,
-        }
+        })
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<String> {

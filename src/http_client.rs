@@ -6,14 +6,16 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-pub fn build() -> reqwest::Client {
+/// The client for identity and provider calls. A client that cannot be built (no TLS backend)
+/// stops start-up: falling back to a default client would silently follow redirects and wait
+/// forever.
+pub fn build() -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(15))
         .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
         .build()
-        .unwrap_or_else(|_| reqwest::Client::new())
 }
 
 /// The fields of OpenID Connect discovery / RFC 8414 metadata that we use.
@@ -190,7 +192,7 @@ mod tests {
     async fn discovery_refuses_oversized_documents_and_plain_http_endpoints() {
         let doc = Arc::new(Mutex::new(Value::Null));
         let issuer = stub(doc.clone()).await;
-        let http = build();
+        let http = build().unwrap();
         let good = json!({"issuer": issuer, "authorization_endpoint": format!("{issuer}/a"),
             "token_endpoint": format!("{issuer}/t"), "jwks_uri": format!("{issuer}/jwks")});
         *doc.lock().unwrap() = good.clone();

@@ -388,7 +388,7 @@ mod tests {
                 client_secret: None,
                 scopes: vec!["openid".into()],
             },
-            crate::http_client::build(),
+            crate::http_client::build().unwrap(),
         );
         (stub, id)
     }

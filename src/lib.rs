@@ -81,10 +81,10 @@ impl Deref for AppState {
 
 impl AppState {
     /// The shared state over an open (migrated) database. `shutdown` stops what it spawns.
-    pub fn new(config: Config, db: Db, shutdown: watch::Receiver<bool>) -> Self {
-        let http = http_client::build();
+    pub fn new(config: Config, db: Db, shutdown: watch::Receiver<bool>) -> anyhow::Result<Self> {
+        let http = http_client::build().context("building the outbound HTTP client")?;
         let waiters = Waiters::new(shutdown.clone());
-        AppState(Arc::new(AppInner {
+        Ok(AppState(Arc::new(AppInner {
             identity: Identity::new(config.identity.clone(), http.clone()),
             limits: limits::Limits::new(&config.limits),
             providers: Providers::from_config(&config.providers),
@@ -95,11 +95,11 @@ impl AppState {
             db,
             http,
             waiters,
-            events: events::Hub::new(),
+            events: events::Hub::new().context("building the webhook HTTP client")?,
             shutdown,
             draining: Default::default(),
             state_refusals: Default::default(),
-        }))
+        })))
     }
 }
 
@@ -139,7 +139,7 @@ impl Application {
         let db = Db::connect(&config.database_url).await?;
         db.migrate().await?;
         let (shutdown_tx, shutdown) = watch::channel(false);
-        let state = AppState::new(config, db, shutdown);
+        let state = AppState::new(config, db, shutdown)?;
         let mut tasks = Vec::new();
         if state.db.engine == db::Engine::Postgres {
             tasks.push(

@@ -372,7 +372,7 @@ pub async fn run(
 
 /// Creates the elicitation for alice through the API, exactly as the printed `curl` does.
 async fn first_elicitation(info: &DemoInfo) -> anyhow::Result<String> {
-    let http = crate::http_client::build();
+    let http = crate::http_client::build()?;
     let resp = http
         .post(format!("{}/v1/elicitations", info.public_url))
         .bearer_auth(info.api_key.expose_secret())

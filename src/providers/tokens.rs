@@ -408,7 +408,7 @@ mod tests {
         ))
         .unwrap();
         let p = Provider::from_config("stub", &config);
-        let http = crate::http_client::build();
+        let http = crate::http_client::build().unwrap();
         let mut endpoints = Endpoints {
             issuer: None,
             authorization_url: format!("{base}/authorize"),

@@ -444,7 +444,7 @@ on_both_peers!(
                 client_secret: Some(SecretString::from(server.client_secret.clone())),
                 scopes: vec!["openid".into()],
             },
-            mcp_connect::http_client::build(),
+            mcp_connect::http_client::build().unwrap(),
         );
         for nonce_matches in [true, false] {
             let (verifier, challenge) = pkce();
