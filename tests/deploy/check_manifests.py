@@ -8,7 +8,8 @@ is an error, except the custom resources listed in CRDS: those are written as JS
 --crd-out for check_crds.mjs (their CRD schemas come from npm). Then a few rules the schemas
 cannot express, for the mcp-connect server Deployment: the probes, the security context, the
 termination grace period against the drain, and that every ConfigMap and Secret a pod mounts is
-in the same rendering (when it holds any ConfigMap or Secret at all: the base alone holds none).
+in the same rendering and every image is set (when it holds any ConfigMap or Secret at all, as an
+overlay does: the base alone holds none and names the placeholder image).
 Exit status 1 on any finding.
 """
 
@@ -95,6 +96,9 @@ def check_rules(path: str, docs: list[dict]) -> list[str]:
                 errs.append(f"{where}: {c['name']}: capabilities.drop must be [ALL]")
             if "memory" not in ((c.get("resources") or {}).get("limits") or {}):
                 errs.append(f"{where}: {c['name']}: no memory limit")
+            if has_config and (":" not in c["image"] or "/" not in c["image"]):
+                errs.append(f"{where}: {c['name']}: image {c['image']} is not a registry/name:tag "
+                            "(the overlay's `images` did not apply)")
         if has_config:
             for v in spec.get("volumes", []):
                 ref = None
