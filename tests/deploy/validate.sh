@@ -89,14 +89,27 @@ if [ -x "$bin" ]; then
   echo "postgres://mcp_connect:placeholder@db.example.com:5432/mcp_connect?sslmode=verify-full" > "$s/database_url"
   echo "placeholder-secret" > "$s/client_secret"
   echo "placeholder-api-key-000000000000000000000000" > "$s/api_key"
-  env -u MCP_CONNECT_CONFIG \
-    MCP_CONNECT_DATABASE_URL_FILE="$s/database_url" \
-    MCP_CONNECT_ENCRYPTION_KEYS_FILE="$s/encryption_keys" \
-    MCP_CONNECT_IDENTITY__CLIENT_SECRET_FILE="$s/client_secret" \
-    MCP_CONNECT_CLIENTS__0__API_KEY_FILE="$s/api_key" \
-    MCP_CONNECT_PROVIDERS__GITHUB__CLIENT_SECRET_FILE="$s/client_secret" \
-    "$bin" check-config --config deploy/kubernetes/overlays/example/mcp-connect.toml \
-    || fail "deploy/kubernetes/overlays/example/mcp-connect.toml"
+  echo "placeholder-metrics-token-0000000000000000" > "$s/metrics_token"
+  check_config() {
+    env -u MCP_CONNECT_CONFIG \
+      MCP_CONNECT_DATABASE_URL_FILE="$s/database_url" \
+      MCP_CONNECT_ENCRYPTION_KEYS_FILE="$s/encryption_keys" \
+      MCP_CONNECT_IDENTITY__CLIENT_SECRET_FILE="$s/client_secret" \
+      MCP_CONNECT_CLIENTS__0__API_KEY_FILE="$s/api_key" \
+      MCP_CONNECT_PROVIDERS__GITHUB__CLIENT_SECRET_FILE="$s/client_secret" \
+      "$@" "$bin" check-config --config deploy/kubernetes/overlays/example/mcp-connect.toml 2>&1
+  }
+  # As the Deployment does: the metrics token from its own file. A binary from before the
+  # metrics_token option refuses that key; then check without it.
+  if out=$(check_config MCP_CONNECT_METRICS_TOKEN_FILE="$s/metrics_token"); then
+    echo "$out"
+  elif grep -q '`metrics_token' <<<"$out" && out2=$(check_config); then
+    echo "$out2"
+    echo "note: this binary has no metrics_token option; the Deployment's MCP_CONNECT_METRICS_TOKEN_FILE needs it"
+  else
+    echo "$out" >&2
+    fail "deploy/kubernetes/overlays/example/mcp-connect.toml"
+  fi
 else
   echo "note: no binary at $bin; the overlay's mcp-connect.toml is not checked"
 fi
