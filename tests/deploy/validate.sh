@@ -90,8 +90,12 @@ if [ -x "$bin" ]; then
   echo "placeholder-secret" > "$s/client_secret"
   echo "placeholder-api-key-000000000000000000000000" > "$s/api_key"
   echo "placeholder-metrics-token-0000000000000000" > "$s/metrics_token"
+  # Every MCP_CONNECT_* variable is a config key to the binary (MCP_CONNECT_BIN included): clear
+  # the ones inherited from this shell.
+  unset_mcp=()
+  for v in $(compgen -e | grep '^MCP_CONNECT_' || true); do unset_mcp+=(-u "$v"); done
   check_config() {
-    env -u MCP_CONNECT_CONFIG \
+    env "${unset_mcp[@]}" \
       MCP_CONNECT_DATABASE_URL_FILE="$s/database_url" \
       MCP_CONNECT_ENCRYPTION_KEYS_FILE="$s/encryption_keys" \
       MCP_CONNECT_IDENTITY__CLIENT_SECRET_FILE="$s/client_secret" \
