@@ -10,7 +10,7 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 # --no-default-features leaves out the `demo` feature (the development issuer and sandbox
-# provider). The crate registry and target/ are BuildKit caches, kept between builds (hence the
+# provider; until that feature exists the flag changes nothing). The crate registry and target/ are BuildKit caches, kept between builds (hence the
 # copy out of target/). The binary is glibc-linked; Debian 12 here and in the runtime image: same glibc.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
