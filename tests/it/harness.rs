@@ -279,7 +279,14 @@ impl TestApp {
         }
     }
 
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
+        let db_url = self.db_url.clone();
+        self.shutdown_keeping_database().await;
+        drop_database(&db_url).await;
+    }
+
+    /// `shutdown`, leaving the database for a restarted app.
+    pub async fn shutdown_keeping_database(mut self) {
         self.assert_audit_log_holds_no_secret().await;
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
@@ -288,7 +295,6 @@ impl TestApp {
             let _ = t.await;
         }
         self.state.db.pool.close().await;
-        drop_database(&self.db_url).await;
     }
 
     /// Stops the app but keeps its peers running; returns what a restarted app needs (its

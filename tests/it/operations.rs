@@ -46,7 +46,7 @@ async fn restart(app: TestApp, opts: &Options) -> TestApp {
     let mut app = app;
     let peers = std::mem::replace(&mut app.peers, no_peers());
     let db_url = app.db_url.clone();
-    app.shutdown().await;
+    app.shutdown_keeping_database().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     TestApp::spawn_on(listener, peers, db_url, opts).await
 }
