@@ -570,6 +570,9 @@ fn parse_env_value(value: &str) -> Result<toml::Value, String> {
     Ok(toml::Value::String(value.to_owned()))
 }
 
+/// Environment overrides address array entries by index (`CLIENTS__0__ID`) below this.
+const MAX_ENV_ARRAY_INDEX: usize = 1000;
+
 fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
     let (first, rest) = path.split_first().ok_or("empty key")?;
     if rest.is_empty() {
@@ -586,6 +589,13 @@ fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Res
             let i: usize = idx
                 .parse()
                 .map_err(|_| format!("`{idx}` is not an array index"))?;
+            // Entries up to the index are created; a huge index must not exhaust memory.
+            if i >= MAX_ENV_ARRAY_INDEX {
+                return Err(format!(
+                    "`{idx}` is too large an array index (at most {})",
+                    MAX_ENV_ARRAY_INDEX - 1
+                ));
+            }
             while items.len() <= i {
                 items.push(toml::Value::Table(toml::Table::new()));
             }
@@ -1267,6 +1277,17 @@ client_secret = "gh-super-secret"
             "from-env"
         );
         assert_eq!(c.listen.port(), 9999);
+    }
+
+    #[test]
+    fn env_array_index_is_bounded() {
+        // Every entry up to the index used to be created: a huge index exhausted memory.
+        let env = vec![(
+            "MCP_CONNECT_CLIENTS__99999999999__ID".to_string(),
+            "x".to_string(),
+        )];
+        let e = Config::from_parts(&base(), &env).unwrap_err().to_string();
+        assert!(e.contains("too large an array index"), "{e}");
     }
 
     #[test]

@@ -127,50 +127,92 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-/// Every API operation may answer 429 `rate_limited` (the per-client rate, failed
-/// authentication from the caller's address, or a cap on streams and long polls).
-struct RateLimited;
+/// Statuses every `/v1` operation can answer, whatever it does: a missing or wrong API key,
+/// throttling, and server-side failures. Added here so no route can forget them.
+struct CommonResponses;
 
-impl utoipa::Modify for RateLimited {
+impl utoipa::Modify for CommonResponses {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::{
-            ContentBuilder, HeaderBuilder, Ref, ResponseBuilder, Type, schema::ObjectBuilder,
+        use utoipa::openapi::response::ResponseBuilder;
+        use utoipa::openapi::{ContentBuilder, HeaderBuilder, Ref, RefOr, Type};
+        let error = |description: &str| {
+            ResponseBuilder::new().description(description).content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
         };
+        let retry_after = HeaderBuilder::new()
+            .schema(utoipa::openapi::ObjectBuilder::new().schema_type(Type::Integer))
+            .description(Some("Seconds to wait before trying again"))
+            .build();
+        let common = [
+            ("401", error("`unauthorized`: missing or invalid API key").build()),
+            (
+                "429",
+                error("`rate_limited`: too many requests from this API client (or open long polls and streams), or too many failed authentications from this address; retry after `Retry-After` seconds")
+                    .header("Retry-After", retry_after)
+                    .build(),
+            ),
+            ("500", error("`internal`: something went wrong on the service's side").build()),
+            (
+                "503",
+                error("`unavailable`: the service cannot reach its database right now; try again shortly").build(),
+            ),
+        ];
         for (path, item) in openapi.paths.paths.iter_mut() {
             if !path.starts_with("/v1/") {
                 continue;
             }
-            for op in [
+            let ops = [
                 &mut item.get,
                 &mut item.post,
-                &mut item.put,
                 &mut item.delete,
+                &mut item.put,
                 &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                op.responses.responses.entry("429".into()).or_insert_with(|| {
-                    ResponseBuilder::new()
-                        .description("`rate_limited`: too many requests from this client or address; retry after `Retry-After` seconds")
-                        .header(
-                            "Retry-After",
-                            HeaderBuilder::new()
-                                .schema(ObjectBuilder::new().schema_type(Type::Integer))
-                                .description(Some("seconds to wait"))
-                                .build(),
-                        )
-                        .content(
-                            "application/json",
-                            ContentBuilder::new()
-                                .schema(Some(Ref::from_schema_name("ErrorBody")))
-                                .build(),
-                        )
-                        .build()
-                        .into()
-                });
+            ];
+            for op in ops.into_iter().flatten() {
+                for (status, response) in &common {
+                    op.responses
+                        .responses
+                        .entry((*status).to_owned())
+                        .or_insert_with(|| RefOr::T(response.clone()));
+                }
             }
         }
+    }
+}
+
+/// The rules of `TokenRequest` that span fields, in JSON Schema (`dependentSchemas`):
+/// `wait_seconds` needs `elicitation_id` or `request_state`, and those two exclude each other.
+struct TokenRequestRules;
+
+impl utoipa::Modify for TokenRequestRules {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::schema::Schema;
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        let Some(RefOr::T(Schema::Object(o))) = components.schemas.get_mut("TokenRequest") else {
+            return;
+        };
+        let given = |f: &str| json!({"required": [f], "properties": {f: {"type": "string"}}});
+        let rules = json!({
+            "wait_seconds": {"anyOf": [
+                {"properties": {"wait_seconds": {"type": "null"}}},
+                given("elicitation_id"),
+                given("request_state"),
+            ]},
+            "elicitation_id": {"anyOf": [
+                {"properties": {"elicitation_id": {"type": "null"}}},
+                {"not": given("request_state")},
+            ]},
+        });
+        o.extensions
+            .get_or_insert_with(Default::default)
+            .insert("dependentSchemas".to_owned(), rules);
     }
 }
 
@@ -193,13 +235,52 @@ impl utoipa::Modify for RateLimited {
         crate::events::EventData,
         crate::events::EventType,
     )),
-    modifiers(&BearerAuth, &RateLimited)
+    modifiers(&BearerAuth, &CommonResponses, &TokenRequestRules)
 )]
 pub struct ApiDoc;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The document states the limits the handlers enforce, and every `/v1` operation lists the
+    /// statuses any of them can answer.
+    #[test]
+    fn openapi_document_states_limits_and_common_statuses() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        for s in ["CreateElicitation", "TokenRequest"] {
+            let subject = &schemas[s]["properties"]["subject"];
+            assert_eq!(subject["pattern"], crate::api::SUBJECT_PATTERN, "{s}");
+            assert_eq!(subject["maxLength"], crate::api::MAX_SUBJECT_CHARS, "{s}");
+            assert_eq!(subject["minLength"], 1, "{s}");
+        }
+        let list = &doc["paths"]["/v1/connections"]["get"]["parameters"][0];
+        assert_eq!(list["name"], "subject");
+        assert_eq!(list["required"], true);
+        assert_eq!(list["schema"]["pattern"], crate::api::SUBJECT_PATTERN);
+        assert_eq!(
+            schemas["TokenRequest"]["properties"]["wait_seconds"]["maximum"],
+            crate::api::elicitations::MAX_WAIT_SECONDS
+        );
+        let mut operations = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                operations += 1;
+                for status in ["401", "429", "500", "503"] {
+                    assert!(
+                        op["responses"][status].is_object(),
+                        "{method} {path} lacks {status}"
+                    );
+                }
+                assert!(
+                    op["responses"]["429"]["headers"]["Retry-After"].is_object(),
+                    "{method} {path}"
+                );
+            }
+        }
+        assert_eq!(operations, 6);
+    }
 
     /// docs/openapi.json is the published contract; it must match the code. Regenerate with
     /// `UPDATE_OPENAPI=1 cargo test openapi`.

@@ -62,8 +62,11 @@ pub struct ConnectionList {
     pub connections: Vec<ConnectionView>,
 }
 
-#[utoipa::path(get, path = "/v1/connections", params(("subject" = String, Query)),
-    responses((status = 200, body = ConnectionList), (status = 400), (status = 401)),
+#[utoipa::path(get, path = "/v1/connections",
+    params(("subject" = String, Query, min_length = 1, max_length = 255, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$",
+        description = "the user's `sub`: 1 to 255 characters, not only whitespace, without control characters")),
+    responses((status = 200, body = ConnectionList, description = "The subject's connections to providers this API client may use"),
+        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: `subject` missing or out of bounds, or an unknown query parameter")),
     security(("api_key" = [])))]
 pub async fn list(
     State(state): State<AppState>,
@@ -86,8 +89,9 @@ pub async fn list(
     Ok(Json(ConnectionList { connections }))
 }
 
-#[utoipa::path(delete, path = "/v1/connections/{id}", params(("id" = String, Path)),
-    responses((status = 200, body = RevocationReport), (status = 404)),
+#[utoipa::path(delete, path = "/v1/connections/{id}", params(("id" = String, Path, description = "the connection's id")),
+    responses((status = 200, body = RevocationReport, description = "Revoked (at the provider where it can) and deleted; the report says what the provider answered"),
+        (status = 404, body = crate::error::ErrorBody, description = "`not_found`: no such connection for this API client")),
     security(("api_key" = [])))]
 pub async fn revoke(
     State(state): State<AppState>,

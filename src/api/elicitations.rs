@@ -19,19 +19,47 @@ pub const MAX_WAIT_SECONDS: u64 = 60;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateElicitation {
-    /// The `sub` of the user's validated MCP access token.
+    /// The `sub` of the user's validated MCP access token: 1 to 255 characters, not only
+    /// whitespace, without control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     pub subject: String,
+    /// A provider this API client may use (`forbidden_provider` otherwise; `not_found` when no
+    /// such provider is configured).
+    #[schema(pattern = r"^[A-Za-z0-9_-]+$")]
     pub provider: String,
-    /// Defaults to the provider's configured scopes.
+    /// Defaults to the provider's configured scopes. At most 50, each 1 to 200 characters
+    /// without whitespace, control characters or commas.
+    #[schema(max_items = 50, value_type = Option<Vec<Scope>>)]
     pub scopes: Option<Vec<String>>,
 }
+
+/// One OAuth scope as `scopes` takes it (for the OpenAPI document; `validate_scopes` checks).
+pub struct Scope;
+
+impl utoipa::PartialSchema for Scope {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::Type::String)
+            .min_length(Some(1))
+            .max_length(Some(200))
+            .pattern(Some(r"^[^,\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$"))
+            .description(Some("1 to 200 characters without whitespace, control characters or commas"))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Scope {}
 
 pub fn validate_scopes(scopes: &Option<Vec<String>>) -> Result<()> {
     if let Some(s) = scopes {
         if s.len() > 50
             || s.iter().any(|x| {
                 x.is_empty()
-                    || x.len() > 200
+                    || x.chars().count() > 200
                     || x.chars()
                         .any(|c| c.is_whitespace() || c.is_control() || c == ',')
             })
@@ -45,7 +73,11 @@ pub fn validate_scopes(scopes: &Option<Vec<String>>) -> Result<()> {
 }
 
 #[utoipa::path(post, path = "/v1/elicitations", request_body = CreateElicitation,
-    responses((status = 201, body = ElicitationView), (status = 400), (status = 401), (status = 403)),
+    responses((status = 201, body = ElicitationView, description = "A new elicitation, or the pending one for the same subject and provider"),
+        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: the body is not JSON, lacks a field, or breaks a limit"),
+        (status = 403, body = crate::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
+        (status = 404, body = crate::error::ErrorBody, description = "`not_found`: no such provider is configured"),
+        (status = 413, body = crate::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB")),
     security(("api_key" = [])))]
 pub async fn create(
     State(state): State<AppState>,
@@ -76,8 +108,11 @@ pub struct ShowQuery {
 }
 
 #[utoipa::path(get, path = "/v1/elicitations/{id}",
-    params(("id" = String, Path), ("wait" = Option<u64>, Query, description = "hold up to this many seconds (max 60) while pending")),
-    responses((status = 200, body = ElicitationView), (status = 404)),
+    params(("id" = String, Path, description = "the elicitation's id"),
+        ("wait" = Option<u64>, Query, maximum = 60, description = "hold up to this many seconds (max 60) while pending")),
+    responses((status = 200, body = ElicitationView),
+        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: an unknown query parameter or a bad `wait`"),
+        (status = 404, body = crate::error::ErrorBody, description = "`not_found`: no such elicitation for this API client")),
     security(("api_key" = [])))]
 pub async fn show(
     State(state): State<AppState>,

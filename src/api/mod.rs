@@ -43,27 +43,6 @@ impl FromRequestParts<AppState> for ApiClient {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
-        // An address that keeps presenting bad keys is refused before its key is looked at.
-        let ip = state
-            .limits
-            .client_ip(crate::limits::peer_ip(&parts.extensions), &parts.headers);
-        state.limits.check_auth_allowed(ip)?;
-        let client = Self::authenticate(parts, state);
-        match &client {
-            Ok(c) => state.limits.check_api(&c.0.id)?,
-            // A wrong key is a guess; a request without credentials guesses nothing (and
-            // probes of the API's 401 must not lock its address out).
-            Err(_) if parts.headers.contains_key(header::AUTHORIZATION) => {
-                state.limits.auth_failed(ip)
-            }
-            Err(_) => {}
-        }
-        client
-    }
-}
-
-impl ApiClient {
-    fn authenticate(parts: &Parts, state: &AppState) -> Result<Self, Error> {
         let presented = parts
             .headers
             .get(header::AUTHORIZATION)
@@ -87,7 +66,9 @@ impl ApiClient {
             .map(|c| ApiClient(Arc::new(c.clone())))
             .ok_or(Error::Unauthorized)
     }
+}
 
+impl ApiClient {
     /// The provider, if this client may use it.
     pub fn provider<'a>(
         &self,
@@ -153,13 +134,141 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
     }
 }
 
-/// Subjects come from validated MCP access tokens; still, bound them. A subject of nothing but
-/// whitespace names nobody.
+/// An optional whole number, also written with a zero fraction (`26.0`), as JSON Schema's
+/// `integer` allows. Anything else is a deserialisation error (so a 400).
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i128>, D::Error> {
+    use serde::Deserialize;
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if let Some(i) = n.as_i64() {
+        return Ok(Some(i.into()));
+    }
+    if let Some(u) = n.as_u64() {
+        return Ok(Some(u.into()));
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 1e18 => Ok(Some(f as i128)),
+        _ => Err(serde::de::Error::custom(format!(
+            "invalid number `{n}`, expected a whole number"
+        ))),
+    }
+}
+
+/// `#[serde(deserialize_with)]` for `Option<u64>` fields that may arrive as `26.0`.
+pub fn opt_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    whole_number(d)?
+        .map(|n| {
+            u64::try_from(n).map_err(|_| {
+                serde::de::Error::custom(format!("invalid number `{n}`, expected 0 or more"))
+            })
+        })
+        .transpose()
+}
+
+/// `#[serde(deserialize_with)]` for `Option<i64>` fields that may arrive as `26.0`.
+pub fn opt_i64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    whole_number(d)?
+        .map(|n| {
+            i64::try_from(n)
+                .map_err(|_| serde::de::Error::custom(format!("number `{n}` is out of range")))
+        })
+        .transpose()
+}
+
+/// The longest subject, in characters.
+pub const MAX_SUBJECT_CHARS: usize = 255;
+
+/// What `validate_subject` accepts, as the OpenAPI document states it (ECMA-262, also read by
+/// Python's `re`): no control character (Unicode `Cc`), and at least one character that is
+/// neither control nor whitespace. The explicit whitespace set is Rust's `char::is_whitespace`
+/// minus the control characters (checked by a test).
+pub const SUBJECT_PATTERN: &str = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$";
+
+/// Subjects come from validated MCP access tokens; still, bound them: 1 to 255 characters,
+/// not only whitespace, no control characters.
 pub fn validate_subject(subject: &str) -> Result<(), Error> {
-    if subject.trim().is_empty() || subject.len() > 255 || subject.chars().any(char::is_control) {
+    if subject.trim().is_empty()
+        || subject.chars().count() > MAX_SUBJECT_CHARS
+        || subject.chars().any(char::is_control)
+    {
         return Err(Error::invalid(
             "subject must be 1 to 255 characters, not only whitespace, without control characters",
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_numbers_may_carry_a_zero_fraction() {
+        #[derive(serde::Deserialize)]
+        struct T {
+            #[serde(default, deserialize_with = "opt_u64")]
+            u: Option<u64>,
+            #[serde(default, deserialize_with = "opt_i64")]
+            i: Option<i64>,
+        }
+        let t: T = serde_json::from_str(r#"{"u": 26.0, "i": -3.0}"#).unwrap();
+        assert_eq!((t.u, t.i), (Some(26), Some(-3)));
+        let t: T = serde_json::from_str(r#"{"u": null}"#).unwrap();
+        assert_eq!((t.u, t.i), (None, None));
+        for bad in [
+            r#"{"u": 1.5}"#,
+            r#"{"u": -1}"#,
+            r#"{"u": "1"}"#,
+            r#"{"i": 1e300}"#,
+        ] {
+            assert!(serde_json::from_str::<T>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn subject_rules_match_the_documented_pattern() {
+        // The pattern's whitespace set is exactly the non-control whitespace of Rust.
+        let ws: Vec<u32> = (0..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|c| c.is_whitespace() && !c.is_control())
+            .map(u32::from)
+            .collect();
+        let mut documented = vec![0x20, 0xa0, 0x1680];
+        documented.extend(0x2000..=0x200a);
+        documented.extend([0x2028, 0x2029, 0x202f, 0x205f, 0x3000]);
+        assert_eq!(ws, documented);
+        for c in documented.iter().filter_map(|&u| char::from_u32(u)) {
+            assert!(
+                SUBJECT_PATTERN.contains(&format!("\\u{:04x}", u32::from(c)))
+                    || (0x2001..0x200a).contains(&u32::from(c)),
+                "{c:?}"
+            );
+        }
+        // The control ranges of the pattern are exactly Unicode Cc.
+        let cc: Vec<u32> = (0..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|c| c.is_control())
+            .map(u32::from)
+            .collect();
+        let expected: Vec<u32> = (0..=0x1f).chain(0x7f..=0x9f).collect();
+        assert_eq!(cc, expected);
+
+        assert!(validate_subject("alice").is_ok());
+        assert!(validate_subject(" alice ").is_ok());
+        assert!(
+            validate_subject(&"é".repeat(255)).is_ok(),
+            "characters, not bytes"
+        );
+        for bad in [
+            "",
+            " ",
+            "\u{3000}\u{a0}",
+            "al\nice",
+            "a\u{85}",
+            &"a".repeat(256),
+        ] {
+            assert!(validate_subject(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -20,9 +20,21 @@ use crate::middleware::request_id;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
+    /// The `sub` of the user's validated MCP access token: 1 to 255 characters, not only
+    /// whitespace, without control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     pub subject: String,
+    /// A provider this API client may use (a configured provider name: letters, digits, - and _).
+    #[schema(pattern = r"^[A-Za-z0-9_-]+$")]
     pub provider: String,
-    /// Refresh first when the token expires within this many seconds (default 60).
+    /// Refresh first when the token expires within this many seconds (default 60, at most
+    /// 86400).
+    #[schema(minimum = 0, maximum = 86400)]
+    #[serde(default, deserialize_with = "super::opt_i64")]
     pub min_ttl_seconds: Option<i64>,
     /// Refresh even if the token looks valid (e.g. the provider just refused it).
     #[serde(default)]
@@ -35,9 +47,13 @@ pub struct TokenRequest {
     /// Instead of `elicitation_id`: the `request_state` of an elicitation, exactly as handed out
     /// (and as echoed back by the MCP client in a 2026-07-28 retry). Refused with
     /// `invalid_request_state` when altered, expired, or issued to another client or subject.
+    /// Not together with `elicitation_id`.
+    #[schema(max_length = 4096)]
     pub request_state: Option<String>,
     /// With `elicitation_id` or `request_state`: hold the request up to this many seconds (at
-    /// most 60) while the elicitation is pending.
+    /// most 60) while the elicitation is pending. Refused without one of them.
+    #[schema(maximum = 60)]
+    #[serde(default, deserialize_with = "super::opt_u64")]
     pub wait_seconds: Option<u64>,
 }
 
@@ -54,8 +70,11 @@ pub struct TokenResponse {
 #[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest,
     responses((status = 200, body = TokenResponse),
         (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`, or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
-        (status = 404, body = crate::error::ErrorBody, description = "`not_connected`"),
-        (status = 409, body = crate::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set; `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected")),
+        (status = 403, body = crate::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
+        (status = 404, body = crate::error::ErrorBody, description = "`not_connected`; `not_found` when no such provider is configured or the awaited elicitation does not exist"),
+        (status = 409, body = crate::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set; `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected"),
+        (status = 413, body = crate::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB"),
+        (status = 502, body = crate::error::ErrorBody, description = "`upstream_error`: the provider failed while refreshing; try again")),
     security(("api_key" = [])))]
 pub async fn fetch(
     State(state): State<AppState>,

@@ -220,22 +220,32 @@ impl Provider {
                 TokenError::Transient(e)
             }
         })?;
-        let body = parse_body(&bytes, is_form);
-        if let Some(e) = oauth_error(status.as_u16(), &body) {
-            return Err(e);
-        }
-        if status.is_server_error() || status.as_u16() == 429 {
-            return Err(TokenError::Transient(anyhow!(
-                "token endpoint answered HTTP {status}"
-            )));
-        }
-        if !status.is_success() {
-            return Err(TokenError::Malformed(anyhow!(
-                "token endpoint answered HTTP {status}"
-            )));
-        }
-        parse_token_set(&body).map_err(TokenError::Malformed)
+        read_token_response(status.as_u16(), &bytes, is_form)
     }
+}
+
+/// Reads a token endpoint's answer (HTTP status, body, whether it is form-encoded): the grant,
+/// or the error it means. Provider-controlled bytes: any input gives a value, never a panic.
+pub fn read_token_response(
+    status: u16,
+    bytes: &[u8],
+    is_form: bool,
+) -> Result<TokenSet, TokenError> {
+    let body = parse_body(bytes, is_form);
+    if let Some(e) = oauth_error(status, &body) {
+        return Err(e);
+    }
+    if status >= 500 || status == 429 {
+        return Err(TokenError::Transient(anyhow!(
+            "token endpoint answered HTTP {status}"
+        )));
+    }
+    if !(200..300).contains(&status) {
+        return Err(TokenError::Malformed(anyhow!(
+            "token endpoint answered HTTP {status}"
+        )));
+    }
+    parse_token_set(&body).map_err(TokenError::Malformed)
 }
 
 fn parse_body(bytes: &[u8], is_form: bool) -> Value {

@@ -119,6 +119,35 @@ on_both_databases!(
             StatusCode::BAD_REQUEST,
             "invalid_request",
         );
+        // Whitespace-only subjects are refused, as the OpenAPI pattern says.
+        assert_error(
+            raw(
+                &app,
+                Method::POST,
+                "/v1/tokens",
+                Some(API_KEY),
+                Some((json_ct, "{\"subject\":\" \\u3000\",\"provider\":\"acme\"}")),
+            )
+            .await,
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        );
+        // A whole number written 0.0 is an integer (JSON Schema): accepted, so not connected.
+        assert_error(
+            raw(
+                &app,
+                Method::POST,
+                "/v1/tokens",
+                Some(API_KEY),
+                Some((
+                    json_ct,
+                    r#"{"subject":"a","provider":"acme","min_ttl_seconds":30.0}"#,
+                )),
+            )
+            .await,
+            StatusCode::NOT_FOUND,
+            "not_connected",
+        );
         assert_error(
             raw(
                 &app,
