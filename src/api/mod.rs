@@ -43,6 +43,27 @@ impl FromRequestParts<AppState> for ApiClient {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
+        // An address that keeps presenting bad keys is refused before its key is looked at.
+        let ip = state
+            .limits
+            .client_ip(crate::limits::peer_ip(&parts.extensions), &parts.headers);
+        state.limits.check_auth_allowed(ip)?;
+        let client = Self::authenticate(parts, state);
+        match &client {
+            Ok(c) => state.limits.check_api(&c.0.id)?,
+            // A wrong key is a guess; a request without credentials guesses nothing (and
+            // probes of the API's 401 must not lock its address out).
+            Err(_) if parts.headers.contains_key(header::AUTHORIZATION) => {
+                state.limits.auth_failed(ip)
+            }
+            Err(_) => {}
+        }
+        client
+    }
+}
+
+impl ApiClient {
+    fn authenticate(parts: &Parts, state: &AppState) -> Result<Self, Error> {
         let presented = parts
             .headers
             .get(header::AUTHORIZATION)
@@ -66,9 +87,7 @@ impl FromRequestParts<AppState> for ApiClient {
             .map(|c| ApiClient(Arc::new(c.clone())))
             .ok_or(Error::Unauthorized)
     }
-}
 
-impl ApiClient {
     /// The provider, if this client may use it.
     pub fn provider<'a>(
         &self,
