@@ -114,19 +114,21 @@ async fn hook_receiver() -> (String, Hooks) {
     let s = seen.clone();
     let app = Router::new().route(
         "/hook",
-        post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
-            let s = s.clone();
-            async move {
-                let id = headers
-                    .get("webhook-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_owned();
-                let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                s.lock().unwrap().push((id, v));
-                axum::http::StatusCode::NO_CONTENT
-            }
-        }),
+        post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let s = s.clone();
+                async move {
+                    let id = headers
+                        .get("webhook-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned();
+                    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    s.lock().unwrap().push((id, v));
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            },
+        ),
     );
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/hook", l.local_addr().unwrap());
@@ -347,7 +349,11 @@ impl Fleet {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("replica {} did not become ready; see {}", r.name, r.log.display());
+        panic!(
+            "replica {} did not become ready; see {}",
+            r.name,
+            r.log.display()
+        );
     }
 
     fn pid(&self, i: usize) -> String {
@@ -387,18 +393,25 @@ impl Fleet {
             .collect()
     }
 
-    /// Waits until haproxy has logged `Server mcp_connect/<name> is UP` `n` times in all.
-    async fn wait_lb_says_up(&self, name: &str, n: usize) {
-        let needle = format!("Server mcp_connect/{name} is UP");
+    /// haproxy's verdicts on server `name` so far: (times marked DOWN, times marked UP).
+    fn lb_verdicts(&self, name: &str) -> (usize, usize) {
+        let (down, up) = (
+            format!("Server mcp_connect/{name} is DOWN"),
+            format!("Server mcp_connect/{name} is UP"),
+        );
+        let log = self.lb_log.lock().unwrap();
+        (
+            log.iter().filter(|l| l.contains(&down)).count(),
+            log.iter().filter(|l| l.contains(&up)).count(),
+        )
+    }
+
+    /// Waits until haproxy sends requests to `name` again: every DOWN it logged was followed by
+    /// an UP (servers start UP).
+    async fn wait_lb_says_up(&self, name: &str) {
         for _ in 0..300 {
-            let seen = self
-                .lb_log
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|l| l.contains(&needle))
-                .count();
-            if seen >= n {
+            let (down, up) = self.lb_verdicts(name);
+            if up >= down {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -549,6 +562,7 @@ async fn user_send(b: &Browser, mut url: String, mut send: Action) -> Page {
         };
         match res {
             Ok(r) if worth_retrying(r.status()) => {
+                eprintln!("retry: {} at {} (sent to {url})", r.status(), r.url());
                 if r.url().as_str() != url {
                     (url, send) = (r.url().to_string(), Action::Get);
                 }
@@ -567,6 +581,7 @@ async fn user_send(b: &Browser, mut url: String, mut send: Action) -> Page {
                 continue;
             }
             Err(e) => {
+                eprintln!("retry: {e:?} (sent to {url})");
                 if let Some(u) = e.url()
                     && u.as_str() != url
                 {
@@ -588,17 +603,43 @@ async fn user_submit(b: &Browser, page: &Page, selector: &str, overrides: &[(&st
     user_send(b, action, Action::Post(fields)).await
 }
 
+/// A browser that opens a connection per request. A real browser resends a request whose reused
+/// keep-alive connection the server closed at that moment; reqwest reports it (hyper's
+/// IncompleteMessage) and a resent POST can no longer be told apart from a replay, so these
+/// users never reuse a connection. (The OAuth peers close idle connections after 5 s.)
+fn browser_without_keep_alive() -> Browser {
+    let jar = Arc::new(reqwest::cookie::Jar::default());
+    Browser {
+        client: reqwest::Client::builder()
+            .cookie_provider(jar.clone())
+            .redirect(reqwest::redirect::Policy::limited(20))
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap(),
+        jar,
+    }
+}
+
 /// The whole flow for `user` from the connect link, through the balancer; a user whose flow
 /// broke (a page that is not the next step) starts again from the link, as they would.
 async fn user_connects(connect_url: &str, user: &str) -> usize {
+    fn broke(user: &str, step: &str, p: &Page) {
+        let text: String = p.body.chars().take(300).collect();
+        eprintln!(
+            "{user}: the flow broke at {step} ({} {}): {text}",
+            p.status, p.url
+        );
+    }
     for attempt in 1..=3 {
-        let b = Browser::new();
+        let b = browser_without_keep_alive();
         let login = user_send(&b, connect_url.to_owned(), Action::Get).await;
         if !login.has("name=\"login\"") {
+            broke(user, "the link", &login);
             continue;
         }
         let consent = user_submit(&b, &login, "form", &[("login", user)]).await;
         if !consent.has("Continue") {
+            broke(user, "the sign-in", &consent);
             continue;
         }
         let up_login = user_submit(&b, &consent, "form.actions", &[("action", "continue")]).await;
@@ -608,12 +649,14 @@ async fn user_connects(connect_url: &str, user: &str) -> usize {
             up_login
         };
         if !up_consent.has("Allow") {
+            broke(user, "the consent", &up_consent);
             continue;
         }
         let done = user_submit(&b, &up_consent, "form", &[("decision", "allow")]).await;
         if done.status == StatusCode::OK {
             return attempt;
         }
+        broke(user, "the provider callback", &done);
     }
     panic!("{user} could not connect in 3 attempts");
 }
@@ -779,7 +822,11 @@ async fn topology_three_replicas_behind_haproxy_share_flows_refreshes_waiters_an
     for (subject, s, v, _) in &answers {
         assert_eq!(*s, StatusCode::OK, "{subject}: {v}");
         let g = subject.trim_start_matches("storm-");
-        assert_eq!(v["access_token"], format!("at-storm{g}-1"), "{subject}: {v}");
+        assert_eq!(
+            v["access_token"],
+            format!("at-storm{g}-1"),
+            "{subject}: {v}"
+        );
     }
     assert_each_grant_redeemed_once(&provider, "storm", grants);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -828,7 +875,10 @@ async fn topology_three_replicas_behind_haproxy_share_flows_refreshes_waiters_an
     let callback = r.headers()[reqwest::header::LOCATION].to_str().unwrap();
     assert!(callback.starts_with(&fleet.lb), "{callback}");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!poll.is_finished(), "the long poll returned before the completion");
+    assert!(
+        !poll.is_finished(),
+        "the long poll returned before the completion"
+    );
     let on_r2 = callback.replacen(&fleet.lb, &r2, 1);
     let done = b.get(&on_r2).await;
     assert_eq!(done.status, StatusCode::OK, "{}", done.body);
@@ -853,7 +903,10 @@ async fn topology_three_replicas_behind_haproxy_share_flows_refreshes_waiters_an
         .collect();
     assert_eq!(completions.len(), 2, "{seen:?}");
     assert!(completions.contains(&id.as_str()));
-    assert!(by_id.values().all(|n| *n == 1), "a webhook delivered twice: {by_id:?}");
+    assert!(
+        by_id.values().all(|n| *n == 1),
+        "a webhook delivered twice: {by_id:?}"
+    );
     fleet.stop().await;
 }
 
@@ -862,7 +915,7 @@ async fn topology_three_replicas_behind_haproxy_share_flows_refreshes_waiters_an
 /// `kill -9` of a replica while users walk the flow and clients refresh through the balancer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topology_a_replica_killed_mid_flows_and_mid_refreshes_loses_nothing() {
-    let (stub_url, provider) = stub(1500).await;
+    let (stub_url, provider) = stub(3000).await;
     let mut fleet = Fleet::start(FleetOptions {
         stub: Some(stub_url),
         ..FleetOptions::default()
@@ -892,8 +945,19 @@ async fn topology_a_replica_killed_mid_flows_and_mid_refreshes_loses_nothing() {
         let lb = fleet.lb.clone();
         async move { refresh_storm(&lb, "crash", grants, 2, Duration::from_secs(40)).await }
     });
-    // The stub holds every refresh 1.5 s: r2 dies with refreshes (and flow hops) in flight.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The stub holds every refresh 3 s: r2 dies with refreshes in flight, when the users are
+    // about halfway through their flows (a third of the hops behind them).
+    let browser_hops = |f: &Fleet| {
+        f.served()
+            .iter()
+            .filter(|(_, _, p)| !p.starts_with("/v1/") && p != "/readyz")
+            .count()
+    };
+    let waited = Instant::now();
+    while browser_hops(&fleet) < users.len() * 5 / 3 && waited.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let hops_before = browser_hops(&fleet);
     fleet.signal(1, "-KILL");
     let killed_at = Instant::now();
 
@@ -904,10 +968,32 @@ async fn topology_a_replica_killed_mid_flows_and_mid_refreshes_loses_nothing() {
         killed_at.elapsed(),
         answers.iter().filter(|a| a.3 > 1).count()
     );
+    // What the balancer saw of the crash: requests cut off on r2 (502) and the ones it
+    // retried on another replica (a connection refused; `retries`, `option redispatch`).
+    let cut: Vec<String> = fleet
+        .lb_log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains(" 502 ") || l.contains("/+"))
+        .cloned()
+        .collect();
+    eprintln!(
+        "browser hops: {hops_before} before the kill, {} after; balancer lines with a 502 or a retry: {}",
+        browser_hops(&fleet) - hops_before,
+        cut.len()
+    );
+    for l in cut.iter().take(30) {
+        eprintln!("  {l}");
+    }
     for (subject, s, v, _) in &answers {
         assert_eq!(*s, StatusCode::OK, "{subject}: {v}");
         let g = subject.trim_start_matches("crash-");
-        assert_eq!(v["access_token"], format!("at-crash{g}-1"), "{subject}: {v}");
+        assert_eq!(
+            v["access_token"],
+            format!("at-crash{g}-1"),
+            "{subject}: {v}"
+        );
     }
     assert_each_grant_redeemed_once(&provider, "crash", grants);
     for (u, id, _) in &links {
@@ -923,7 +1009,7 @@ async fn topology_a_replica_killed_mid_flows_and_mid_refreshes_loses_nothing() {
     }
     // The killed replica comes back and serves again (its grants still redeemed once).
     fleet.start_replica(1).await;
-    fleet.wait_lb_says_up("r2", 1).await;
+    fleet.wait_lb_says_up("r2").await;
     let answers = refresh_storm(&fleet.lb, "crash", grants, 1, Duration::ZERO).await;
     assert!(answers.iter().all(|a| a.1 == StatusCode::OK));
     assert_each_grant_redeemed_once(&provider, "crash", grants);
@@ -1001,7 +1087,7 @@ async fn topology_a_database_outage_shows_on_every_replica_and_heals_by_itself()
         assert!(ok, "{} did not recover by itself", r.name);
     }
     for r in &fleet.replicas {
-        fleet.wait_lb_says_up(&r.name, 1).await;
+        fleet.wait_lb_says_up(&r.name).await;
     }
     eprintln!(
         "database back: every replica ready and UP at the balancer {:?} later",
@@ -1135,9 +1221,11 @@ async fn topology_rolling_restart_under_load_fails_no_request() {
         .unwrap();
         assert!(status.success(), "{name}: {status:?}");
         let exited = t.elapsed();
+        // haproxy took it out while it drained (before it stopped serving).
+        assert_eq!(fleet.lb_verdicts(&name).0, 1, "{name} was not taken out");
         fleet.start_replica(i).await;
         // Ready at the balancer too (2 good checks) before the next one goes.
-        fleet.wait_lb_says_up(&name, 1).await;
+        fleet.wait_lb_says_up(&name).await;
         eprintln!(
             "rolling restart: {name} exited {exited:?} after SIGTERM, back UP {:?} after",
             t.elapsed()
@@ -1156,13 +1244,14 @@ async fn topology_rolling_restart_under_load_fails_no_request() {
             total.max_latency = total.max_latency.max(part.max_latency);
         }
     }
-    let per_server = fleet
-        .served()
-        .iter()
-        .fold(HashMap::<String, usize>::new(), |mut m, (s, _, _)| {
-            *m.entry(s.clone()).or_default() += 1;
-            m
-        });
+    let per_server =
+        fleet
+            .served()
+            .iter()
+            .fold(HashMap::<String, usize>::new(), |mut m, (s, _, _)| {
+                *m.entry(s.clone()).or_default() += 1;
+                m
+            });
     eprintln!(
         "ROLLING RESTART: {} requests sent ({} during the {:.1} s of restarts), {} failed, max latency {} ms during the restarts ({} ms overall); served per replica {per_server:?}",
         all.sent,
