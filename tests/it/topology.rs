@@ -1116,15 +1116,17 @@ const DRAIN_DELAY_SECONDS: &str = "6";
 #[derive(Default)]
 struct Load {
     sent: usize,
+    long_polls: usize,
     failed: Vec<String>,
     max_latency: Duration,
 }
 
-/// One client of the load generator: a token fetch and an elicitation read through the
-/// balancer, over and over, until `stop`.
+/// One client of the load generator, through the balancer until `stop`: token fetches and
+/// elicitation reads in turn, or (`long_polls`) elicitation long polls one after the other.
 fn load_client(
     lb: String,
     elicitation: String,
+    long_polls: bool,
     stop: Arc<AtomicBool>,
     restarting: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<(Load, Load)> {
@@ -1135,7 +1137,12 @@ fn load_client(
         while !stop.load(Ordering::SeqCst) {
             n += 1;
             let t = Instant::now();
-            let r = if n % 2 == 0 {
+            let r = if long_polls {
+                api.get(format!("{lb}/v1/elicitations/{elicitation}?wait=3"))
+                    .bearer_auth(API_KEY)
+                    .send()
+                    .await
+            } else if n % 2 == 0 {
                 api.post(format!("{lb}/v1/tokens"))
                     .bearer_auth(API_KEY)
                     .json(&json!({"subject": "alice", "provider": "acme"}))
@@ -1167,7 +1174,11 @@ fn load_client(
             };
             for l in loads.iter_mut() {
                 l.sent += 1;
-                l.max_latency = l.max_latency.max(took);
+                if long_polls {
+                    l.long_polls += 1;
+                } else {
+                    l.max_latency = l.max_latency.max(took);
+                }
                 if let Some(f) = &outcome {
                     l.failed.push(f.clone());
                 }
@@ -1194,11 +1205,14 @@ async fn topology_rolling_restart_under_load_fails_no_request() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let restarting = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..4)
-        .map(|_| {
+    // Four clients of short requests; two more holding long polls (3 s each, answered early by
+    // a draining replica), whose latency is the wait and is left out of the maximum.
+    let clients: Vec<_> = (0..6)
+        .map(|i| {
             load_client(
                 fleet.lb.clone(),
                 pending.clone(),
+                i >= 4,
                 stop.clone(),
                 restarting.clone(),
             )
@@ -1240,6 +1254,7 @@ async fn topology_rolling_restart_under_load_fails_no_request() {
         let (a, d) = c.await.unwrap();
         for (total, part) in [(&mut all, a), (&mut during, d)] {
             total.sent += part.sent;
+            total.long_polls += part.long_polls;
             total.failed.extend(part.failed);
             total.max_latency = total.max_latency.max(part.max_latency);
         }
@@ -1253,8 +1268,9 @@ async fn topology_rolling_restart_under_load_fails_no_request() {
                 m
             });
     eprintln!(
-        "ROLLING RESTART: {} requests sent ({} during the {:.1} s of restarts), {} failed, max latency {} ms during the restarts ({} ms overall); served per replica {per_server:?}",
+        "ROLLING RESTART: {} requests sent ({} long polls; {} during the {:.1} s of restarts), {} failed, max latency {} ms during the restarts ({} ms overall); served per replica {per_server:?}",
         all.sent,
+        all.long_polls,
         during.sent,
         restart_took.as_secs_f64(),
         all.failed.len(),
