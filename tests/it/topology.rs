@@ -624,7 +624,19 @@ fn browser_without_keep_alive() -> Browser {
 /// broke (a page that is not the next step) starts again from the link, as they would.
 async fn user_connects(connect_url: &str, user: &str) -> usize {
     fn broke(user: &str, step: &str, p: &Page) {
-        let text: String = p.body.chars().take(300).collect();
+        let doc = scraper::Html::parse_document(&p.body);
+        let sel = scraper::Selector::parse("main, body").unwrap();
+        let text: String = doc
+            .select(&sel)
+            .next()
+            .map(|m| m.text().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(300)
+            .collect();
         eprintln!(
             "{user}: the flow broke at {step} ({} {}): {text}",
             p.status, p.url
