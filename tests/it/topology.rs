@@ -998,6 +998,9 @@ async fn topology_a_replica_killed_mid_flows_and_mid_refreshes_loses_nothing() {
     for l in cut.iter().take(30) {
         eprintln!("  {l}");
     }
+    // The kill did land mid-way: refreshes were cut off and users still had hops to go.
+    assert!(answers.iter().any(|a| a.3 > 1), "no refresh was cut off");
+    assert!(browser_hops(&fleet) > hops_before, "the flows were over");
     for (subject, s, v, _) in &answers {
         assert_eq!(*s, StatusCode::OK, "{subject}: {v}");
         let g = subject.trim_start_matches("crash-");
