@@ -18,3 +18,4 @@ mod refresh_burst;
 mod rmcp_example;
 mod signals;
 mod signin_hardening;
+mod topology;
