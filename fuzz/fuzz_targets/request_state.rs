@@ -36,7 +36,9 @@ fuzz_target!(|data: &[u8]| {
     let sealed = if mode & 1 == 0 {
         String::from_utf8_lossy(rest).into_owned()
     } else {
-        keys().seal(rest, "mcp-connect/v1/request-state/demo")
+        keys()
+            .seal(rest, "mcp-connect/v1/request-state/demo")
+            .expect("sealing in memory")
     };
     match open(keys(), &sealed, &want) {
         Ok(rs) => assert!(rs.expires_at > want.now),
