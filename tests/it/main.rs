@@ -16,6 +16,7 @@ mod operations;
 mod provider_quirks;
 mod refresh_burst;
 mod rmcp_example;
+mod rotating_provider;
 mod signals;
 mod signin_hardening;
 mod topology;

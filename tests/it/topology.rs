@@ -17,10 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
-use axum::response::IntoResponse;
+use axum::Router;
 use axum::routing::post;
-use axum::{Form, Json, Router};
 use mcp_connect::config::Config;
 use mcp_connect::db::Db;
 use reqwest::StatusCode;
@@ -30,79 +28,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::harness::*;
+use crate::rotating_provider::{Shared, stub};
 
 const REPLICAS: usize = 3;
-
-// --- the refresh provider stub -----------------------------------------------------------------
-
-#[derive(Default)]
-struct Provider {
-    delay_ms: u64,
-    /// Grant → the generation of its current refresh token.
-    current: HashMap<String, u64>,
-    /// Grant → successful redemptions.
-    redeemed: HashMap<String, u64>,
-    /// Refresh tokens presented that were not current (replays, lost rotations).
-    refused: Vec<String>,
-}
-
-type Shared = Arc<Mutex<Provider>>;
-
-/// A rotating, single-use refresh token per grant (`rt-<grant>-<n>` → `rt-<grant>-<n+1>`),
-/// answered after `delay_ms`. A caller that goes away during the delay (a killed replica) has
-/// redeemed nothing: hyper drops the handler with the connection.
-async fn token(
-    State(p): State<Shared>,
-    Form(f): Form<HashMap<String, String>>,
-) -> impl IntoResponse {
-    let delay = p.lock().unwrap().delay_ms;
-    tokio::time::sleep(Duration::from_millis(delay)).await;
-    let rt = f.get("refresh_token").cloned().unwrap_or_default();
-    let Some((grant, generation)) = rt
-        .strip_prefix("rt-")
-        .and_then(|r| r.rsplit_once('-'))
-        .and_then(|(g, n)| Some((g.to_owned(), n.parse::<u64>().ok()?)))
-    else {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": "invalid_grant"})),
-        )
-            .into_response();
-    };
-    let mut s = p.lock().unwrap();
-    if s.current.get(&grant) != Some(&generation) {
-        s.refused.push(rt);
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": "invalid_grant"})),
-        )
-            .into_response();
-    }
-    let next = generation + 1;
-    s.current.insert(grant.clone(), next);
-    *s.redeemed.entry(grant.clone()).or_default() += 1;
-    Json(json!({
-        "access_token": format!("at-{grant}-{next}"),
-        "refresh_token": format!("rt-{grant}-{next}"),
-        "token_type": "Bearer",
-        "expires_in": 3600,
-    }))
-    .into_response()
-}
-
-async fn stub(delay_ms: u64) -> (String, Shared) {
-    let p: Shared = Arc::new(Mutex::new(Provider {
-        delay_ms,
-        ..Provider::default()
-    }));
-    let app = Router::new()
-        .route("/token", post(token))
-        .with_state(p.clone());
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
-    (url, p)
-}
 
 // --- the webhook receiver ----------------------------------------------------------------------
 
