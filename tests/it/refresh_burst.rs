@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 use crate::on_both_databases;
-use crate::rotating_provider::{Shared, stub};
+use crate::rotating_provider::{Shared, seed_due_grant, stub};
 
 async fn app_with_stub(kind: DbKind, delay_ms: u64) -> (TestApp, Shared) {
     let (url, provider) = stub(delay_ms).await;
@@ -34,35 +34,16 @@ async fn seed_due_grants(app: &TestApp, provider: &Shared, n: usize) {
     let issuer = app.state.config.identity.issuer.to_string();
     for i in 0..n {
         let grant = format!("g{i}");
-        let at = SecretString::from(format!("at-{grant}-0"));
-        let rt = SecretString::from(format!("rt-{grant}-0"));
-        let mut conn = app.db().pool.acquire().await.unwrap();
-        mcp_connect::db::connections::save_connected_tokens(
-            &mut conn,
+        let subject = format!("burst-{grant}");
+        seed_due_grant(
+            app.db(),
             &app.state.config.keys,
             &issuer,
-            &format!("burst-{grant}"),
-            "other",
-            &mcp_connect::db::connections::NewTokens {
-                access_token: &at,
-                refresh_token: Some(&rt),
-                token_type: "Bearer",
-                expires_at: Some(mcp_connect::db::now() + 30),
-                scopes: &["read".to_owned()],
-                account_label: None,
-            },
+            provider,
+            &grant,
+            &subject,
         )
-        .await
-        .unwrap();
-        // Not "just refreshed": the burst below really is due.
-        sqlx::query(
-            "UPDATE connections SET last_refresh_at = last_refresh_at - 600 WHERE subject = $1",
-        )
-        .bind(format!("burst-{grant}"))
-        .execute(&app.db().pool)
-        .await
-        .unwrap();
-        provider.lock().unwrap().current.insert(grant, 0);
+        .await;
     }
 }
 

@@ -81,3 +81,45 @@ pub async fn stub(delay_ms: u64) -> (String, Shared) {
     tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
     (url, p)
 }
+
+/// Stores grant `grant` of user `subject` at provider `other`, due for a refresh (its access
+/// token expires in 30 s and it was last refreshed long ago), registered at the stub as
+/// generation 0 (`rt-<grant>-0`).
+pub async fn seed_due_grant(
+    db: &mcp_connect::db::Db,
+    keys: &mcp_connect::crypto::KeyRing,
+    issuer: &str,
+    provider: &Shared,
+    grant: &str,
+    subject: &str,
+) {
+    let at = secrecy::SecretString::from(format!("at-{grant}-0"));
+    let rt = secrecy::SecretString::from(format!("rt-{grant}-0"));
+    let mut conn = db.pool.acquire().await.unwrap();
+    mcp_connect::db::connections::save_connected_tokens(
+        &mut conn,
+        keys,
+        issuer,
+        subject,
+        "other",
+        &mcp_connect::db::connections::NewTokens {
+            access_token: &at,
+            refresh_token: Some(&rt),
+            token_type: "Bearer",
+            expires_at: Some(mcp_connect::db::now() + 30),
+            scopes: &["read".to_owned()],
+            account_label: None,
+        },
+    )
+    .await
+    .unwrap();
+    // Not "just refreshed": a refresh really is due.
+    sqlx::query(
+        "UPDATE connections SET last_refresh_at = last_refresh_at - 600 WHERE subject = $1",
+    )
+    .bind(subject)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    provider.lock().unwrap().current.insert(grant.to_owned(), 0);
+}

@@ -22,13 +22,12 @@ use axum::routing::post;
 use mcp_connect::config::Config;
 use mcp_connect::db::Db;
 use reqwest::StatusCode;
-use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::harness::*;
-use crate::rotating_provider::{Shared, stub};
+use crate::rotating_provider::{Shared, seed_due_grant, stub};
 
 const REPLICAS: usize = 3;
 
@@ -398,34 +397,16 @@ impl Fleet {
         let issuer = self.config.identity.issuer.to_string();
         for i in 0..n {
             let grant = format!("{prefix}g{i}");
-            let at = SecretString::from(format!("at-{grant}-0"));
-            let rt = SecretString::from(format!("rt-{grant}-0"));
-            let mut conn = self.db.pool.acquire().await.unwrap();
-            mcp_connect::db::connections::save_connected_tokens(
-                &mut conn,
+            let subject = format!("{prefix}-g{i}");
+            seed_due_grant(
+                &self.db,
                 &self.config.keys,
                 &issuer,
-                &format!("{prefix}-g{i}"),
-                "other",
-                &mcp_connect::db::connections::NewTokens {
-                    access_token: &at,
-                    refresh_token: Some(&rt),
-                    token_type: "Bearer",
-                    expires_at: Some(mcp_connect::db::now() + 30),
-                    scopes: &["read".to_owned()],
-                    account_label: None,
-                },
+                provider,
+                &grant,
+                &subject,
             )
-            .await
-            .unwrap();
-            sqlx::query(
-                "UPDATE connections SET last_refresh_at = last_refresh_at - 600 WHERE subject = $1",
-            )
-            .bind(format!("{prefix}-g{i}"))
-            .execute(&self.db.pool)
-            .await
-            .unwrap();
-            provider.lock().unwrap().current.insert(grant, 0);
+            .await;
         }
     }
 
