@@ -205,10 +205,21 @@ fn log_tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
+/// The environment of the binaries under test: this process's, without its `MCP_CONNECT_*`
+/// variables (the test tooling's, e.g. `MCP_CONNECT_PREVIOUS_REF`, which a release that does
+/// not know them would take for config keys).
+fn base_env() -> Vec<(String, String)> {
+    std::env::vars()
+        .filter(|(k, _)| !k.starts_with("MCP_CONNECT_"))
+        .collect()
+}
+
 /// `bin migrate` with this config; its exit status and log.
 async fn migrate(bin: &Path, config: &Path, log: &Path) -> (bool, String) {
     let status = Command::new(bin)
         .args(["migrate", "--config", config.to_str().unwrap()])
+        .env_clear()
+        .envs(base_env())
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
@@ -236,6 +247,8 @@ async fn serve(label: &'static str, bin: &Path, toml: &str, dir: &Path) -> Serve
     let log = dir.join(format!("{label}.log"));
     let child = Command::new(bin)
         .args(["serve", "--config", config.to_str().unwrap()])
+        .env_clear()
+        .envs(base_env())
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::from(
@@ -552,6 +565,7 @@ async fn old_and_new_side_by_side(kind: DbKind) {
         w.proxy.backends.lock().unwrap().push(old.url.clone());
         w.connect(&old, Route::To(2), "erin").await;
         w.token(&new, "erin", None).await;
+        eprintln!("upgrade on {engine}: the previous release restarts on the migrated schema");
     } else {
         // Releases before this one stop at migrations they do not know (sqlx's VersionMissing);
         // docs/deploy.md says what that means for an upgrade from them.
