@@ -57,7 +57,14 @@ impl Endpoints {
 
     /// These endpoints for one connection: every `{parameter}` filled with its value.
     pub fn for_connection(&self, provider: &Provider, params: &ConnParams) -> anyhow::Result<Self> {
-        let fill = |t: &str| params::fill(t, provider.entry, params, &provider.client_id);
+        let fill = |t: &str| {
+            params::fill(
+                &unescape_braces(t),
+                provider.entry,
+                params,
+                &provider.client_id,
+            )
+        };
         let fill_opt = |t: &Option<String>| t.as_deref().map(fill).transpose();
         Ok(Self {
             issuer: self.issuer.clone(),
@@ -154,6 +161,7 @@ impl Provider {
         ]
         .into_iter()
         .flatten()
+        .map(|u| unescape_braces(&u))
         .collect();
         let asked_params = entry
             .params
@@ -336,6 +344,15 @@ impl Provider {
     fn client_secret(&self) -> Option<&str> {
         self.client_secret.as_ref().map(|s| s.expose_secret())
     }
+}
+
+/// A configured URL's `{placeholders}` as the URL parser left them (`%7Btenant%7D` in a path):
+/// an override may use the entry's parameters too.
+fn unescape_braces(u: &str) -> String {
+    u.replace("%7B", "{")
+        .replace("%7b", "{")
+        .replace("%7D", "}")
+        .replace("%7d", "}")
 }
 
 /// `scheme://host[:port]` of a URL or template.
