@@ -157,7 +157,11 @@ fn token_answer(s: &mut Stub, refresh: bool) -> Value {
         "access_token": format!("at-{}-{n}", e.name),
         "token_type": "bearer",
     });
-    if e.token.expiry.when_missing != WhenMissing::Assume {
+    // Providers without refresh tokens (GitHub OAuth apps, Notion) issue tokens that do not
+    // expire; those whose entry assumes a lifetime say none.
+    if e.token.expiry.when_missing != WhenMissing::Assume
+        && e.refresh.behaviour != RefreshBehaviour::None
+    {
         tok["expires_in"] = json!(3600);
     }
     let new_rt = match (e.refresh.behaviour, refresh) {
@@ -267,7 +271,9 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
         }))
         .into_response();
     }
-    if path == "/authorize" {
+    if path.ends_with("/authorize")
+        || Some(&path) == path_of(&e.endpoints.authorization_url).as_ref()
+    {
         let Some(redirect) = query.get("redirect_uri") else {
             return StatusCode::BAD_REQUEST.into_response();
         };
@@ -285,7 +291,8 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
         return Redirect::to(target.as_str()).into_response();
     }
     let refresh_path = path_of(&e.endpoints.refresh_url);
-    let is_token = path == "/token" || Some(&path) == path_of(&e.endpoints.token_url).as_ref();
+    let is_token =
+        path.ends_with("/token") || Some(&path) == path_of(&e.endpoints.token_url).as_ref();
     if is_token || Some(&path) == refresh_path.as_ref() {
         let answer = match fields.get("grant_type").map(String::as_str) {
             Some("authorization_code") if fields.get("code").map(String::as_str) == Some(CODE) => {

@@ -112,6 +112,7 @@ async fn exercise(entry: &'static Entry) -> Result<(), String> {
     }
     let want_expiry = match entry.token.expiry.when_missing {
         WhenMissing::Assume => entry.token.expiry.assume_seconds,
+        WhenMissing::Never if entry.refresh.behaviour == RefreshBehaviour::None => None,
         WhenMissing::Never => Some(3600),
     };
     if t.expires_in != want_expiry {
