@@ -57,6 +57,7 @@ pub struct ElicitationView {
     /// Per-connection parameters given so far (`tenant`, `subdomain`, ...); the consent page
     /// asks the user for the ones the provider needs and nobody gave.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schema(value_type = std::collections::BTreeMap<String, String>)]
     pub params: ConnParams,
     /// Ready-to-send payloads, keyed by MCP protocol version: `2026-07-28` is the
     /// `{method, params}` to put into `InputRequiredResult.inputRequests`; `2025-11-25` has the

@@ -138,6 +138,7 @@ const COLUMNS: &str = "id, client_id, issuer, subject, provider, scopes, status,
 
 impl Db {
     /// A still-pending, unexpired elicitation for the same request, to hand out again.
+    #[allow(clippy::too_many_arguments)]
     pub async fn find_reusable_elicitation(
         &self,
         client_id: &str,

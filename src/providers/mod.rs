@@ -409,28 +409,6 @@ impl Providers {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rebasing_moves_same_origin_urls_and_drops_the_others() {
-        let moves = vec![(
-            "https://gitlab.com".to_owned(),
-            "https://git.example.org".to_owned(),
-        )];
-        assert_eq!(
-            rebase("https://gitlab.com/oauth/revoke", &moves).as_deref(),
-            Some("https://git.example.org/oauth/revoke")
-        );
-        assert_eq!(rebase("https://api.github.com/user", &moves), None);
-        assert_eq!(
-            origin("https://{shop}.myshopify.com/a/b"),
-            "https://{shop}.myshopify.com"
-        );
-    }
-}
-
 impl Provider {
     /// How disconnecting works at this provider, in words for users (consent and account pages).
     pub fn revocation_summary(&self) -> String {
@@ -470,5 +448,27 @@ impl Provider {
             .descriptions
             .get(scope)
             .map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rebasing_moves_same_origin_urls_and_drops_the_others() {
+        let moves = vec![(
+            "https://gitlab.com".to_owned(),
+            "https://git.example.org".to_owned(),
+        )];
+        assert_eq!(
+            rebase("https://gitlab.com/oauth/revoke", &moves).as_deref(),
+            Some("https://git.example.org/oauth/revoke")
+        );
+        assert_eq!(rebase("https://api.github.com/user", &moves), None);
+        assert_eq!(
+            origin("https://{shop}.myshopify.com/a/b"),
+            "https://{shop}.myshopify.com"
+        );
     }
 }
