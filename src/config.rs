@@ -309,6 +309,9 @@ pub struct ProviderConfig {
     /// Message shown to the user by the MCP client; `{provider}` is replaced by the display name
     /// and `{client}` by the API client's name.
     pub message: Option<String>,
+    /// Per-connection parameters of the catalog entry fixed for every user (e.g. `tenant`).
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
 }
 
 impl fmt::Debug for ProviderConfig {
@@ -915,15 +918,46 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             );
         }
         if let Some(kind) = &p.kind {
-            if crate::providers::catalog::lookup(kind).is_none() {
-                err(
+            match crate::providers::catalog::lookup(kind) {
+                None => err(
                     &format!("{key}.kind"),
                     format!(
                         "unknown kind {kind:?}; known: {}",
                         crate::providers::catalog::names().join(", ")
                     ),
-                );
+                ),
+                Some(e) => {
+                    if e.is_generic()
+                        && p.issuer.is_none()
+                        && (p.authorization_url.is_none() || p.token_url.is_none())
+                    {
+                        err(
+                            &key,
+                            format!(
+                                "kind {kind:?} needs `issuer` (discovery), or both `authorization_url` and `token_url`"
+                            ),
+                        );
+                    }
+                    for (name, value) in &p.params {
+                        match e.param(name) {
+                            None => err(
+                                &format!("{key}.params.{name}"),
+                                format!("kind {kind:?} has no parameter {name:?}"),
+                            ),
+                            Some(spec) if !crate::providers::params::valid(spec, value) => err(
+                                &format!("{key}.params.{name}"),
+                                format!("{value:?} is not valid"),
+                            ),
+                            Some(_) => {}
+                        }
+                    }
+                }
             }
+        } else if !p.params.is_empty() {
+            err(
+                &format!("{key}.params"),
+                "only with a `kind` that declares parameters".into(),
+            );
         } else if p.issuer.is_none() && (p.authorization_url.is_none() || p.token_url.is_none()) {
             err(&key, "needs `kind`, or `issuer` (discovery), or both `authorization_url` and `token_url`".into());
         }

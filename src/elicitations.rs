@@ -14,7 +14,7 @@ use crate::db::change::Change;
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
 use crate::db::{self, now};
 use crate::error::{Error, Result};
-use crate::providers::Provider;
+use crate::providers::{ConnParams, Provider};
 
 /// Bytes of randomness in an elicitation id (144 bits).
 const ID_BYTES: usize = 18;
@@ -54,6 +54,11 @@ pub struct ElicitationView {
     pub expires_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connection_id: Option<String>,
+    /// Per-connection parameters given so far (`tenant`, `subdomain`, ...); the consent page
+    /// asks the user for the ones the provider needs and nobody gave.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schema(value_type = std::collections::BTreeMap<String, String>)]
+    pub params: ConnParams,
     /// Ready-to-send payloads, keyed by MCP protocol version: `2026-07-28` is the
     /// `{method, params}` to put into `InputRequiredResult.inputRequests`; `2025-11-25` has the
     /// `elicitation/create` params and the complete `-32042` error.
@@ -115,6 +120,7 @@ impl AppState {
             scopes: e.scopes.clone(),
             expires_at: rfc3339(e.expires_at),
             connection_id: e.connection_id.clone(),
+            params: e.params.clone(),
             mcp,
             request_state: crate::request_state::seal(&self.config.keys, e)?,
         })
@@ -129,6 +135,28 @@ impl AppState {
         scopes: Option<Vec<String>>,
         request_id: Option<&str>,
     ) -> Result<Elicitation> {
+        self.create_or_reuse_elicitation_with(
+            client,
+            subject,
+            provider,
+            scopes,
+            ConnParams::new(),
+            request_id,
+        )
+        .await
+    }
+
+    /// `create_or_reuse_elicitation` with per-connection parameters given up front (each one
+    /// already checked with `params::check_given`; the consent page asks for the rest).
+    pub async fn create_or_reuse_elicitation_with(
+        &self,
+        client: &ClientConfig,
+        subject: &str,
+        provider: &Provider,
+        scopes: Option<Vec<String>>,
+        params: ConnParams,
+        request_id: Option<&str>,
+    ) -> Result<Elicitation> {
         let mut scopes = scopes.unwrap_or_else(|| provider.scopes.clone());
         scopes.sort();
         scopes.dedup();
@@ -141,6 +169,7 @@ impl AppState {
                 subject,
                 &provider.name,
                 &scopes,
+                &params,
                 REUSE_MIN_REMAINING,
             )
             .await?
@@ -160,6 +189,7 @@ impl AppState {
             failure: None,
             created_at: now,
             expires_at: now + self.config.elicitation_ttl_seconds as i64,
+            params,
         };
         let mut change = Change::begin(&self.db).await?;
         db::elicitations::insert_elicitation(change.conn(), &e).await?;

@@ -67,6 +67,26 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// The provider catalog and the configured providers (no database needed).
+    Providers {
+        #[command(subcommand)]
+        command: ProvidersCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProvidersCommand {
+    /// The catalog's providers, and with a config the configured ones and their redirect URIs.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One configured provider or catalog kind: endpoints, quirks, the redirect URI to register.
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -181,6 +201,31 @@ async fn main() -> ExitCode {
                     } else {
                         ExitCode::FAILURE
                     }
+                }
+            }
+        }
+        Command::Providers { command } => {
+            let config = match cli.config.as_deref() {
+                Some(path) => match load(Some(path)) {
+                    Ok(c) => Some(c),
+                    Err(code) => return code,
+                },
+                None => None,
+            };
+            let mut out = std::io::stdout();
+            let r = match command {
+                ProvidersCommand::List { json } => {
+                    cli::providers_list(config.as_ref(), json, &mut out)
+                }
+                ProvidersCommand::Show { name, json } => {
+                    cli::providers_show(config.as_ref(), &name, json, &mut out).await
+                }
+            };
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mcp-connect: {e:#}");
+                    ExitCode::FAILURE
                 }
             }
         }

@@ -122,6 +122,7 @@ mod tests {
             failure: None,
             created_at: 1000,
             expires_at: 2000,
+            params: Default::default(),
         }
     }
 

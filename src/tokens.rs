@@ -34,6 +34,9 @@ pub struct FreshToken {
     pub expires_at: Option<i64>,
     pub scopes: Vec<String>,
     pub connection_id: String,
+    /// The connection's parameters and what was learned at its callback (never a token).
+    pub params: crate::providers::ConnParams,
+    pub metadata: crate::providers::tokens::Metadata,
 }
 
 /// Serialises refreshes of one connection inside this process, so only one request per
@@ -228,6 +231,7 @@ impl AppState {
         let endpoints = provider
             .endpoints(&self.http)
             .await
+            .and_then(|e| e.for_connection(provider, &c.params))
             .map_err(Error::Upstream)?;
         let mut attempt = 0;
         let outcome = loop {
@@ -285,6 +289,8 @@ impl AppState {
                     expires_at,
                     scopes,
                     connection_id: c.id,
+                    params: c.params,
+                    metadata: c.metadata,
                 })
             }
             Err(e) if e.is_invalid_grant() => {
@@ -435,6 +441,8 @@ impl AppState {
             expires_at: c.expires_at,
             scopes: c.scopes.clone(),
             connection_id: c.id.clone(),
+            params: c.params.clone(),
+            metadata: c.metadata.clone(),
         })
     }
 
@@ -456,50 +464,71 @@ impl AppState {
         };
         let mut problems = Vec::new();
         if let Some(provider) = provider {
-            let tokens = [
-                ("refresh_token", c.refresh_token(&self.config.keys)),
-                ("access_token", c.access_token(&self.config.keys)),
-            ];
-            let endpoints = provider.endpoints(&self.http).await;
-            for (hint, token) in tokens {
-                let outcome = match (token, &endpoints) {
-                    (Ok(None), _) => "none",
-                    (Err(e), _) => {
-                        tracing::warn!(connection_id = %c.id, error = %e, "cannot open a stored token to revoke it");
-                        "failed"
-                    }
-                    (Ok(Some(_)), Err(e)) => {
-                        problems.push(format!("provider unreachable: {e:#}"));
-                        "failed"
-                    }
-                    (Ok(Some(t)), Ok(ep)) => {
-                        match self
-                            .metrics
-                            .upstream(
-                                &provider.name,
-                                "revoke",
-                                provider.revoke(&self.http, ep, &t, hint),
-                            )
-                            .await
-                        {
-                            Ok(true) => "revoked",
-                            Ok(false) => "not_supported",
-                            Err(e) => {
-                                problems.push(e.summary());
-                                "failed"
-                            }
-                        }
-                    }
-                };
-                match hint {
-                    "refresh_token" => report.refresh_token = outcome,
-                    _ => report.access_token = outcome,
+            let open = |t: std::result::Result<
+                Option<SecretString>,
+                crate::crypto::CryptoError,
+            >| match t {
+                Ok(t) => (t, false),
+                Err(e) => {
+                    tracing::warn!(connection_id = %c.id, error = %e, "cannot open a stored token to revoke it");
+                    (None, true)
                 }
+            };
+            let (rt, rt_broken) = open(c.refresh_token(&self.config.keys));
+            let (at, at_broken) = open(c.access_token(&self.config.keys));
+            match provider
+                .endpoints(&self.http)
+                .await
+                .and_then(|e| e.for_connection(provider, &c.params))
+            {
+                Err(e) => {
+                    if rt.is_some() || at.is_some() {
+                        problems.push(format!("provider unreachable: {e:#}"));
+                    }
+                    report.refresh_token = if rt.is_some() { "failed" } else { "none" };
+                    report.access_token = if at.is_some() { "failed" } else { "none" };
+                }
+                Ok(ep) => {
+                    let outcome = self
+                        .metrics
+                        .upstream(&provider.name, "revoke", async {
+                            Ok::<_, std::convert::Infallible>(
+                                provider
+                                    .revoke_grant(
+                                        &self.http,
+                                        &ep,
+                                        rt.as_ref(),
+                                        at.as_ref(),
+                                        &c.metadata,
+                                    )
+                                    .await,
+                            )
+                        })
+                        .await;
+                    let Ok(o) = outcome;
+                    report.refresh_token = o.refresh_token;
+                    report.access_token = o.access_token;
+                    problems.extend(o.problems);
+                }
+            }
+            if rt_broken {
+                report.refresh_token = "failed";
+            }
+            if at_broken {
+                report.access_token = "failed";
             }
         }
         report.message = if problems.is_empty() {
             match (report.refresh_token, report.access_token) {
-                ("not_supported", _) | (_, "not_supported") => "The provider offers no revocation endpoint; the tokens were deleted here. Revoke the grant in the provider's settings to cut it there too.".into(),
+                ("not_supported", _) | (_, "not_supported") => {
+                    let manual = provider
+                        .and_then(|p| p.entry.revocation.manual_url.as_deref())
+                        .map(|u| format!(" ({u})"))
+                        .unwrap_or_default();
+                    format!(
+                        "The provider offers no revocation endpoint; the tokens were deleted here. Revoke the grant in the provider's settings{manual} to cut it there too."
+                    )
+                }
                 _ => "The grant was revoked at the provider and the tokens were deleted.".into(),
             }
         } else {

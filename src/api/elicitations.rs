@@ -35,6 +35,11 @@ pub struct CreateElicitation {
     /// without whitespace, control characters or commas.
     #[schema(max_items = 50, value_type = Option<Vec<Scope>>)]
     pub scopes: Option<Vec<String>>,
+    /// Per-connection parameters the provider's catalog entry declares (`tenant`, `subdomain`,
+    /// `shop`, `region`, ...), each validated against the entry's pattern or choices; the
+    /// consent page asks the user for those not given. Unknown names are refused.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
+    pub params: Option<crate::providers::ConnParams>,
 }
 
 /// One OAuth scope as `scopes` takes it (for the OpenAPI document; `validate_scopes` checks).
@@ -74,7 +79,7 @@ pub fn validate_scopes(scopes: &Option<Vec<String>>) -> Result<()> {
 
 #[utoipa::path(post, path = "/v1/elicitations", request_body = CreateElicitation,
     responses((status = 201, body = ElicitationView, description = "A new elicitation, or the pending one for the same subject and provider"),
-        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: the body is not JSON, lacks a field, or breaks a limit"),
+        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: the body is not JSON, lacks a field, breaks a limit, or gives an unknown or invalid parameter"),
         (status = 403, body = crate::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
         (status = 404, body = crate::error::ErrorBody, description = "`not_found`: no such provider is configured"),
         (status = 413, body = crate::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB")),
@@ -88,12 +93,16 @@ pub async fn create(
     validate_subject(&body.subject)?;
     validate_scopes(&body.scopes)?;
     let provider = client.provider(&state, &body.provider)?;
+    let params = body.params.unwrap_or_default();
+    crate::providers::params::check_given(provider, &params)
+        .map_err(|e| Error::invalid(format!("params: {e}")))?;
     let e = state
-        .create_or_reuse_elicitation(
+        .create_or_reuse_elicitation_with(
             &client.0,
             &body.subject,
             provider,
             body.scopes,
+            params,
             request_id(&headers).as_deref(),
         )
         .await?;

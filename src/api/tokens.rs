@@ -65,6 +65,14 @@ pub struct TokenResponse {
     pub expires_at: Option<String>,
     pub scopes: Vec<String>,
     pub connection_id: String,
+    /// What was learned about the connection when it was made, by the names the provider's
+    /// catalog entry gives them: Salesforce `instance_url`, QuickBooks `realm_id`, Slack
+    /// `team_id`, Atlassian `cloud_id`, ... Empty for providers without any.
+    #[schema(value_type = Object)]
+    pub metadata: crate::providers::tokens::Metadata,
+    /// The connection's per-connection parameters (`tenant`, `subdomain`, `shop`, `region`).
+    #[schema(value_type = std::collections::BTreeMap<String, String>)]
+    pub params: crate::providers::ConnParams,
 }
 
 #[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest,
@@ -194,6 +202,8 @@ pub async fn fetch(
             expires_at: t.expires_at.map(rfc3339),
             scopes: t.scopes,
             connection_id: t.connection_id,
+            metadata: t.metadata,
+            params: t.params,
         })),
         Err(Error::ReauthorizationRequired { .. }) if declined.is_some() => {
             Err(Error::AuthorizationDeclined {

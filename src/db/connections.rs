@@ -57,6 +57,8 @@ struct Row {
     last_refresh_at: Option<i64>,
     last_error: Option<String>,
     token_version: i64,
+    params: Option<String>,
+    metadata: Option<String>,
 }
 
 /// A connection as stored: token fields are still sealed.
@@ -78,6 +80,10 @@ pub struct Connection {
     pub last_refresh_at: Option<i64>,
     pub last_error: Option<String>,
     pub token_version: i64,
+    /// Per-connection parameters (tenant, subdomain, shop, region).
+    pub params: crate::providers::ConnParams,
+    /// Values learned at the callback (instance_url, realmId, team). Never a token.
+    pub metadata: crate::providers::tokens::Metadata,
 }
 
 /// A row whose status does not decode is an error naming the row, never a default.
@@ -89,6 +95,16 @@ impl TryFrom<Row> for Connection {
             .status
             .parse()
             .map_err(|e: String| sqlx::Error::Decode(format!("connection {}: {e}", r.id).into()))?;
+        let params = super::elicitations::decode_params(r.params.as_deref())
+            .map_err(|e| sqlx::Error::Decode(format!("connection {}: params: {e}", r.id).into()))?;
+        let metadata = match r.metadata.as_deref() {
+            None => Default::default(),
+            Some(m) => serde_json::from_str(m).map_err(|e| {
+                sqlx::Error::Decode(
+                    format!("connection {}: metadata is not an object: {e}", r.id).into(),
+                )
+            })?,
+        };
         Ok(Self {
             id: r.id,
             issuer: r.issuer,
@@ -106,6 +122,8 @@ impl TryFrom<Row> for Connection {
             last_refresh_at: r.last_refresh_at,
             last_error: r.last_error,
             token_version: r.token_version,
+            params,
+            metadata,
         })
     }
 }
@@ -153,7 +171,7 @@ pub struct NewTokens<'a> {
 }
 
 const COLUMNS: &str = "id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, expires_at, \
-                       account_label, created_at, updated_at, last_refresh_at, last_error, token_version";
+                       account_label, created_at, updated_at, last_refresh_at, last_error, token_version, params, metadata";
 
 /// Seals a token for its row and field; a value that cannot be sealed is never stored.
 fn seal(
@@ -429,6 +447,23 @@ pub async fn save_refreshed_tokens(
     .execute(&mut *conn)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+/// Records a connection's parameters and what was learned at its callback, in the transaction
+/// that stored its tokens (a reconnect replaces both).
+pub async fn set_connection_details(
+    conn: &mut AnyConnection,
+    id: &str,
+    params: &crate::providers::ConnParams,
+    metadata: &crate::providers::tokens::Metadata,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE connections SET params = $2, metadata = $3 WHERE id = $1")
+        .bind(id)
+        .bind(super::elicitations::encode_params(params))
+        .bind((!metadata.is_empty()).then(|| serde_json::to_string(metadata).unwrap_or_default()))
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 /// Records a failed refresh. `needs_reauth` marks the grant dead; the identity is kept.

@@ -55,6 +55,7 @@ struct Row {
     failure: Option<String>,
     created_at: i64,
     expires_at: i64,
+    params: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +71,8 @@ pub struct Elicitation {
     pub failure: Option<String>,
     pub created_at: i64,
     pub expires_at: i64,
+    /// Per-connection parameters given so far (API caller, consent page).
+    pub params: crate::providers::ConnParams,
 }
 
 impl Elicitation {
@@ -91,6 +94,9 @@ impl TryFrom<Row> for Elicitation {
         let status: ElicitationStatus = r.status.parse().map_err(|e: String| {
             sqlx::Error::Decode(format!("elicitation {}: {e}", r.id).into())
         })?;
+        let params = decode_params(r.params.as_deref()).map_err(|e| {
+            sqlx::Error::Decode(format!("elicitation {}: params: {e}", r.id).into())
+        })?;
         Ok(Self {
             id: r.id,
             client_id: r.client_id,
@@ -103,8 +109,22 @@ impl TryFrom<Row> for Elicitation {
             failure: r.failure,
             created_at: r.created_at,
             expires_at: r.expires_at,
+            params,
         })
     }
+}
+
+/// A stored parameter object: absent, or a JSON object of strings; anything else is an error.
+pub fn decode_params(s: Option<&str>) -> Result<crate::providers::ConnParams, String> {
+    match s {
+        None => Ok(Default::default()),
+        Some(s) => serde_json::from_str(s).map_err(|e| format!("not an object of strings: {e}")),
+    }
+}
+
+/// The stored form of parameters: `NULL` when there are none.
+pub fn encode_params(p: &crate::providers::ConnParams) -> Option<String> {
+    (!p.is_empty()).then(|| serde_json::to_string(p).unwrap_or_default())
 }
 
 pub fn split_scopes(s: &str) -> Vec<String> {
@@ -114,10 +134,11 @@ pub fn split_scopes(s: &str) -> Vec<String> {
         .collect()
 }
 
-const COLUMNS: &str = "id, client_id, issuer, subject, provider, scopes, status, connection_id, failure, created_at, expires_at";
+const COLUMNS: &str = "id, client_id, issuer, subject, provider, scopes, status, connection_id, failure, created_at, expires_at, params";
 
 impl Db {
     /// A still-pending, unexpired elicitation for the same request, to hand out again.
+    #[allow(clippy::too_many_arguments)]
     pub async fn find_reusable_elicitation(
         &self,
         client_id: &str,
@@ -125,12 +146,13 @@ impl Db {
         subject: &str,
         provider: &str,
         scopes: &[String],
+        params: &crate::providers::ConnParams,
         min_remaining: i64,
     ) -> Result<Option<Elicitation>, sqlx::Error> {
         let row: Option<Row> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM elicitations WHERE client_id = $1 AND issuer = $2 AND subject = $3 \
              AND provider = $4 AND scopes = $5 AND status = 'pending' AND expires_at > $6 \
-             ORDER BY created_at DESC LIMIT 1"
+             AND COALESCE(params, '') = $7 ORDER BY created_at DESC LIMIT 1"
         ))
         .bind(client_id)
         .bind(issuer)
@@ -138,6 +160,7 @@ impl Db {
         .bind(provider)
         .bind(scopes.join(" "))
         .bind(now() + min_remaining)
+        .bind(encode_params(params).unwrap_or_default())
         .fetch_optional(&self.pool)
         .await?;
         row.map(TryInto::try_into).transpose()
@@ -234,8 +257,8 @@ pub async fn insert_elicitation(
     e: &Elicitation,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, created_at, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8)",
+        "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, created_at, expires_at, params) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9)",
     )
     .bind(&e.id)
     .bind(&e.client_id)
@@ -245,8 +268,23 @@ pub async fn insert_elicitation(
     .bind(e.scopes.join(" "))
     .bind(e.created_at)
     .bind(e.expires_at)
+    .bind(encode_params(&e.params))
     .execute(conn)
     .await?;
+    Ok(())
+}
+
+/// Records the parameters the user confirmed on the consent page (only while pending).
+pub async fn set_elicitation_params(
+    db: &Db,
+    id: &str,
+    params: &crate::providers::ConnParams,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE elicitations SET params = $2 WHERE id = $1 AND status = 'pending'")
+        .bind(id)
+        .bind(encode_params(params))
+        .execute(&db.pool)
+        .await?;
     Ok(())
 }
 

@@ -1,8 +1,10 @@
 //! Everything we know about upstream providers: their endpoints (catalog, explicit config or
-//! discovery), the authorization URL, and the token endpoint calls (code exchange, refresh,
-//! revocation) with the quirks real providers have.
+//! discovery), per-connection parameters, the authorization URL, and the token endpoint calls
+//! (code exchange, refresh, revocation) with the quirks real providers have.
 
 pub mod catalog;
+pub mod docs;
+pub mod params;
 pub mod tokens;
 
 use std::collections::BTreeMap;
@@ -14,20 +16,71 @@ use tokio::sync::RwLock;
 use url::Url;
 
 pub use catalog::TokenAuth;
+pub use params::{ConnParams, ParamError};
 pub use tokens::{TokenError, TokenSet};
 
 use crate::config::ProviderConfig;
+use catalog::Entry;
 
-/// Endpoints of a provider, resolved once (discovery) and cached.
+/// Endpoints of a provider, resolved once (config, catalog, discovery) and cached. Catalog
+/// endpoints may still hold `{placeholders}`: `for_connection` fills them.
 #[derive(Debug, Clone)]
 pub struct Endpoints {
     pub issuer: Option<String>,
     pub authorization_url: String,
     pub token_url: String,
+    /// Where refreshes go when not to `token_url`.
+    pub refresh_url: Option<String>,
     pub revocation_url: Option<String>,
     pub userinfo_url: Option<String>,
+    /// The catalog's metadata calls, in order; `None` where an override left a call's host
+    /// behind (see `rebase`).
+    pub metadata_urls: Vec<Option<String>>,
     /// The provider promised RFC 9207 `iss` on every authorization response.
     pub iss_required: bool,
+}
+
+impl Endpoints {
+    /// Plain endpoints without catalog extras (tests and generic providers).
+    pub fn basic(authorization_url: String, token_url: String) -> Self {
+        Self {
+            issuer: None,
+            authorization_url,
+            token_url,
+            refresh_url: None,
+            revocation_url: None,
+            userinfo_url: None,
+            metadata_urls: Vec::new(),
+            iss_required: false,
+        }
+    }
+
+    /// These endpoints for one connection: every `{parameter}` filled with its value.
+    pub fn for_connection(&self, provider: &Provider, params: &ConnParams) -> anyhow::Result<Self> {
+        let fill = |t: &str| {
+            params::fill(
+                &unescape_braces(t),
+                provider.entry,
+                params,
+                &provider.client_id,
+            )
+        };
+        let fill_opt = |t: &Option<String>| t.as_deref().map(fill).transpose();
+        Ok(Self {
+            issuer: self.issuer.clone(),
+            authorization_url: fill(&self.authorization_url)?,
+            token_url: fill(&self.token_url)?,
+            refresh_url: fill_opt(&self.refresh_url)?,
+            revocation_url: fill_opt(&self.revocation_url)?,
+            userinfo_url: fill_opt(&self.userinfo_url)?,
+            metadata_urls: self
+                .metadata_urls
+                .iter()
+                .map(fill_opt)
+                .collect::<anyhow::Result<_>>()?,
+            iss_required: self.iss_required,
+        })
+    }
 }
 
 /// One configured provider.
@@ -39,9 +92,17 @@ pub struct Provider {
     pub scopes: Vec<String>,
     pub pkce: bool,
     pub token_auth: TokenAuth,
-    pub scope_separator: &'static str,
+    pub scope_separator: String,
     pub authorize_params: Vec<(String, String)>,
     pub message: Option<String>,
+    /// The catalog entry (`kind`), or the generic OAuth 2.0 one.
+    pub entry: &'static Entry,
+    /// Whether `kind` named the entry (false: the generic one stands in).
+    pub has_kind: bool,
+    /// Parameter values fixed for every connection by the operator (`params` in the config).
+    pub fixed_params: BTreeMap<String, String>,
+    /// The parameters users give (declared by the entry, used by an endpoint, not fixed).
+    pub asked_params: Vec<&'static catalog::ParamSpec>,
     config: ProviderConfig,
     endpoints: RwLock<Option<Arc<Endpoints>>>,
 }
@@ -54,49 +115,98 @@ impl std::fmt::Debug for Provider {
     }
 }
 
+/// The generic entry that providers without `kind` follow.
+fn generic_entry() -> &'static Entry {
+    #[allow(clippy::expect_used)]
+    catalog::lookup("oauth2").expect("the catalog has the generic oauth2 entry")
+}
+
 impl Provider {
     pub fn from_config(name: &str, c: &ProviderConfig) -> Self {
-        let entry = c.kind.as_deref().and_then(catalog::lookup);
+        let named = c.kind.as_deref().and_then(catalog::lookup);
+        let entry = named.unwrap_or_else(generic_entry);
         let mut authorize_params: Vec<(String, String)> = entry
-            .map(|e| {
-                e.authorize_params
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
+            .authorize
+            .params
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         for (k, v) in &c.authorize_params {
             authorize_params.retain(|(ek, _)| ek != k);
             authorize_params.push((k.clone(), v.clone()));
         }
         let scopes = if c.scopes.is_empty() {
-            entry
-                .map(|e| e.default_scopes.iter().map(|s| s.to_string()).collect())
-                .unwrap_or_default()
+            entry.scopes.default.clone()
         } else {
             c.scopes.clone()
         };
+        let effective_urls: Vec<String> = [
+            c.authorization_url
+                .as_ref()
+                .map(Url::to_string)
+                .or(entry.endpoints.authorization_url.clone()),
+            c.token_url
+                .as_ref()
+                .map(Url::to_string)
+                .or(entry.endpoints.token_url.clone()),
+            entry.endpoints.refresh_url.clone(),
+            c.revocation_url
+                .as_ref()
+                .map(Url::to_string)
+                .or(entry.revocation.url.clone()),
+            c.userinfo_url
+                .as_ref()
+                .map(Url::to_string)
+                .or(entry.endpoints.userinfo_url.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|u| unescape_braces(&u))
+        .collect();
+        let asked_params = entry
+            .params
+            .iter()
+            .filter(|p| !c.params.contains_key(&p.name))
+            .filter(|p| {
+                effective_urls
+                    .iter()
+                    .any(|u| catalog::placeholders(u).contains(&p.name.as_str()))
+            })
+            .collect();
         Self {
             name: name.to_owned(),
             display_name: c
                 .display_name
                 .clone()
-                .or_else(|| entry.map(|e| e.display_name.to_owned()))
+                .or_else(|| named.map(|e| e.display_name.clone()))
                 .unwrap_or_else(|| title_case(name)),
             client_id: c.client_id.clone(),
             client_secret: c.client_secret.clone(),
             scopes,
-            pkce: c.pkce.unwrap_or_else(|| entry.is_none_or(|e| e.pkce)),
-            token_auth: c
-                .token_auth
-                .or_else(|| entry.map(|e| e.token_auth))
-                .unwrap_or(TokenAuth::Basic),
-            scope_separator: entry.map(|e| e.scope_separator).unwrap_or(" "),
+            pkce: c.pkce.unwrap_or(entry.authorize.pkce),
+            token_auth: c.token_auth.unwrap_or(entry.token.client_auth),
+            scope_separator: entry.scopes.separator.clone(),
             authorize_params,
             message: c.message.clone(),
+            entry,
+            has_kind: named.is_some(),
+            fixed_params: c.params.clone(),
+            asked_params,
             config: c.clone(),
             endpoints: RwLock::new(None),
         }
+    }
+
+    /// Whether any endpoint key of the config replaces the catalog's.
+    pub fn is_overridden(&self) -> bool {
+        let c = &self.config;
+        self.has_kind
+            && !self.entry.is_generic()
+            && (c.authorization_url.is_some()
+                || c.token_url.is_some()
+                || c.revocation_url.is_some()
+                || c.userinfo_url.is_some()
+                || c.issuer.is_some())
     }
 
     /// The endpoints, from config and catalog, or discovered at the issuer (cached on success).
@@ -109,7 +219,7 @@ impl Provider {
             return Ok(e.clone());
         }
         let c = &self.config;
-        let entry = c.kind.as_deref().and_then(catalog::lookup);
+        let entry = self.entry;
         let meta = match (&c.issuer, &c.authorization_url, &c.token_url) {
             (Some(issuer), None, _) | (Some(issuer), _, None) => Some(
                 crate::http_client::discover(http, issuer)
@@ -118,41 +228,69 @@ impl Provider {
             ),
             _ => None,
         };
-        let pick = |explicit: &Option<Url>,
-                    discovered: Option<&String>,
-                    catalog: Option<&str>|
-         -> Option<String> {
+        let m = meta.as_ref();
+        // What the operator gave (explicitly or through discovery), per endpoint.
+        let given = |explicit: &Option<Url>, discovered: Option<&String>| -> Option<String> {
             explicit
                 .as_ref()
                 .map(|u| u.to_string())
                 .or_else(|| discovered.cloned())
-                .or_else(|| catalog.map(str::to_owned))
         };
-        let m = meta.as_ref();
+        let authorization = given(&c.authorization_url, m.map(|m| &m.authorization_endpoint));
+        let token = given(&c.token_url, m.map(|m| &m.token_endpoint));
+        let revocation = given(
+            &c.revocation_url,
+            m.and_then(|m| m.revocation_endpoint.as_ref()),
+        );
+        let userinfo = given(
+            &c.userinfo_url,
+            m.and_then(|m| m.userinfo_endpoint.as_ref()),
+        );
+        let ep = &entry.endpoints;
+        let overridden = self.is_overridden();
+        // Catalog origin → the origin that replaces it.
+        let mut moves: Vec<(String, String)> = Vec::new();
+        if overridden {
+            for (cat, new) in [
+                (&ep.authorization_url, &authorization),
+                (&ep.token_url, &token),
+                (&entry.revocation.url, &revocation),
+                (&ep.userinfo_url, &userinfo),
+            ] {
+                if let (Some(cat), Some(new)) = (cat, new) {
+                    moves.push((origin(cat).to_owned(), origin(new).to_owned()));
+                }
+            }
+        }
+        let carry = |cat: &Option<String>| -> Option<String> {
+            let cat = cat.as_ref()?;
+            if overridden {
+                rebase(cat, &moves)
+            } else {
+                Some(cat.clone())
+            }
+        };
+        let revocation_url = match entry.revocation.method {
+            catalog::RevocationMethod::Unsupported => revocation,
+            _ => revocation.or_else(|| carry(&entry.revocation.url)),
+        };
         let endpoints = Endpoints {
             issuer: c.issuer.clone(),
-            authorization_url: pick(
-                &c.authorization_url,
-                m.map(|m| &m.authorization_endpoint),
-                entry.map(|e| e.authorization_url),
-            )
-            .context("no authorization endpoint")?,
-            token_url: pick(
-                &c.token_url,
-                m.map(|m| &m.token_endpoint),
-                entry.map(|e| e.token_url),
-            )
-            .context("no token endpoint")?,
-            revocation_url: pick(
-                &c.revocation_url,
-                m.and_then(|m| m.revocation_endpoint.as_ref()),
-                entry.and_then(|e| e.revocation_url),
-            ),
-            userinfo_url: pick(
-                &c.userinfo_url,
-                m.and_then(|m| m.userinfo_endpoint.as_ref()),
-                entry.and_then(|e| e.userinfo_url),
-            ),
+            authorization_url: authorization
+                .or_else(|| ep.authorization_url.clone())
+                .context("no authorization endpoint")?,
+            token_url: token
+                .or_else(|| ep.token_url.clone())
+                .context("no token endpoint")?,
+            refresh_url: carry(&ep.refresh_url),
+            revocation_url,
+            userinfo_url: userinfo.or_else(|| carry(&ep.userinfo_url)),
+            metadata_urls: entry
+                .metadata
+                .fetch
+                .iter()
+                .map(|f| carry(&Some(f.url.clone())))
+                .collect(),
             iss_required: m.is_some_and(|m| m.authorization_response_iss_parameter_supported),
         };
         let e = Arc::new(endpoints);
@@ -171,14 +309,20 @@ impl Provider {
     ) -> anyhow::Result<String> {
         let mut url = Url::parse(&endpoints.authorization_url)
             .context("authorization endpoint is not a URL")?;
+        let omit = &self.entry.authorize.omit;
         {
             let mut q = url.query_pairs_mut();
-            q.append_pair("response_type", "code")
-                .append_pair("client_id", &self.client_id)
+            if !omit.iter().any(|o| o == "response_type") {
+                q.append_pair("response_type", "code");
+            }
+            q.append_pair("client_id", &self.client_id)
                 .append_pair("redirect_uri", redirect_uri)
                 .append_pair("state", state);
             if !scopes.is_empty() {
-                q.append_pair("scope", &scopes.join(self.scope_separator));
+                q.append_pair(
+                    &self.entry.authorize.scope_param,
+                    &scopes.join(&self.scope_separator),
+                );
             }
             if let Some(ch) = code_challenge {
                 q.append_pair("code_challenge", ch)
@@ -191,9 +335,44 @@ impl Provider {
         Ok(url.into())
     }
 
+    /// Checks and completes the parameters of a new connection: fixed ones from the config,
+    /// given ones validated against the catalog's pattern or choices, defaults for the rest.
+    pub fn resolve_params(&self, given: &ConnParams) -> Result<ConnParams, ParamError> {
+        params::resolve(self, given)
+    }
+
     fn client_secret(&self) -> Option<&str> {
         self.client_secret.as_ref().map(|s| s.expose_secret())
     }
+}
+
+/// A configured URL's `{placeholders}` as the URL parser left them (`%7Btenant%7D` in a path):
+/// an override may use the entry's parameters too.
+fn unescape_braces(u: &str) -> String {
+    u.replace("%7B", "{")
+        .replace("%7b", "{")
+        .replace("%7D", "}")
+        .replace("%7d", "}")
+}
+
+/// `scheme://host[:port]` of a URL or template.
+fn origin(u: &str) -> &str {
+    let after = u.find("://").map(|i| i + 3).unwrap_or(0);
+    match u[after..].find('/') {
+        Some(i) => &u[..after + i],
+        None => u,
+    }
+}
+
+/// A catalog URL moved along with the endpoint that shared its origin, or `None` when no
+/// overridden endpoint did: a provider pointed elsewhere (GitHub Enterprise, a self-managed
+/// GitLab, a test double) never sends its tokens to the catalog's hosts.
+fn rebase(url: &str, moves: &[(String, String)]) -> Option<String> {
+    let o = origin(url);
+    moves
+        .iter()
+        .find(|(from, _)| from == o)
+        .map(|(_, to)| format!("{to}{}", &url[o.len()..]))
 }
 
 fn title_case(s: &str) -> String {
@@ -227,5 +406,69 @@ impl Providers {
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
         self.by_name.values()
+    }
+}
+
+impl Provider {
+    /// How disconnecting works at this provider, in words for users (consent and account pages).
+    pub fn revocation_summary(&self) -> String {
+        use catalog::RevocationMethod;
+        let r = &self.entry.revocation;
+        let by_hand = r
+            .manual_url
+            .as_deref()
+            .map(|u| format!(" You can also remove access yourself at {u}."))
+            .unwrap_or_default();
+        let supported = match r.method {
+            RevocationMethod::Unsupported => false,
+            RevocationMethod::Rfc7009 => {
+                self.config.revocation_url.is_some()
+                    || r.url.is_some()
+                    || (self.config.issuer.is_some() && !self.is_overridden())
+            }
+            RevocationMethod::Custom => true,
+        };
+        if supported {
+            format!(
+                "Disconnecting revokes the access at {} and deletes the tokens stored here.{by_hand}",
+                self.display_name
+            )
+        } else {
+            format!(
+                "{} offers no way to revoke access from here: disconnecting deletes the tokens stored here, and you remove the app in your {} settings.{by_hand}",
+                self.display_name, self.display_name
+            )
+        }
+    }
+
+    /// The scope's description from the catalog, if it has one.
+    pub fn scope_description(&self, scope: &str) -> Option<&'static str> {
+        self.entry
+            .scopes
+            .descriptions
+            .get(scope)
+            .map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rebasing_moves_same_origin_urls_and_drops_the_others() {
+        let moves = vec![(
+            "https://gitlab.com".to_owned(),
+            "https://git.example.org".to_owned(),
+        )];
+        assert_eq!(
+            rebase("https://gitlab.com/oauth/revoke", &moves).as_deref(),
+            Some("https://git.example.org/oauth/revoke")
+        );
+        assert_eq!(rebase("https://api.github.com/user", &moves), None);
+        assert_eq!(
+            origin("https://{shop}.myshopify.com/a/b"),
+            "https://{shop}.myshopify.com"
+        );
     }
 }

@@ -1,9 +1,12 @@
 //! Token endpoint calls and lenient parsing of what providers answer.
 
+use std::collections::BTreeMap;
+
 use anyhow::anyhow;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
+use super::catalog::WhenMissing;
 use super::{Endpoints, Provider, TokenAuth};
 use crate::http_client::{MAX_RESPONSE_BYTES, read_limited as read_body};
 
@@ -17,6 +20,10 @@ pub struct TokenSet {
     pub expires_in: Option<i64>,
     /// Granted scopes, when the provider reports them.
     pub scopes: Option<Vec<String>>,
+    /// Values the catalog keeps from the token answer (never a token).
+    pub metadata: Metadata,
+    /// The account label, when the catalog takes it from the token answer.
+    pub label: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +71,18 @@ fn root_cause(e: &anyhow::Error) -> String {
     e.chain().last().map(|c| c.to_string()).unwrap_or_default()
 }
 
+/// Values learned about a connection (Salesforce `instance_url`, QuickBooks `realmId`, Slack
+/// team, Atlassian `cloud_id`), by the names the catalog gives them. Never a token.
+pub type Metadata = BTreeMap<String, Value>;
+
+/// What a revocation did to each token: `revoked`, `not_supported`, `failed` or `none`.
+#[derive(Debug)]
+pub struct RevokeOutcome {
+    pub refresh_token: &'static str,
+    pub access_token: &'static str,
+    pub problems: Vec<String>,
+}
+
 impl Provider {
     pub async fn exchange_code(
         &self,
@@ -81,7 +100,10 @@ impl Provider {
         if let Some(v) = code_verifier {
             form.push(("code_verifier", v));
         }
-        self.token_request(http, endpoints, form).await
+        for (k, v) in &self.entry.token.params {
+            form.push((k, v));
+        }
+        self.token_request(http, &endpoints.token_url, form).await
     }
 
     pub async fn refresh(
@@ -90,118 +112,224 @@ impl Provider {
         endpoints: &Endpoints,
         refresh_token: &SecretString,
     ) -> Result<TokenSet, TokenError> {
-        let form = vec![
+        let mut form = vec![
             ("grant_type", "refresh_token"),
             ("refresh_token", refresh_token.expose_secret()),
         ];
-        self.token_request(http, endpoints, form).await
+        for (k, v) in &self.entry.token.refresh_params {
+            form.push((k, v));
+        }
+        let url = endpoints
+            .refresh_url
+            .as_deref()
+            .unwrap_or(&endpoints.token_url);
+        let t = self.token_request(http, url, form).await?;
+        if t.refresh_token.is_none()
+            && self.entry.refresh.behaviour == super::catalog::RefreshBehaviour::Rotating
+        {
+            tracing::warn!(provider = %self.name, "a provider whose refresh tokens rotate answered a refresh without a new one; keeping the old one");
+        }
+        Ok(t)
     }
 
-    /// RFC 7009 revocation. `Ok(false)` when the provider has no revocation endpoint.
-    pub async fn revoke(
+    /// Revokes a grant the way the catalog says: RFC 7009 (refresh token first, then access
+    /// token), a provider-specific call, or not at all.
+    pub async fn revoke_grant(
         &self,
         http: &reqwest::Client,
         endpoints: &Endpoints,
-        token: &SecretString,
-        hint: &str,
-    ) -> Result<bool, TokenError> {
-        let Some(url) = &endpoints.revocation_url else {
-            return Ok(false);
+        refresh_token: Option<&SecretString>,
+        access_token: Option<&SecretString>,
+        metadata: &Metadata,
+    ) -> RevokeOutcome {
+        use super::catalog::RevocationMethod;
+        let present =
+            |t: Option<&SecretString>, yes: &'static str| if t.is_some() { yes } else { "none" };
+        let mut out = RevokeOutcome {
+            refresh_token: present(refresh_token, "not_supported"),
+            access_token: present(access_token, "not_supported"),
+            problems: Vec::new(),
         };
-        let form = vec![("token", token.expose_secret()), ("token_type_hint", hint)];
-        let resp = self
-            .authenticated(http.post(url), form)
-            .send()
-            .await
-            .map_err(|e| TokenError::Transient(e.into()))?;
-        let status = resp.status();
-        if status.is_success() {
-            return Ok(true);
+        let spec = &self.entry.revocation;
+        let Some(url) = endpoints.revocation_url.as_deref() else {
+            return out;
+        };
+        match spec.method {
+            RevocationMethod::Unsupported => {}
+            RevocationMethod::Rfc7009 => {
+                for (hint, token) in [
+                    ("refresh_token", refresh_token),
+                    ("access_token", access_token),
+                ] {
+                    let Some(token) = token else { continue };
+                    let form = vec![("token", token.expose_secret()), ("token_type_hint", hint)];
+                    let req =
+                        self.authenticated(http.post(url), form, super::catalog::BodyFormat::Form);
+                    let outcome = match send_revocation(req).await {
+                        Ok(()) => "revoked",
+                        Err(e) => {
+                            out.problems.push(e.summary());
+                            "failed"
+                        }
+                    };
+                    match hint {
+                        "refresh_token" => out.refresh_token = outcome,
+                        _ => out.access_token = outcome,
+                    }
+                }
+            }
+            RevocationMethod::Custom => {
+                use super::catalog::{RevocationAuth, WhichToken};
+                let which = spec.token.unwrap_or(WhichToken::AccessToken);
+                let token = match which {
+                    WhichToken::AccessToken => access_token,
+                    WhichToken::RefreshToken => refresh_token,
+                };
+                let Some(token) = token else {
+                    // Nothing the call could present: the tokens are only deleted here.
+                    return out;
+                };
+                let method = match spec.http_method.unwrap_or_default() {
+                    super::catalog::HttpMethod::Post => reqwest::Method::POST,
+                    super::catalog::HttpMethod::Delete => reqwest::Method::DELETE,
+                };
+                let mut fields: Vec<(String, String)> = Vec::new();
+                if let Some(p) = &spec.token_param {
+                    fields.push((p.clone(), token.expose_secret().to_owned()));
+                }
+                for (k, v) in &spec.extra {
+                    fields.push((k.clone(), fill_extra(v, &self.client_id, metadata)));
+                }
+                let mut req = http
+                    .request(method, url)
+                    .header(reqwest::header::ACCEPT, "application/json");
+                match spec.auth.unwrap_or(RevocationAuth::None) {
+                    RevocationAuth::ClientBasic => req = self.basic_auth(req),
+                    RevocationAuth::ClientPost => {
+                        fields.push(("client_id".into(), self.client_id.clone()));
+                        if let Some(s) = self.client_secret() {
+                            fields.push(("client_secret".into(), s.to_owned()));
+                        }
+                    }
+                    RevocationAuth::Bearer => req = req.bearer_auth(token.expose_secret()),
+                    RevocationAuth::None => {}
+                }
+                let req = with_body(req, &fields, spec.body.unwrap_or_default());
+                let outcome = match send_revocation(req).await {
+                    Ok(()) => "revoked",
+                    Err(e) => {
+                        out.problems.push(e.summary());
+                        "failed"
+                    }
+                };
+                // The call cuts the grant: both tokens go with it.
+                if refresh_token.is_some() {
+                    out.refresh_token = outcome;
+                }
+                if access_token.is_some() {
+                    out.access_token = outcome;
+                }
+            }
         }
-        let body: Value = read_body(resp, MAX_RESPONSE_BYTES)
-            .await
-            .map(|b| serde_json::from_slice(&b).unwrap_or(Value::Null))
-            .map_err(TokenError::Malformed)?;
-        if status.is_server_error() {
-            return Err(TokenError::Transient(anyhow!(
-                "revocation endpoint answered HTTP {status}"
-            )));
-        }
-        Err(oauth_error(status.as_u16(), &body).unwrap_or_else(|| {
-            TokenError::Malformed(anyhow!("revocation endpoint answered HTTP {status}"))
-        }))
+        out
     }
 
-    /// A human label for the upstream account (login, e-mail, name or subject) from the
-    /// provider's userinfo endpoint, if it has one. Best effort: failures give `None`.
-    pub async fn account_label(
+    /// What the provider tells about the new grant beyond the tokens: a human label for the
+    /// upstream account (from userinfo or the token answer) and the metadata the catalog names
+    /// (token answer, redirect query, userinfo, further calls). Best effort: a call that fails
+    /// only leaves its values out.
+    pub async fn learn(
         &self,
         http: &reqwest::Client,
         endpoints: &Endpoints,
-        access_token: &SecretString,
-    ) -> Option<String> {
-        let url = endpoints.userinfo_url.as_ref()?;
-        let resp = http
-            .get(url)
-            .bearer_auth(access_token.expose_secret())
-            .header(reqwest::header::ACCEPT, "application/json")
-            .timeout(std::time::Duration::from_secs(5))
-            .send()
-            .await
-            .ok()?;
-        if !resp.status().is_success() {
-            return None;
+        tokens: &TokenSet,
+        redirect_query: &BTreeMap<String, String>,
+    ) -> (Option<String>, Metadata) {
+        let spec = &self.entry.metadata;
+        let mut metadata = tokens.metadata.clone();
+        for (name, param) in &spec.from_redirect {
+            if let Some(v) = redirect_query.get(param) {
+                if let Some(v) = scalar(&Value::String(v.clone())) {
+                    metadata.insert(name.clone(), v);
+                }
+            }
         }
-        let body = read_body(resp, MAX_RESPONSE_BYTES).await.ok()?;
-        let v: Value = serde_json::from_slice(&body).ok()?;
-        ["login", "preferred_username", "email", "name", "sub", "id"]
-            .iter()
-            .find_map(|k| match v.get(*k)? {
-                Value::String(s) if !s.is_empty() => Some(s.clone()),
-                Value::Number(n) => Some(n.to_string()),
-                _ => None,
+        let userinfo = match &endpoints.userinfo_url {
+            Some(u) => get_json(http, u, &tokens.access_token).await,
+            None => None,
+        };
+        if let Some(info) = &userinfo {
+            for (name, path) in &spec.from_userinfo {
+                if let Some(v) = at_path(info, path).and_then(scalar) {
+                    metadata.insert(name.clone(), v);
+                }
+            }
+        }
+        for (f, url) in spec.fetch.iter().zip(&endpoints.metadata_urls) {
+            let Some(url) = url else { continue };
+            if let Some(v) = get_json(http, url, &tokens.access_token).await {
+                for (name, path) in &f.fields {
+                    if let Some(x) = at_path(&v, path).and_then(scalar) {
+                        metadata.insert(name.clone(), x);
+                    }
+                }
+            }
+        }
+        let fields = &self.entry.account.label_fields;
+        let label = userinfo
+            .as_ref()
+            .and_then(|info| {
+                fields
+                    .iter()
+                    .find_map(|k| at_path(info, k).and_then(label_text))
             })
-            .map(|s| s.chars().take(200).collect())
+            .or_else(|| tokens.label.clone())
+            .map(|s| s.chars().take(200).collect());
+        (label, metadata)
     }
 
-    fn authenticated<'a>(
-        &'a self,
+    fn basic_auth(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        // RFC 6749 §2.3.1: both parts are form-url-encoded before Basic encoding.
+        let id: String = url::form_urlencoded::byte_serialize(self.client_id.as_bytes()).collect();
+        let sec: String = self
+            .client_secret()
+            .map(|s| url::form_urlencoded::byte_serialize(s.as_bytes()).collect())
+            .unwrap_or_default();
+        req.basic_auth(id, Some(sec))
+    }
+
+    fn authenticated(
+        &self,
         req: reqwest::RequestBuilder,
-        mut form: Vec<(&'a str, &'a str)>,
+        form: Vec<(&str, &str)>,
+        body: super::catalog::BodyFormat,
     ) -> reqwest::RequestBuilder {
         let req = req.header(reqwest::header::ACCEPT, "application/json");
+        let mut fields: Vec<(String, String)> = form
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
         let req = match (self.token_auth, self.client_secret()) {
-            (TokenAuth::Basic, Some(secret)) => {
-                // RFC 6749 §2.3.1: both parts are form-url-encoded before Basic encoding.
-                let id: String =
-                    url::form_urlencoded::byte_serialize(self.client_id.as_bytes()).collect();
-                let sec: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
-                req.basic_auth(id, Some(sec))
-            }
+            (TokenAuth::Basic, Some(_)) => self.basic_auth(req),
             (_, secret) => {
-                form.push(("client_id", &self.client_id));
+                fields.push(("client_id".into(), self.client_id.clone()));
                 if let Some(s) = secret {
-                    form.push(("client_secret", s));
+                    fields.push(("client_secret".into(), s.to_owned()));
                 }
                 req
             }
         };
-        let body = serde_urlencoded::to_string(&form).unwrap_or_default();
-        req.header(
-            reqwest::header::CONTENT_TYPE,
-            "application/x-www-form-urlencoded",
-        )
-        .body(body)
+        with_body(req, &fields, body)
     }
 
     async fn token_request(
         &self,
         http: &reqwest::Client,
-        endpoints: &Endpoints,
+        url: &str,
         form: Vec<(&str, &str)>,
     ) -> Result<TokenSet, TokenError> {
         let resp = self
-            .authenticated(http.post(&endpoints.token_url), form)
+            .authenticated(http.post(url), form, self.entry.token.body)
             .send()
             .await
             .map_err(|e| TokenError::Transient(e.into()))?;
@@ -220,7 +348,144 @@ impl Provider {
                 TokenError::Transient(e)
             }
         })?;
-        read_token_response(status.as_u16(), &bytes, is_form)
+        let body = parse_body(&bytes, is_form);
+        let mut t = read_parsed_response(status.as_u16(), &body, self.entry.token.path.as_deref())?;
+        if t.expires_in.is_none() && self.entry.token.expiry.when_missing == WhenMissing::Assume {
+            t.expires_in = self.entry.token.expiry.assume_seconds;
+        }
+        for (name, path) in &self.entry.metadata.from_token {
+            if let Some(v) = at_path(&body, path).and_then(scalar) {
+                t.metadata.insert(name.clone(), v);
+            }
+        }
+        t.label = self
+            .entry
+            .account
+            .label_from_token
+            .as_deref()
+            .and_then(|p| at_path(&body, p))
+            .and_then(label_text);
+        Ok(t)
+    }
+}
+
+fn with_body(
+    req: reqwest::RequestBuilder,
+    fields: &[(String, String)],
+    body: super::catalog::BodyFormat,
+) -> reqwest::RequestBuilder {
+    use super::catalog::BodyFormat;
+    match body {
+        BodyFormat::Form => req
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(serde_urlencoded::to_string(fields).unwrap_or_default()),
+        BodyFormat::Json => {
+            let obj: serde_json::Map<String, Value> = fields
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
+            req.header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(Value::Object(obj).to_string())
+        }
+        BodyFormat::None => req,
+    }
+}
+
+/// `{client_id}` and `{metadata.NAME}` in a revocation field.
+fn fill_extra(template: &str, client_id: &str, metadata: &Metadata) -> String {
+    let mut out = template.to_owned();
+    for ph in super::catalog::placeholders(template) {
+        let v = if ph == "client_id" {
+            client_id.to_owned()
+        } else {
+            ph.strip_prefix("metadata.")
+                .and_then(|m| metadata.get(m))
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .unwrap_or_default()
+        };
+        out = out.replace(&format!("{{{ph}}}"), &v);
+    }
+    out
+}
+
+/// Sends a revocation call: success is a 2xx answer that does not say `"ok": false` (Slack).
+async fn send_revocation(req: reqwest::RequestBuilder) -> Result<(), TokenError> {
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| TokenError::Transient(e.into()))?;
+    let status = resp.status();
+    let bytes = read_body(resp, MAX_RESPONSE_BYTES)
+        .await
+        .map_err(TokenError::Malformed)?;
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if let Some(e) = oauth_error(status.as_u16(), &body) {
+        return Err(e);
+    }
+    if status.is_success() {
+        if body.get("ok").and_then(Value::as_bool) == Some(false) {
+            return Err(TokenError::Malformed(anyhow!(
+                "revocation endpoint answered ok: false"
+            )));
+        }
+        return Ok(());
+    }
+    if status.is_server_error() {
+        return Err(TokenError::Transient(anyhow!(
+            "revocation endpoint answered HTTP {status}"
+        )));
+    }
+    Err(TokenError::Malformed(anyhow!(
+        "revocation endpoint answered HTTP {status}"
+    )))
+}
+
+/// A JSON GET with the access token as bearer, bounded in time and size.
+async fn get_json(http: &reqwest::Client, url: &str, token: &SecretString) -> Option<Value> {
+    let resp = http
+        .get(url)
+        .bearer_auth(token.expose_secret())
+        .header(reqwest::header::ACCEPT, "application/json")
+        .timeout(std::time::Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let body = read_body(resp, MAX_RESPONSE_BYTES).await.ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+/// The value at a dotted path (`team.id`, `0.id` for an array's first element).
+pub fn at_path<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(v, |cur, seg| match cur {
+        Value::Array(a) => a.get(seg.parse::<usize>().ok()?),
+        Value::Object(o) => o.get(seg),
+        _ => None,
+    })
+}
+
+/// A metadata value: a string (bounded), number or boolean; nothing nested.
+fn scalar(v: &Value) -> Option<Value> {
+    match v {
+        Value::String(s) if !s.is_empty() => Some(Value::String(s.chars().take(500).collect())),
+        Value::Number(_) | Value::Bool(_) => Some(v.clone()),
+        _ => None,
+    }
+}
+
+fn label_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 
@@ -231,8 +496,16 @@ pub fn read_token_response(
     bytes: &[u8],
     is_form: bool,
 ) -> Result<TokenSet, TokenError> {
-    let body = parse_body(bytes, is_form);
-    if let Some(e) = oauth_error(status, &body) {
+    read_parsed_response(status, &parse_body(bytes, is_form), None)
+}
+
+/// `read_token_response` on a parsed body, with the token looked for at `path` first.
+fn read_parsed_response(
+    status: u16,
+    body: &Value,
+    path: Option<&str>,
+) -> Result<TokenSet, TokenError> {
+    if let Some(e) = oauth_error(status, body) {
         return Err(e);
     }
     if status >= 500 || status == 429 {
@@ -245,7 +518,10 @@ pub fn read_token_response(
             "token endpoint answered HTTP {status}"
         )));
     }
-    parse_token_set(&body).map_err(TokenError::Malformed)
+    let nested = path
+        .and_then(|p| at_path(body, p))
+        .filter(|v| v.get("access_token").is_some());
+    parse_token_set(nested.unwrap_or(body)).map_err(TokenError::Malformed)
 }
 
 fn parse_body(bytes: &[u8], is_form: bool) -> Value {
@@ -334,6 +610,8 @@ pub fn parse_token_set(body: &Value) -> anyhow::Result<TokenSet> {
         token_type,
         expires_in,
         scopes,
+        metadata: Metadata::new(),
+        label: None,
     })
 }
 
@@ -419,14 +697,7 @@ mod tests {
         .unwrap();
         let p = Provider::from_config("stub", &config);
         let http = crate::http_client::build().unwrap();
-        let mut endpoints = Endpoints {
-            issuer: None,
-            authorization_url: format!("{base}/authorize"),
-            token_url: format!("{base}/token"),
-            revocation_url: None,
-            userinfo_url: None,
-            iss_required: false,
-        };
+        let mut endpoints = Endpoints::basic(format!("{base}/authorize"), format!("{base}/token"));
         let rt = SecretString::from("rt".to_owned());
         let e = p.refresh(&http, &endpoints, &rt).await.unwrap_err();
         assert!(matches!(e, TokenError::Malformed(_)), "{e:?}");

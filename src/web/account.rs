@@ -39,6 +39,8 @@ pub struct Row {
     pub problem: Option<&'static str>,
     pub can_disconnect: bool,
     pub can_reconnect: bool,
+    /// What disconnecting does at this provider.
+    pub revocation: Option<String>,
 }
 
 #[derive(Template)]
@@ -73,6 +75,7 @@ pub async fn show(
         .await?
         .into_iter()
         .map(|c| Row {
+            revocation: state.providers.get(&c.provider).map(|p| p.revocation_summary()),
             provider: state
                 .providers
                 .get(&c.provider)
@@ -235,7 +238,14 @@ pub async fn reconnect(
         ),
     };
     let e = state
-        .create_or_reuse_elicitation(client, &user.subject, &provider, scopes, rid.as_deref())
+        .create_or_reuse_elicitation_with(
+            client,
+            &user.subject,
+            &provider,
+            scopes,
+            c.params.clone(),
+            rid.as_deref(),
+        )
         .await?;
     state
         .db

@@ -9,16 +9,17 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::flow::{start_provider, start_sign_in};
-use super::pages::{ConsentPage, MessagePage, SignOutForm, render};
+use super::pages::{ConsentPage, MessagePage, ParamField, SignOutForm, render};
 use super::session::BrowserSession;
 use crate::AppState;
 use crate::db::audit::AuditEvent;
-use crate::db::elicitations::{Elicitation, ElicitationStatus};
+use crate::db::elicitations::{Elicitation, ElicitationStatus, set_elicitation_params};
 use crate::db::now;
 use crate::elicitations::{is_valid_id, rfc3339};
 use crate::error::{Error, Result};
 use crate::identity::SignedInUser;
 use crate::middleware::request_id;
+use crate::providers::ConnParams;
 
 fn invalid_link() -> Error {
     Error::page(
@@ -168,30 +169,85 @@ pub async fn show(
         Own::Pending(e) => e,
         Own::Respond(r) => return Ok(r),
     };
+    consent_page(&state, &session, &user, &e, &e.params, None, rid.as_deref()).await
+}
+
+/// The consent page for `e`, with the parameter fields filled from `values` (and `error` said).
+async fn consent_page(
+    state: &AppState,
+    session: &BrowserSession,
+    user: &SignedInUser,
+    e: &Elicitation,
+    values: &ConnParams,
+    error: Option<String>,
+    rid: Option<&str>,
+) -> Result<Response> {
     let client = state
         .clients
         .iter()
         .find(|c| c.id == e.client_id)
         .map(|c| c.name.as_str())
         .unwrap_or(&e.client_id);
-    let provider = state
-        .providers
-        .get(&e.provider)
-        .map(|p| p.display_name.as_str())
-        .unwrap_or(&e.provider);
+    let p = state.providers.get(&e.provider);
+    let provider = p.map(|p| p.display_name.as_str()).unwrap_or(&e.provider);
+    let params = p
+        .map(|p| {
+            p.asked_params
+                .iter()
+                .map(|spec| {
+                    let value = values
+                        .get(&spec.name)
+                        .cloned()
+                        .or_else(|| spec.default.clone())
+                        .unwrap_or_default();
+                    ParamField {
+                        name: spec.name.clone(),
+                        label: spec.label.clone(),
+                        description: spec.description.clone(),
+                        example: spec.example.clone().unwrap_or_default(),
+                        pattern: spec
+                            .pattern
+                            .as_deref()
+                            .map(|x| x.trim_start_matches('^').trim_end_matches('$').to_owned())
+                            .unwrap_or_default(),
+                        choices: spec
+                            .choices
+                            .iter()
+                            .flat_map(|c| c.keys())
+                            .map(|c| (c.clone(), *c == value))
+                            .collect(),
+                        value,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let csrf = session.csrf_token().await?;
+    let status = if error.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
     Ok(render(
         &ConsentPage {
-            signed_in_as: Some(shown_name(&user)),
-            request_id: rid.as_deref(),
+            signed_in_as: Some(shown_name(user)),
+            request_id: rid,
             id: &e.id,
             client,
             provider,
             scopes: &e.scopes,
             csrf: &csrf,
             expires_at: &rfc3339(e.expires_at).replace('T', " ").replace('Z', ""),
+            scope_notes: e
+                .scopes
+                .iter()
+                .map(|s| p.and_then(|p| p.scope_description(s)))
+                .collect(),
+            params,
+            param_error: error,
+            revocation: p.map(|p| p.revocation_summary()).unwrap_or_default(),
         },
-        StatusCode::OK,
+        status,
     ))
 }
 
@@ -199,6 +255,9 @@ pub async fn show(
 pub struct ConsentForm {
     csrf: String,
     action: String,
+    /// `param.NAME` fields: per-connection parameters.
+    #[serde(flatten)]
+    rest: std::collections::BTreeMap<String, String>,
 }
 
 /// Refuses a form post from another origin (defence in depth beside the CSRF token).
@@ -273,7 +332,37 @@ pub async fn answer(
         )
     })?;
     match form.action.as_str() {
-        "continue" => start_provider(&state, &session, &e, &provider).await,
+        "continue" => {
+            // Parameters: what the API caller gave, changed by what the user typed here.
+            let mut given = e.params.clone();
+            for (k, v) in &form.rest {
+                if let Some(name) = k.strip_prefix("param.") {
+                    if provider.asked_params.iter().any(|p| p.name == name) {
+                        given.insert(name.to_owned(), v.trim().to_owned());
+                    }
+                }
+            }
+            let params = match provider.resolve_params(&given) {
+                Ok(p) => p,
+                Err(err) => {
+                    return consent_page(
+                        &state,
+                        &session,
+                        &user,
+                        &e,
+                        &given,
+                        Some(err.to_string()),
+                        rid.as_deref(),
+                    )
+                    .await;
+                }
+            };
+            if params != e.params {
+                set_elicitation_params(&state.db, &e.id, &params).await?;
+            }
+            let e = Elicitation { params, ..e };
+            start_provider(&state, &session, &e, &provider).await
+        }
         "decline" => {
             state
                 .finish_elicitation(&e, ElicitationStatus::Declined, None, None, rid.as_deref())

@@ -20,6 +20,26 @@ pub struct ConsentPage<'a> {
     pub scopes: &'a [String],
     pub csrf: &'a str,
     pub expires_at: &'a str,
+    /// What each requested scope allows, where the catalog says (same order as `scopes`).
+    pub scope_notes: Vec<Option<&'a str>>,
+    /// Per-connection parameters to ask for (tenant, subdomain, ...).
+    pub params: Vec<ParamField>,
+    /// What the user must fix in `params`, after a refused answer.
+    pub param_error: Option<String>,
+    /// What disconnecting does at this provider.
+    pub revocation: String,
+}
+
+/// One per-connection parameter on the consent page.
+pub struct ParamField {
+    pub name: String,
+    pub label: String,
+    pub description: String,
+    pub value: String,
+    pub example: String,
+    /// `(value, selected)` for a choice; empty for free text checked against `pattern`.
+    pub choices: Vec<(String, bool)>,
+    pub pattern: String,
 }
 
 pub struct SignOutForm {

@@ -2,7 +2,7 @@
 //! (this browser's, unused, for this provider), the signed-in user and the `iss` again, only then
 //! claims the state, exchanges the code and stores the tokens sealed.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use secrecy::ExposeSecret;
@@ -14,7 +14,7 @@ use super::session::BrowserSession;
 use crate::AppState;
 use crate::db::audit::AuditEvent;
 use crate::db::change::Change;
-use crate::db::connections::{NewTokens, save_connected_tokens};
+use crate::db::connections::{NewTokens, save_connected_tokens, set_connection_details};
 use crate::db::elicitations::ElicitationStatus;
 use crate::db::now;
 use crate::error::{Error, Result};
@@ -37,6 +37,7 @@ pub async fn callback(
     session: BrowserSession,
     headers: HeaderMap,
     Path(provider_name): Path<String>,
+    RawQuery(raw_query): RawQuery,
     q: Result<Query<CallbackQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
     let rid = request_id(&headers);
@@ -79,7 +80,7 @@ pub async fn callback(
         .map(|c| c.name.clone())
         .unwrap_or(e.client_id.clone());
     let pname = provider.display_name.clone();
-    let endpoints = provider.endpoints(&state.http).await.map_err(|err| {
+    let endpoints = provider.endpoints(&state.http).await.and_then(|ep| ep.for_connection(&provider, &e.params)).map_err(|err| {
         tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
         page_err(StatusCode::BAD_GATEWAY, "The provider is unavailable", format!("{pname} did not answer. Wait a moment and try again from your app."))
     })?;
@@ -195,8 +196,16 @@ pub async fn callback(
         }
     };
     let scopes = tokens.scopes.clone().unwrap_or_else(|| e.scopes.clone());
-    let account_label = provider
-        .account_label(&state.http, &endpoints, &tokens.access_token)
+    // Values the provider put on the redirect beside the code (QuickBooks `realmId`), bounded.
+    let redirect_query: std::collections::BTreeMap<String, String> =
+        url::form_urlencoded::parse(raw_query.as_deref().unwrap_or_default().as_bytes())
+            .filter(|(k, _)| !matches!(k.as_ref(), "code" | "state" | "iss"))
+            .filter(|(_, v)| v.len() <= 500)
+            .take(20)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+    let (account_label, metadata) = provider
+        .learn(&state.http, &endpoints, &tokens, &redirect_query)
         .await;
     // The tokens, their audit row, the elicitation's completion and its event commit together.
     let mut change = Change::begin(&state.db).await?;
@@ -216,6 +225,7 @@ pub async fn callback(
         },
     )
     .await?;
+    set_connection_details(change.conn(), &connection_id, &e.params, &metadata).await?;
     change
         .audit(AuditEvent {
             event: if reconnected {

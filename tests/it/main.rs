@@ -4,6 +4,9 @@ mod harness;
 
 mod admin;
 mod api_input;
+mod catalog_flows;
+mod catalog_stub;
+mod catalog_table;
 #[cfg(feature = "demo")]
 mod conformance;
 mod connect_flow;

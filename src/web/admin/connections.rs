@@ -215,6 +215,9 @@ pub struct DetailPage<'a> {
     pub requested_by: Vec<String>,
     pub can_revoke: bool,
     pub history: Vec<HistoryRow>,
+    /// Per-connection parameters and what was learned at the callback, as `name = value`.
+    pub params: Vec<(String, String)>,
+    pub metadata: Vec<(String, String)>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -290,6 +293,22 @@ pub async fn show(
             nav: "connections",
             notice,
             issuer: c.issuer.clone(),
+            params: c
+                .params
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            metadata: c
+                .metadata
+                .iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
             account_label: c.account_label.clone().unwrap_or_else(|| "—".into()),
             has_refresh_token: c.has_refresh_token(),
             created: when(c.created_at),

@@ -13,7 +13,7 @@ use super::gate;
 use crate::AppState;
 use crate::admin_or_respond;
 use crate::error::Result;
-use crate::providers::{Provider, TokenAuth};
+use crate::providers::Provider;
 use crate::web::pages::render;
 use crate::web::session::BrowserSession;
 
@@ -30,6 +30,14 @@ pub struct Probe {
 /// Any HTTP answer below 500 counts: endpoints answer a bare GET with 400, 401 or 405, and that
 /// still proves they are there.
 async fn probe(http: &reqwest::Client, name: &'static str, url: &str) -> Probe {
+    if url.contains('{') {
+        return Probe {
+            name,
+            url: url.to_owned(),
+            ok: true,
+            outcome: "per-connection URL: filled with each user's parameters, not checked".into(),
+        };
+    }
     let started = Instant::now();
     let r = tokio::time::timeout(PROBE_TIMEOUT, http.get(url).send()).await;
     let ms = started.elapsed().as_millis();
@@ -74,6 +82,24 @@ pub struct ProviderView {
     pub probes: Vec<Probe>,
     pub healthy: bool,
     pub clients: Vec<String>,
+    /// The catalog kind (or "generic").
+    pub kind: String,
+    /// The exact redirect URI to register at the provider.
+    pub redirect_uri: String,
+    /// Quirks from the catalog entry.
+    pub facts: Vec<crate::providers::docs::Fact>,
+    pub policy_note: Option<String>,
+    pub unverified: Vec<String>,
+}
+
+/// One catalog entry in the table of every provider mcp-connect knows.
+pub struct CatalogRow {
+    pub name: String,
+    pub display_name: String,
+    pub refresh: &'static str,
+    pub revocation: &'static str,
+    pub params: String,
+    pub last_checked: String,
 }
 
 async fn check_provider(state: &AppState, p: &Provider) -> ProviderView {
@@ -105,10 +131,31 @@ async fn check_provider(state: &AppState, p: &Provider) -> ProviderView {
         client_id: p.client_id.clone(),
         scopes: p.scopes.join(" "),
         pkce: p.pkce,
-        token_auth: match p.token_auth {
-            TokenAuth::Basic => "client_secret_basic",
-            TokenAuth::Post => "client_secret_post",
+        token_auth: p.token_auth.as_str(),
+        kind: if p.has_kind {
+            p.entry.name.clone()
+        } else {
+            "generic".into()
         },
+        redirect_uri: state.config.url(&format!("/oauth/{}/callback", p.name)),
+        facts: crate::providers::docs::facts(p.entry, "")
+            .into_iter()
+            .filter(|f| {
+                !matches!(
+                    f.label,
+                    "Kind"
+                        | "Redirect URI to register"
+                        | "Authorization endpoint"
+                        | "Token endpoint"
+                        | "Userinfo endpoint"
+                        | "Default scopes"
+                        | "PKCE"
+                        | "Client authentication"
+                )
+            })
+            .collect(),
+        policy_note: p.entry.policy_note.clone(),
+        unverified: p.entry.unverified.clone(),
         discovery_error,
         probes,
         healthy,
@@ -140,6 +187,7 @@ pub struct Page<'a> {
     pub clients: Vec<ClientView>,
     pub admin_subjects: usize,
     pub admin_claim: String,
+    pub catalog: Vec<CatalogRow>,
 }
 
 pub async fn show(
@@ -179,6 +227,26 @@ pub async fn show(
             providers,
             clients,
             admin_subjects: a.subjects.len(),
+            catalog: crate::providers::catalog::all()
+                .iter()
+                .map(|e| CatalogRow {
+                    name: e.name.clone(),
+                    display_name: e.display_name.clone(),
+                    refresh: e.refresh.behaviour.as_str(),
+                    revocation: match e.revocation.method {
+                        crate::providers::catalog::RevocationMethod::Rfc7009 => "RFC 7009",
+                        crate::providers::catalog::RevocationMethod::Custom => "custom call",
+                        crate::providers::catalog::RevocationMethod::Unsupported => "not supported",
+                    },
+                    params: e
+                        .params
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    last_checked: e.last_checked.clone(),
+                })
+                .collect(),
             admin_claim: match &a.claim {
                 Some(c) => format!("{c} ∈ {{{}}}", a.claim_values.join(", ")),
                 None => "—".into(),
