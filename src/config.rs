@@ -78,6 +78,8 @@ struct RawConfig {
     metrics_listen: Option<String>,
     metrics_token: Option<SecretString>,
     #[serde(default)]
+    outbound_allow_cidrs: Vec<String>,
+    #[serde(default)]
     limits: RawLimits,
     identity: Option<RawIdentity>,
     #[serde(default)]
@@ -435,6 +437,9 @@ pub struct Config {
     /// it, only requests from loopback that no proxy forwarded.
     pub metrics_token: Option<SecretString>,
     pub limits: Limits,
+    /// The SSRF guard's policy (`outbound_allow_cidrs`): ranges outbound calls may reach although
+    /// their class (loopback, private, ...) is refused.
+    pub outbound: crate::outbound::Policy,
     pub identity: IdentityConfig,
     pub clients: Vec<ClientConfig>,
     pub admin: AdminConfig,
@@ -460,6 +465,7 @@ impl fmt::Debug for Config {
                 &self.metrics_token.as_ref().map(|_| "[redacted]"),
             )
             .field("limits", &self.limits)
+            .field("outbound", &self.outbound)
             .field("identity", &self.identity)
             .field("clients", &self.clients)
             .field("providers", &self.providers)
@@ -831,6 +837,19 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         );
     }
     let limits = validate_limits(raw.limits, &mut err);
+    let mut outbound = crate::outbound::Policy::default();
+    for c in &raw.outbound_allow_cidrs {
+        match IpNet::parse(c) {
+            Ok(n) if n.prefix < if n.addr.is_ipv4() { 8 } else { 16 } => err(
+                "outbound_allow_cidrs",
+                format!("{c:?} is too wide: list only the ranges your on-premises peers use"),
+            ),
+            Ok(n) => outbound.allow.push(n),
+            Err(m) => err("outbound_allow_cidrs", m),
+        }
+    }
+    // URLs we call, known now: checked against the SSRF guard's address rules below.
+    let mut called: Vec<(String, Url)> = Vec::new();
     match (&raw.admin.claim, raw.admin.claim_values.is_empty()) {
         (Some(c), true) => err(
             "admin.claim_values",
@@ -870,6 +889,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                     if let Err(m) = require_https_off_loopback(&u) {
                         err("identity.issuer", m);
                     }
+                    called.push(("identity.issuer".into(), u));
                     id.issuer.clone()
                 }
             };
@@ -924,8 +944,18 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 if let Err(m) = require_https_off_loopback(&u) {
                     err(&format!("{key}.issuer"), m);
                 }
+                called.push((format!("{key}.issuer"), u));
             }
             None => {}
+        }
+        for (field, url) in [
+            ("token_url", &p.token_url),
+            ("revocation_url", &p.revocation_url),
+            ("userinfo_url", &p.userinfo_url),
+        ] {
+            if let Some(u) = url {
+                called.push((format!("{key}.{field}"), u.clone()));
+            }
         }
         for (field, url) in [
             ("authorization_url", &p.authorization_url),
@@ -1016,7 +1046,13 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             }
             (Some(u), Some(sec)) => {
                 let url = match Url::parse(u) {
-                    Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Some(u),
+                    Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {
+                        if let Err(m) = require_https_off_loopback(&u) {
+                            err(&format!("{key}.webhook_url"), m);
+                        }
+                        called.push((format!("{key}.webhook_url"), u.clone()));
+                        Some(u)
+                    }
                     Ok(_) => {
                         err(
                             &format!("{key}.webhook_url"),
@@ -1056,6 +1092,18 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         }
     }
 
+    for (key, url) in &called {
+        if let Err(m) = outbound.check_host(url) {
+            err(
+                key,
+                format!(
+                    "{} is refused by the SSRF guard: {m}",
+                    crate::outbound::shown_url(url)
+                ),
+            );
+        }
+    }
+
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
@@ -1075,6 +1123,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             metrics_listen,
             metrics_token: raw.metrics_token,
             limits,
+            outbound,
             identity,
             clients,
             admin: raw.admin,
@@ -1405,6 +1454,12 @@ client_secret = "gh-super-secret"
             let text = base()
                 .replace("https://connect.example.com", loopback)
                 .replace("https://auth.example.com", &format!("{loopback}/issuer"));
+            let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+            assert!(
+                e.contains("`identity.issuer`") && e.contains("SSRF guard"),
+                "{loopback}: {e}"
+            );
+            let text = format!("outbound_allow_cidrs = [\"127.0.0.0/8\", \"::1\"]\n{text}");
             Config::from_parts(&text, &[]).unwrap_or_else(|e| panic!("{loopback}: {e}"));
         }
         let text = base().replace(
@@ -1425,6 +1480,74 @@ client_secret = "gh-super-secret"
             let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
             assert!(e.contains("`public_url`"), "{not_loopback}: {e}");
         }
+    }
+
+    #[test]
+    fn static_urls_on_refused_addresses_are_named_at_load() {
+        let text = format!(
+            "outbound_allow_cidrs = [\"127.0.0.1/32\"]\n{}[providers.onprem]\n\
+             authorization_url = \"https://10.1.2.3/authorize\"\n\
+             token_url = \"http://127.0.0.2:8080/token\"\n\
+             userinfo_url = \"https://169.254.169.254/latest\"\n\
+             revocation_url = \"https://[::ffff:10.0.0.1]/revoke\"\nclient_id = \"c\"\n\
+             [providers.fine]\nissuer = \"http://127.0.0.1:9000\"\nclient_id = \"c\"\n",
+            base().replace(
+                "https://mcp.example.com/hooks",
+                "https://192.168.1.10/hooks"
+            )
+        );
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        for (key, url, rule) in [
+            (
+                "`providers.onprem.token_url`",
+                "http://127.0.0.2:8080/token",
+                "loopback",
+            ),
+            (
+                "`providers.onprem.userinfo_url`",
+                "https://169.254.169.254/latest",
+                "metadata",
+            ),
+            (
+                "`providers.onprem.revocation_url`",
+                "https://[::ffff:a00:1]/revoke",
+                "IPv4-mapped",
+            ),
+            (
+                "`clients[0].webhook_url`",
+                "https://192.168.1.10/hooks",
+                "private",
+            ),
+        ] {
+            let line = e
+                .lines()
+                .find(|l| l.contains(key))
+                .unwrap_or_else(|| panic!("{key} not named: {e}"));
+            assert!(line.contains(url) && line.contains(rule), "{line}");
+        }
+        // The browser goes to the authorization URL, not us; the allowed issuer passes.
+        assert!(!e.contains("authorization_url"), "{e}");
+        assert!(!e.contains("providers.fine"), "{e}");
+        for wide in ["0.0.0.0/0", "::/0", "10.0.0.0/7"] {
+            let text = format!("outbound_allow_cidrs = [\"{wide}\"]\n{}", base());
+            let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+            assert!(
+                e.contains("`outbound_allow_cidrs`") && e.contains("too wide"),
+                "{e}"
+            );
+        }
+        let text = format!("outbound_allow_cidrs = [\"nope\"]\n{}", base());
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(e.contains("`outbound_allow_cidrs`"), "{e}");
+        let text = base().replace(
+            "https://mcp.example.com/hooks",
+            "http://mcp.example.com/hooks",
+        );
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("`clients[0].webhook_url`") && e.contains("https"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod limits;
 pub mod metrics;
 pub mod middleware;
 pub mod ops;
+pub mod outbound;
 pub mod providers;
 pub mod refresh_ahead;
 pub mod request_state;
@@ -52,7 +53,7 @@ use crate::waiters::Waiters;
 pub struct AppInner {
     pub config: Config,
     pub db: Db,
-    pub http: reqwest::Client,
+    pub http: outbound::Http,
     pub identity: Identity,
     pub providers: Providers,
     pub clients: Vec<ClientConfig>,
@@ -82,8 +83,11 @@ impl Deref for AppState {
 impl AppState {
     /// The shared state over an open (migrated) database. `shutdown` stops what it spawns.
     pub fn new(config: Config, db: Db, shutdown: watch::Receiver<bool>) -> anyhow::Result<Self> {
-        let http = http_client::build().context("building the outbound HTTP client")?;
+        let http = http_client::build(config.outbound.clone())
+            .context("building the outbound HTTP client")?;
         let waiters = Waiters::new(shutdown.clone());
+        let hub = events::Hub::new(config.outbound.clone())
+            .context("building the webhook HTTP client")?;
         Ok(AppState(Arc::new(AppInner {
             identity: Identity::new(config.identity.clone(), http.clone()),
             limits: limits::Limits::new(&config.limits),
@@ -95,7 +99,7 @@ impl AppState {
             db,
             http,
             waiters,
-            events: events::Hub::new().context("building the webhook HTTP client")?,
+            events: hub,
             shutdown,
             draining: Default::default(),
             state_refusals: Default::default(),

@@ -100,7 +100,7 @@ impl Provider {
     }
 
     /// The endpoints, from config and catalog, or discovered at the issuer (cached on success).
-    pub async fn endpoints(&self, http: &reqwest::Client) -> anyhow::Result<Arc<Endpoints>> {
+    pub async fn endpoints(&self, http: &crate::outbound::Http) -> anyhow::Result<Arc<Endpoints>> {
         if let Some(e) = self.endpoints.read().await.as_ref() {
             return Ok(e.clone());
         }

@@ -67,7 +67,7 @@ fn root_cause(e: &anyhow::Error) -> String {
 impl Provider {
     pub async fn exchange_code(
         &self,
-        http: &reqwest::Client,
+        http: &crate::outbound::Http,
         endpoints: &Endpoints,
         code: &str,
         redirect_uri: &str,
@@ -86,7 +86,7 @@ impl Provider {
 
     pub async fn refresh(
         &self,
-        http: &reqwest::Client,
+        http: &crate::outbound::Http,
         endpoints: &Endpoints,
         refresh_token: &SecretString,
     ) -> Result<TokenSet, TokenError> {
@@ -100,7 +100,7 @@ impl Provider {
     /// RFC 7009 revocation. `Ok(false)` when the provider has no revocation endpoint.
     pub async fn revoke(
         &self,
-        http: &reqwest::Client,
+        http: &crate::outbound::Http,
         endpoints: &Endpoints,
         token: &SecretString,
         hint: &str,
@@ -136,7 +136,7 @@ impl Provider {
     /// provider's userinfo endpoint, if it has one. Best effort: failures give `None`.
     pub async fn account_label(
         &self,
-        http: &reqwest::Client,
+        http: &crate::outbound::Http,
         endpoints: &Endpoints,
         access_token: &SecretString,
     ) -> Option<String> {
@@ -166,9 +166,9 @@ impl Provider {
 
     fn authenticated<'a>(
         &'a self,
-        req: reqwest::RequestBuilder,
+        req: crate::outbound::Request,
         mut form: Vec<(&'a str, &'a str)>,
-    ) -> reqwest::RequestBuilder {
+    ) -> crate::outbound::Request {
         let req = req.header(reqwest::header::ACCEPT, "application/json");
         let req = match (self.token_auth, self.client_secret()) {
             (TokenAuth::Basic, Some(secret)) => {
@@ -196,7 +196,7 @@ impl Provider {
 
     async fn token_request(
         &self,
-        http: &reqwest::Client,
+        http: &crate::outbound::Http,
         endpoints: &Endpoints,
         form: Vec<(&str, &str)>,
     ) -> Result<TokenSet, TokenError> {
@@ -418,7 +418,10 @@ mod tests {
         ))
         .unwrap();
         let p = Provider::from_config("stub", &config);
-        let http = crate::http_client::build().unwrap();
+        let http = crate::http_client::build(crate::outbound::Policy::new(vec![
+            crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
+        ]))
+        .unwrap();
         let mut endpoints = Endpoints {
             issuer: None,
             authorization_url: format!("{base}/authorize"),

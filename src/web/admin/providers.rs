@@ -29,7 +29,7 @@ pub struct Probe {
 
 /// Any HTTP answer below 500 counts: endpoints answer a bare GET with 400, 401 or 405, and that
 /// still proves they are there.
-async fn probe(http: &reqwest::Client, name: &'static str, url: &str) -> Probe {
+async fn probe(http: &crate::outbound::Http, name: &'static str, url: &str) -> Probe {
     let started = Instant::now();
     let r = tokio::time::timeout(PROBE_TIMEOUT, http.get(url).send()).await;
     let ms = started.elapsed().as_millis();
