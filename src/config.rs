@@ -288,6 +288,8 @@ pub struct ProviderConfig {
     pub token_url: Option<Url>,
     pub revocation_url: Option<Url>,
     pub userinfo_url: Option<Url>,
+    /// Not needed by `auth = "api_key"` / `"basic"` providers.
+    #[serde(default)]
     pub client_id: String,
     pub client_secret: Option<SecretString>,
     #[serde(default)]
@@ -302,6 +304,17 @@ pub struct ProviderConfig {
     /// Message shown to the user by the MCP client; `{provider}` is replaced by the display name
     /// and `{client}` by the API client's name.
     pub message: Option<String>,
+    /// `oauth2` (the default), `api_key` or `basic`: the user types a key (or a username and
+    /// password) on the connect page instead of an OAuth flow.
+    pub auth: Option<crate::credentials::AuthKind>,
+    /// Where the user finds the key, shown under the input.
+    pub api_key_hint: Option<String>,
+    /// The header the key is presented in (default `Authorization`).
+    pub api_key_header: Option<String>,
+    /// Written before the key in that header (default `Bearer ` for `Authorization`).
+    pub api_key_prefix: Option<String>,
+    /// Checked with the credential (GET; 2xx accepts, 401/403 refuses) before it is stored.
+    pub validation_url: Option<Url>,
 }
 
 impl fmt::Debug for ProviderConfig {
@@ -925,7 +938,48 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 "provider names may only use letters, digits, - and _".into(),
             );
         }
-        if let Some(kind) = &p.kind {
+        let credential = p.auth.unwrap_or_default() != crate::credentials::AuthKind::Oauth2;
+        if credential {
+            if let Some(h) = &p.api_key_header {
+                if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                    err(
+                        &format!("{key}.api_key_header"),
+                        format!("{h:?} is not a header name"),
+                    );
+                }
+            }
+            if let Some(v) = &p.api_key_prefix {
+                if v.chars().any(char::is_control) {
+                    err(
+                        &format!("{key}.api_key_prefix"),
+                        "must not contain control characters".into(),
+                    );
+                }
+            }
+            if let Some(u) = &p.validation_url {
+                if let Err(m) = require_https_off_loopback(u) {
+                    err(&format!("{key}.validation_url"), m);
+                }
+                called.push((format!("{key}.validation_url"), u.clone()));
+            }
+        } else {
+            for (field, set) in [
+                ("api_key_hint", p.api_key_hint.is_some()),
+                ("api_key_header", p.api_key_header.is_some()),
+                ("api_key_prefix", p.api_key_prefix.is_some()),
+                ("validation_url", p.validation_url.is_some()),
+            ] {
+                if set {
+                    err(
+                        &format!("{key}.{field}"),
+                        "only applies with auth = \"api_key\" or \"basic\"".into(),
+                    );
+                }
+            }
+        }
+        if credential {
+            // Typed by the user: no OAuth endpoints or client needed.
+        } else if let Some(kind) = &p.kind {
             if crate::providers::catalog::lookup(kind).is_none() {
                 err(
                     &format!("{key}.kind"),
@@ -969,7 +1023,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 }
             }
         }
-        if p.client_id.is_empty() {
+        if p.client_id.is_empty() && !credential {
             err(&format!("{key}.client_id"), "must not be empty".into());
         }
     }

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod credentials;
 pub mod crypto;
 pub mod db;
 #[cfg(feature = "demo")]

@@ -111,7 +111,10 @@ impl AppState {
                 });
             }
         }
-        if !force && !expires_within(&c, min_ttl) {
+        // An API key or password is handed back as stored: there is nothing to refresh.
+        if (!force && !expires_within(&c, min_ttl))
+            || crate::credentials::is_credential_type(&c.token_type)
+        {
             return self.token_of(&c);
         }
         // The refresh runs in its own task: if the caller goes away mid-redemption, the rotated
@@ -455,7 +458,11 @@ impl AppState {
             message: String::new(),
         };
         let mut problems = Vec::new();
-        if let Some(provider) = provider {
+        let credential = crate::credentials::is_credential_type(&c.token_type);
+        if credential {
+            // A typed key has no revocation call: it is deleted here (the message says so).
+            report.access_token = "not_supported";
+        } else if let Some(provider) = provider {
             let tokens = [
                 ("refresh_token", c.refresh_token(&self.config.keys)),
                 ("access_token", c.access_token(&self.config.keys)),
@@ -497,7 +504,9 @@ impl AppState {
                 }
             }
         }
-        report.message = if problems.is_empty() {
+        report.message = if credential {
+            "The stored credential was deleted here. Revoke it in the provider's settings to cut access there too.".into()
+        } else if problems.is_empty() {
             match (report.refresh_token, report.access_token) {
                 ("not_supported", _) | (_, "not_supported") => "The provider offers no revocation endpoint; the tokens were deleted here. Revoke the grant in the provider's settings to cut it there too.".into(),
                 _ => "The grant was revoked at the provider and the tokens were deleted.".into(),

@@ -42,6 +42,8 @@ pub struct Provider {
     pub scope_separator: &'static str,
     pub authorize_params: Vec<(String, String)>,
     pub message: Option<String>,
+    /// `Some` for `auth = "api_key"` / `"basic"` providers (no OAuth flow).
+    pub credential: Option<crate::credentials::CredentialSettings>,
     config: ProviderConfig,
     endpoints: RwLock<Option<Arc<Endpoints>>>,
 }
@@ -94,6 +96,7 @@ impl Provider {
             scope_separator: entry.map(|e| e.scope_separator).unwrap_or(" "),
             authorize_params,
             message: c.message.clone(),
+            credential: crate::credentials::CredentialSettings::from_config(c),
             config: c.clone(),
             endpoints: RwLock::new(None),
         }

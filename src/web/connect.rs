@@ -174,6 +174,14 @@ pub async fn show(
         .find(|c| c.id == e.client_id)
         .map(|c| c.name.as_str())
         .unwrap_or(&e.client_id);
+    if let Some(p) = state
+        .providers
+        .get(&e.provider)
+        .filter(|p| p.credential.is_some())
+    {
+        // API key / Basic providers: the key form instead of the OAuth consent.
+        return super::credential::page(&state, &session, &user, &e, p, rid.as_deref(), None).await;
+    }
     let provider = state
         .providers
         .get(&e.provider)
@@ -273,6 +281,10 @@ pub async fn answer(
         )
     })?;
     match form.action.as_str() {
+        "continue" if provider.credential.is_some() => {
+            super::credential::page(&state, &session, &user, &e, &provider, rid.as_deref(), None)
+                .await
+        }
         "continue" => start_provider(&state, &session, &e, &provider).await,
         "decline" => {
             state

@@ -6,6 +6,7 @@
 pub mod account;
 pub mod admin;
 pub mod connect;
+pub mod credential;
 pub mod flow;
 pub mod pages;
 pub mod presignin;
@@ -51,6 +52,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(home))
         .route("/connect/{id}", get(connect::show).post(connect::answer))
+        .route("/connect/{id}/credential", post(credential::submit))
         .route("/auth/callback", get(signin::callback))
         .route("/auth/logout", post(signin::logout))
         .route(

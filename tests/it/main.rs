@@ -4,6 +4,7 @@ mod harness;
 
 mod admin;
 mod api_input;
+mod api_key;
 #[cfg(feature = "demo")]
 mod conformance;
 mod connect_flow;
