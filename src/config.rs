@@ -315,6 +315,9 @@ pub struct ProviderConfig {
     pub api_key_prefix: Option<String>,
     /// Checked with the credential (GET; 2xx accepts, 401/403 refuses) before it is stored.
     pub validation_url: Option<Url>,
+    /// `kind = "mcp"`: the upstream MCP server's URL (the RFC 8707 resource), where discovery
+    /// starts.
+    pub resource: Option<Url>,
 }
 
 impl fmt::Debug for ProviderConfig {
@@ -977,8 +980,26 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 }
             }
         }
-        if credential {
-            // Typed by the user: no OAuth endpoints or client needed.
+        let is_mcp = p.kind.as_deref() == Some(crate::providers::mcp::KIND);
+        match (&p.resource, is_mcp) {
+            (Some(u), true) => {
+                if let Err(m) = require_https_off_loopback(u) {
+                    err(&format!("{key}.resource"), m);
+                }
+                called.push((format!("{key}.resource"), u.clone()));
+            }
+            (None, true) => err(
+                &format!("{key}.resource"),
+                "is required with kind = \"mcp\" (the upstream MCP server's URL)".into(),
+            ),
+            (Some(_), false) => err(
+                &format!("{key}.resource"),
+                "only applies with kind = \"mcp\"".into(),
+            ),
+            (None, false) => {}
+        }
+        if credential || is_mcp {
+            // Typed by the user, or found from the MCP server: no endpoints or client needed.
         } else if let Some(kind) = &p.kind {
             if crate::providers::catalog::lookup(kind).is_none() {
                 err(
@@ -1023,7 +1044,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 }
             }
         }
-        if p.client_id.is_empty() && !credential {
+        if p.client_id.is_empty() && !credential && !is_mcp {
             err(&format!("{key}.client_id"), "must not be empty".into());
         }
     }

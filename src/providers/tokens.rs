@@ -81,6 +81,9 @@ impl Provider {
         if let Some(v) = code_verifier {
             form.push(("code_verifier", v));
         }
+        if let Some(r) = &endpoints.resource {
+            form.push(("resource", r));
+        }
         self.token_request(http, endpoints, form).await
     }
 
@@ -90,10 +93,13 @@ impl Provider {
         endpoints: &Endpoints,
         refresh_token: &SecretString,
     ) -> Result<TokenSet, TokenError> {
-        let form = vec![
+        let mut form = vec![
             ("grant_type", "refresh_token"),
             ("refresh_token", refresh_token.expose_secret()),
         ];
+        if let Some(r) = &endpoints.resource {
+            form.push(("resource", r));
+        }
         self.token_request(http, endpoints, form).await
     }
 
@@ -110,7 +116,7 @@ impl Provider {
         };
         let form = vec![("token", token.expose_secret()), ("token_type_hint", hint)];
         let resp = self
-            .authenticated(http.post(url), form)
+            .authenticated(endpoints, http.post(url), form)
             .send()
             .await
             .map_err(|e| TokenError::Transient(e.into()))?;
@@ -166,20 +172,22 @@ impl Provider {
 
     fn authenticated<'a>(
         &'a self,
+        endpoints: &'a Endpoints,
         req: crate::outbound::Request,
         mut form: Vec<(&'a str, &'a str)>,
     ) -> crate::outbound::Request {
         let req = req.header(reqwest::header::ACCEPT, "application/json");
-        let req = match (self.token_auth, self.client_secret()) {
+        let client_id = self.client_id_for(endpoints);
+        let req = match (self.token_auth, self.client_secret_for(endpoints)) {
             (TokenAuth::Basic, Some(secret)) => {
                 // RFC 6749 §2.3.1: both parts are form-url-encoded before Basic encoding.
                 let id: String =
-                    url::form_urlencoded::byte_serialize(self.client_id.as_bytes()).collect();
+                    url::form_urlencoded::byte_serialize(client_id.as_bytes()).collect();
                 let sec: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
                 req.basic_auth(id, Some(sec))
             }
             (_, secret) => {
-                form.push(("client_id", &self.client_id));
+                form.push(("client_id", client_id));
                 if let Some(s) = secret {
                     form.push(("client_secret", s));
                 }
@@ -201,7 +209,7 @@ impl Provider {
         form: Vec<(&str, &str)>,
     ) -> Result<TokenSet, TokenError> {
         let resp = self
-            .authenticated(http.post(&endpoints.token_url), form)
+            .authenticated(endpoints, http.post(&endpoints.token_url), form)
             .send()
             .await
             .map_err(|e| TokenError::Transient(e.into()))?;
@@ -429,6 +437,9 @@ mod tests {
             revocation_url: None,
             userinfo_url: None,
             iss_required: false,
+            resource: None,
+            client: None,
+            extra_scopes: Vec::new(),
         };
         let rt = SecretString::from("rt".to_owned());
         let e = p.refresh(&http, &endpoints, &rt).await.unwrap_err();

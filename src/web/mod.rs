@@ -5,6 +5,7 @@
 
 pub mod account;
 pub mod admin;
+pub mod client_metadata;
 pub mod connect;
 pub mod credential;
 pub mod flow;
@@ -73,6 +74,10 @@ pub fn router(state: AppState) -> Router {
         .layer(sessions)
         .layer(DefaultBodyLimit::max(8 * 1024))
         .route("/static/style.css", get(stylesheet))
+        .route(
+            "/.well-known/oauth-client/{provider}",
+            get(client_metadata::document),
+        )
         .with_state(state)
 }
 

@@ -13,6 +13,7 @@ mod demo;
 mod edges;
 mod invariants;
 mod lifecycle;
+mod mcp_upstream;
 mod operations;
 mod provider_quirks;
 mod refresh_burst;
