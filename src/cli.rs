@@ -513,7 +513,10 @@ pub async fn providers_show(
     };
     let mut facts = docs::facts(entry, &redirect);
     if let Some(p) = &provider {
-        match p.endpoints(&crate::http_client::build()?).await {
+        let policy = config
+            .map(|c| c.outbound.clone())
+            .unwrap_or_else(|| crate::outbound::Policy::new(Vec::new()));
+        match p.endpoints(&crate::http_client::build(policy)?).await {
             Ok(ep) => {
                 let overridden = if p.is_overridden() {
                     " (overridden)"

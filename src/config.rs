@@ -87,6 +87,8 @@ struct RawConfig {
     metrics_listen: Option<String>,
     metrics_token: Option<SecretString>,
     #[serde(default)]
+    outbound_allow_cidrs: Vec<String>,
+    #[serde(default)]
     limits: RawLimits,
     identity: Option<RawIdentity>,
     #[serde(default)]
@@ -295,6 +297,8 @@ pub struct ProviderConfig {
     pub token_url: Option<Url>,
     pub revocation_url: Option<Url>,
     pub userinfo_url: Option<Url>,
+    /// Not needed by `auth = "api_key"` / `"basic"` providers.
+    #[serde(default)]
     pub client_id: String,
     pub client_secret: Option<SecretString>,
     #[serde(default)]
@@ -312,6 +316,20 @@ pub struct ProviderConfig {
     /// Per-connection parameters of the catalog entry fixed for every user (e.g. `tenant`).
     #[serde(default)]
     pub params: BTreeMap<String, String>,
+    /// `oauth2` (the default), `api_key` or `basic`: the user types a key (or a username and
+    /// password) on the connect page instead of an OAuth flow.
+    pub auth: Option<crate::credentials::AuthKind>,
+    /// Where the user finds the key, shown under the input.
+    pub api_key_hint: Option<String>,
+    /// The header the key is presented in (default `Authorization`).
+    pub api_key_header: Option<String>,
+    /// Written before the key in that header (default `Bearer ` for `Authorization`).
+    pub api_key_prefix: Option<String>,
+    /// Checked with the credential (GET; 2xx accepts, 401/403 refuses) before it is stored.
+    pub validation_url: Option<Url>,
+    /// `kind = "mcp"`: the upstream MCP server's URL (the RFC 8707 resource), where discovery
+    /// starts.
+    pub resource: Option<Url>,
 }
 
 impl fmt::Debug for ProviderConfig {
@@ -447,6 +465,9 @@ pub struct Config {
     /// it, only requests from loopback that no proxy forwarded.
     pub metrics_token: Option<SecretString>,
     pub limits: Limits,
+    /// The SSRF guard's policy (`outbound_allow_cidrs`): ranges outbound calls may reach although
+    /// their class (loopback, private, ...) is refused.
+    pub outbound: crate::outbound::Policy,
     pub identity: IdentityConfig,
     pub clients: Vec<ClientConfig>,
     pub admin: AdminConfig,
@@ -472,6 +493,7 @@ impl fmt::Debug for Config {
                 &self.metrics_token.as_ref().map(|_| "[redacted]"),
             )
             .field("limits", &self.limits)
+            .field("outbound", &self.outbound)
             .field("identity", &self.identity)
             .field("clients", &self.clients)
             .field("providers", &self.providers)
@@ -843,6 +865,19 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         );
     }
     let limits = validate_limits(raw.limits, &mut err);
+    let mut outbound = crate::outbound::Policy::default();
+    for c in &raw.outbound_allow_cidrs {
+        match IpNet::parse(c) {
+            Ok(n) if n.prefix < if n.addr.is_ipv4() { 8 } else { 16 } => err(
+                "outbound_allow_cidrs",
+                format!("{c:?} is too wide: list only the ranges your on-premises peers use"),
+            ),
+            Ok(n) => outbound.allow.push(n),
+            Err(m) => err("outbound_allow_cidrs", m),
+        }
+    }
+    // URLs we call, known now: checked against the SSRF guard's address rules below.
+    let mut called: Vec<(String, Url)> = Vec::new();
     match (&raw.admin.claim, raw.admin.claim_values.is_empty()) {
         (Some(c), true) => err(
             "admin.claim_values",
@@ -882,6 +917,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                     if let Err(m) = require_https_off_loopback(&u) {
                         err("identity.issuer", m);
                     }
+                    called.push(("identity.issuer".into(), u));
                     id.issuer.clone()
                 }
             };
@@ -917,7 +953,66 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 "provider names may only use letters, digits, - and _".into(),
             );
         }
-        if let Some(kind) = &p.kind {
+        let credential = p.auth.unwrap_or_default() != crate::credentials::AuthKind::Oauth2;
+        if credential {
+            if let Some(h) = &p.api_key_header {
+                if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                    err(
+                        &format!("{key}.api_key_header"),
+                        format!("{h:?} is not a header name"),
+                    );
+                }
+            }
+            if let Some(v) = &p.api_key_prefix {
+                if v.chars().any(char::is_control) {
+                    err(
+                        &format!("{key}.api_key_prefix"),
+                        "must not contain control characters".into(),
+                    );
+                }
+            }
+            if let Some(u) = &p.validation_url {
+                if let Err(m) = require_https_off_loopback(u) {
+                    err(&format!("{key}.validation_url"), m);
+                }
+                called.push((format!("{key}.validation_url"), u.clone()));
+            }
+        } else {
+            for (field, set) in [
+                ("api_key_hint", p.api_key_hint.is_some()),
+                ("api_key_header", p.api_key_header.is_some()),
+                ("api_key_prefix", p.api_key_prefix.is_some()),
+                ("validation_url", p.validation_url.is_some()),
+            ] {
+                if set {
+                    err(
+                        &format!("{key}.{field}"),
+                        "only applies with auth = \"api_key\" or \"basic\"".into(),
+                    );
+                }
+            }
+        }
+        let is_mcp = p.kind.as_deref() == Some(crate::providers::mcp::KIND);
+        match (&p.resource, is_mcp) {
+            (Some(u), true) => {
+                if let Err(m) = require_https_off_loopback(u) {
+                    err(&format!("{key}.resource"), m);
+                }
+                called.push((format!("{key}.resource"), u.clone()));
+            }
+            (None, true) => err(
+                &format!("{key}.resource"),
+                "is required with kind = \"mcp\" (the upstream MCP server's URL)".into(),
+            ),
+            (Some(_), false) => err(
+                &format!("{key}.resource"),
+                "only applies with kind = \"mcp\"".into(),
+            ),
+            (None, false) => {}
+        }
+        if credential || is_mcp {
+            // Typed by the user, or found from the MCP server: no endpoints or client needed.
+        } else if let Some(kind) = &p.kind {
             match crate::providers::catalog::lookup(kind) {
                 None => err(
                     &format!("{key}.kind"),
@@ -967,8 +1062,18 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 if let Err(m) = require_https_off_loopback(&u) {
                     err(&format!("{key}.issuer"), m);
                 }
+                called.push((format!("{key}.issuer"), u));
             }
             None => {}
+        }
+        for (field, url) in [
+            ("token_url", &p.token_url),
+            ("revocation_url", &p.revocation_url),
+            ("userinfo_url", &p.userinfo_url),
+        ] {
+            if let Some(u) = url {
+                called.push((format!("{key}.{field}"), u.clone()));
+            }
         }
         for (field, url) in [
             ("authorization_url", &p.authorization_url),
@@ -982,7 +1087,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 }
             }
         }
-        if p.client_id.is_empty() {
+        if p.client_id.is_empty() && !credential && !is_mcp {
             err(&format!("{key}.client_id"), "must not be empty".into());
         }
     }
@@ -1059,7 +1164,13 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             }
             (Some(u), Some(sec)) => {
                 let url = match Url::parse(u) {
-                    Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Some(u),
+                    Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {
+                        if let Err(m) = require_https_off_loopback(&u) {
+                            err(&format!("{key}.webhook_url"), m);
+                        }
+                        called.push((format!("{key}.webhook_url"), u.clone()));
+                        Some(u)
+                    }
                     Ok(_) => {
                         err(
                             &format!("{key}.webhook_url"),
@@ -1099,6 +1210,18 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         }
     }
 
+    for (key, url) in &called {
+        if let Err(m) = outbound.check_host(url) {
+            err(
+                key,
+                format!(
+                    "{} is refused by the SSRF guard: {m}",
+                    crate::outbound::shown_url(url)
+                ),
+            );
+        }
+    }
+
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
@@ -1118,6 +1241,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             metrics_listen,
             metrics_token: raw.metrics_token,
             limits,
+            outbound,
             identity,
             clients,
             admin: raw.admin,
@@ -1448,6 +1572,12 @@ client_secret = "gh-super-secret"
             let text = base()
                 .replace("https://connect.example.com", loopback)
                 .replace("https://auth.example.com", &format!("{loopback}/issuer"));
+            let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+            assert!(
+                e.contains("`identity.issuer`") && e.contains("SSRF guard"),
+                "{loopback}: {e}"
+            );
+            let text = format!("outbound_allow_cidrs = [\"127.0.0.0/8\", \"::1\"]\n{text}");
             Config::from_parts(&text, &[]).unwrap_or_else(|e| panic!("{loopback}: {e}"));
         }
         let text = base().replace(
@@ -1468,6 +1598,74 @@ client_secret = "gh-super-secret"
             let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
             assert!(e.contains("`public_url`"), "{not_loopback}: {e}");
         }
+    }
+
+    #[test]
+    fn static_urls_on_refused_addresses_are_named_at_load() {
+        let text = format!(
+            "outbound_allow_cidrs = [\"127.0.0.1/32\"]\n{}[providers.onprem]\n\
+             authorization_url = \"https://10.1.2.3/authorize\"\n\
+             token_url = \"http://127.0.0.2:8080/token\"\n\
+             userinfo_url = \"https://169.254.169.254/latest\"\n\
+             revocation_url = \"https://[::ffff:10.0.0.1]/revoke\"\nclient_id = \"c\"\n\
+             [providers.fine]\nissuer = \"http://127.0.0.1:9000\"\nclient_id = \"c\"\n",
+            base().replace(
+                "https://mcp.example.com/hooks",
+                "https://192.168.1.10/hooks"
+            )
+        );
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        for (key, url, rule) in [
+            (
+                "`providers.onprem.token_url`",
+                "http://127.0.0.2:8080/token",
+                "loopback",
+            ),
+            (
+                "`providers.onprem.userinfo_url`",
+                "https://169.254.169.254/latest",
+                "metadata",
+            ),
+            (
+                "`providers.onprem.revocation_url`",
+                "https://[::ffff:a00:1]/revoke",
+                "IPv4-mapped",
+            ),
+            (
+                "`clients[0].webhook_url`",
+                "https://192.168.1.10/hooks",
+                "private",
+            ),
+        ] {
+            let line = e
+                .lines()
+                .find(|l| l.contains(key))
+                .unwrap_or_else(|| panic!("{key} not named: {e}"));
+            assert!(line.contains(url) && line.contains(rule), "{line}");
+        }
+        // The browser goes to the authorization URL, not us; the allowed issuer passes.
+        assert!(!e.contains("authorization_url"), "{e}");
+        assert!(!e.contains("providers.fine"), "{e}");
+        for wide in ["0.0.0.0/0", "::/0", "10.0.0.0/7"] {
+            let text = format!("outbound_allow_cidrs = [\"{wide}\"]\n{}", base());
+            let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+            assert!(
+                e.contains("`outbound_allow_cidrs`") && e.contains("too wide"),
+                "{e}"
+            );
+        }
+        let text = format!("outbound_allow_cidrs = [\"nope\"]\n{}", base());
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(e.contains("`outbound_allow_cidrs`"), "{e}");
+        let text = base().replace(
+            "https://mcp.example.com/hooks",
+            "http://mcp.example.com/hooks",
+        );
+        let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("`clients[0].webhook_url`") && e.contains("https"),
+            "{e}"
+        );
     }
 
     #[test]

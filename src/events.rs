@@ -106,19 +106,15 @@ pub struct Hub {
     /// Client ids with new events.
     tx: broadcast::Sender<String>,
     outbox: Arc<Notify>,
-    http: reqwest::Client,
+    http: crate::outbound::Http,
 }
 
 impl Hub {
     /// Fails (stopping start-up) if the webhook client cannot be built.
-    pub fn new() -> Result<Self, reqwest::Error> {
+    /// Webhooks go through the SSRF guard like every configured URL.
+    pub fn new(policy: crate::outbound::Policy) -> Result<Self, reqwest::Error> {
         let (tx, _) = broadcast::channel(1024);
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(SEND_TIMEOUT)
-            .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+        let http = crate::outbound::Http::build(policy, SEND_TIMEOUT)?;
         Ok(Self {
             tx,
             outbox: Arc::new(Notify::new()),
@@ -337,7 +333,11 @@ async fn deliver_one(state: &AppState, d: DueDelivery) {
     }
 }
 
-async fn send(http: &reqwest::Client, w: &WebhookConfig, d: &DueDelivery) -> Result<(), String> {
+async fn send(
+    http: &crate::outbound::Http,
+    w: &WebhookConfig,
+    d: &DueDelivery,
+) -> Result<(), String> {
     let ts = now();
     let signature = sign(w.secret.expose_secret(), &d.id, ts, &d.payload);
     let resp = http

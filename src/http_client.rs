@@ -1,21 +1,18 @@
-//! The outbound HTTP client (redirects off, timeouts on, response bodies bounded) and
-//! authorization-server discovery.
+//! The outbound HTTP client (the SSRF guard of `outbound`: redirects off, timeouts on, response
+//! bodies bounded) and authorization-server discovery.
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-/// The client for identity and provider calls. A client that cannot be built (no TLS backend)
-/// stops start-up: falling back to a default client would silently follow redirects and wait
-/// forever.
-pub fn build() -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(15))
-        .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
-        .build()
+pub use crate::outbound::Http;
+
+/// The client for identity and provider calls, guarded by `policy`. A client that cannot be
+/// built (no TLS backend) stops start-up: falling back to a default client would silently follow
+/// redirects and wait forever.
+pub fn build(policy: crate::outbound::Policy) -> Result<Http, reqwest::Error> {
+    Http::build(policy, Duration::from_secs(15))
 }
 
 /// The fields of OpenID Connect discovery / RFC 8414 metadata that we use.
@@ -36,8 +33,9 @@ pub struct ServerMetadata {
 }
 
 impl ServerMetadata {
-    /// Every endpoint it names must be https unless on loopback, like the configured ones.
-    fn check_transport(&self) -> anyhow::Result<()> {
+    /// Every endpoint it names must be https unless on loopback, like the configured ones, and
+    /// pass the SSRF guard's address rules (checked again, after resolving, when called).
+    pub fn check_transport(&self, policy: &crate::outbound::Policy) -> anyhow::Result<()> {
         for (name, v) in [
             ("authorization_endpoint", Some(&self.authorization_endpoint)),
             ("token_endpoint", Some(&self.token_endpoint)),
@@ -49,6 +47,9 @@ impl ServerMetadata {
             let u = url::Url::parse(v).with_context(|| format!("{name} is not a URL"))?;
             crate::config::require_https_off_loopback(&u)
                 .map_err(|m| anyhow::anyhow!("{name} {m}"))?;
+            policy
+                .check_url(&u)
+                .map_err(|r| anyhow::anyhow!("{name}: {r}"))?;
         }
         Ok(())
     }
@@ -56,7 +57,7 @@ impl ServerMetadata {
 
 /// Fetches metadata for `issuer`, trying OpenID Connect discovery then RFC 8414, and checks that
 /// the document names the same issuer (a mix-up defence).
-pub async fn discover(http: &reqwest::Client, issuer: &str) -> anyhow::Result<ServerMetadata> {
+pub async fn discover(http: &Http, issuer: &str) -> anyhow::Result<ServerMetadata> {
     let base = issuer.trim_end_matches('/');
     let mut errors = Vec::new();
     for suffix in [
@@ -72,7 +73,7 @@ pub async fn discover(http: &reqwest::Client, issuer: &str) -> anyhow::Result<Se
                         m.issuer
                     );
                 }
-                m.check_transport()
+                m.check_transport(http.policy())
                     .with_context(|| format!("discovery at {url}"))?;
                 return Ok(m);
             }
@@ -136,7 +137,7 @@ pub fn max_age(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 }
 
 pub async fn fetch_json<T: serde::de::DeserializeOwned>(
-    http: &reqwest::Client,
+    http: &Http,
     url: &str,
 ) -> anyhow::Result<T> {
     fetch_json_with_headers(http, url).await.map(|(v, _)| v)
@@ -144,7 +145,7 @@ pub async fn fetch_json<T: serde::de::DeserializeOwned>(
 
 /// A JSON document and its response headers (for caching rules).
 pub async fn fetch_json_with_headers<T: serde::de::DeserializeOwned>(
-    http: &reqwest::Client,
+    http: &Http,
     url: &str,
 ) -> anyhow::Result<(T, reqwest::header::HeaderMap)> {
     let resp = http
@@ -192,7 +193,10 @@ mod tests {
     async fn discovery_refuses_oversized_documents_and_plain_http_endpoints() {
         let doc = Arc::new(Mutex::new(Value::Null));
         let issuer = stub(doc.clone()).await;
-        let http = build().unwrap();
+        let http = build(crate::outbound::Policy::new(vec![
+            crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
+        ]))
+        .unwrap();
         let good = json!({"issuer": issuer, "authorization_endpoint": format!("{issuer}/a"),
             "token_endpoint": format!("{issuer}/t"), "jwks_uri": format!("{issuer}/jwks")});
         *doc.lock().unwrap() = good.clone();

@@ -59,7 +59,7 @@ const ALLOWED_ALGS: &[Algorithm] = &[
 
 pub struct Identity {
     config: IdentityConfig,
-    http: reqwest::Client,
+    http: crate::outbound::Http,
     metadata: RwLock<Option<Arc<ServerMetadata>>>,
     jwks: RwLock<Option<CachedJwks>>,
     /// Bounds on the JWKS lifetime and the unknown-`kid` refetch interval (tests shorten them).
@@ -68,7 +68,7 @@ pub struct Identity {
 }
 
 impl Identity {
-    pub fn new(config: IdentityConfig, http: reqwest::Client) -> Self {
+    pub fn new(config: IdentityConfig, http: crate::outbound::Http) -> Self {
         Self {
             config,
             http,
@@ -388,7 +388,10 @@ mod tests {
                 client_secret: None,
                 scopes: vec!["openid".into()],
             },
-            crate::http_client::build().unwrap(),
+            crate::http_client::build(crate::outbound::Policy::new(vec![
+                crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
+            ]))
+            .unwrap(),
         );
         (stub, id)
     }

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod credentials;
 pub mod crypto;
 pub mod db;
 #[cfg(feature = "demo")]
@@ -23,6 +24,7 @@ pub mod limits;
 pub mod metrics;
 pub mod middleware;
 pub mod ops;
+pub mod outbound;
 pub mod providers;
 pub mod refresh_ahead;
 pub mod request_state;
@@ -52,7 +54,7 @@ use crate::waiters::Waiters;
 pub struct AppInner {
     pub config: Config,
     pub db: Db,
-    pub http: reqwest::Client,
+    pub http: outbound::Http,
     pub identity: Identity,
     pub providers: Providers,
     pub clients: Vec<ClientConfig>,
@@ -82,12 +84,21 @@ impl Deref for AppState {
 impl AppState {
     /// The shared state over an open (migrated) database. `shutdown` stops what it spawns.
     pub fn new(config: Config, db: Db, shutdown: watch::Receiver<bool>) -> anyhow::Result<Self> {
-        let http = http_client::build().context("building the outbound HTTP client")?;
+        let http = http_client::build(config.outbound.clone())
+            .context("building the outbound HTTP client")?;
         let waiters = Waiters::new(shutdown.clone());
+        let hub = events::Hub::new(config.outbound.clone())
+            .context("building the webhook HTTP client")?;
+        let providers = Providers::from_config(&config.providers);
+        providers.attach_mcp(&providers::mcp::McpContext {
+            db: db.clone(),
+            keys: config.keys.clone(),
+            public_url: config.public_url.as_str().trim_end_matches('/').to_owned(),
+        });
         Ok(AppState(Arc::new(AppInner {
             identity: Identity::new(config.identity.clone(), http.clone()),
             limits: limits::Limits::new(&config.limits),
-            providers: Providers::from_config(&config.providers),
+            providers,
             clients: config.clients.clone(),
             refresh: tokens::RefreshCoordinator::new(db.pool.options().get_max_connections()),
             metrics: metrics::Metrics::new(),
@@ -95,7 +106,7 @@ impl AppState {
             db,
             http,
             waiters,
-            events: events::Hub::new().context("building the webhook HTTP client")?,
+            events: hub,
             shutdown,
             draining: Default::default(),
             state_refusals: Default::default(),

@@ -114,7 +114,10 @@ impl AppState {
                 });
             }
         }
-        if !force && !expires_within(&c, min_ttl) {
+        // An API key or password is handed back as stored: there is nothing to refresh.
+        if (!force && !expires_within(&c, min_ttl))
+            || crate::credentials::is_credential_type(&c.token_type)
+        {
             return self.token_of(&c);
         }
         // The refresh runs in its own task: if the caller goes away mid-redemption, the rotated
@@ -463,7 +466,11 @@ impl AppState {
             message: String::new(),
         };
         let mut problems = Vec::new();
-        if let Some(provider) = provider {
+        let credential = crate::credentials::is_credential_type(&c.token_type);
+        if credential {
+            // A typed key has no revocation call: it is deleted here (the message says so).
+            report.access_token = "not_supported";
+        } else if let Some(provider) = provider {
             let open = |t: std::result::Result<
                 Option<SecretString>,
                 crate::crypto::CryptoError,
@@ -518,7 +525,9 @@ impl AppState {
                 report.access_token = "failed";
             }
         }
-        report.message = if problems.is_empty() {
+        report.message = if credential {
+            "The stored credential was deleted here. Revoke it in the provider's settings to cut access there too.".into()
+        } else if problems.is_empty() {
             match (report.refresh_token, report.access_token) {
                 ("not_supported", _) | (_, "not_supported") => {
                     let manual = provider

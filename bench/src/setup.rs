@@ -123,6 +123,7 @@ public_url = "{public}"
 listen = "{listen}"
 database_url = "{db_url}"
 encryption_keys = ["{BENCH_KEY}"]
+outbound_allow_cidrs = ["127.0.0.0/8"]
 {refresh_ahead}
 
 [identity]

@@ -59,6 +59,8 @@ pub struct TokenRequest {
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TokenResponse {
+    /// The OAuth access token; for `api_key` and `basic` credentials, the key or
+    /// `username:password` (use `header_name` and `header_value` to present it).
     pub access_token: String,
     pub token_type: String,
     /// RFC 3339; absent when the provider's token does not expire.
@@ -73,6 +75,63 @@ pub struct TokenResponse {
     /// The connection's per-connection parameters (`tenant`, `subdomain`, `shop`, `region`).
     #[schema(value_type = std::collections::BTreeMap<String, String>)]
     pub params: crate::providers::ConnParams,
+    /// `oauth2`, or `api_key` / `basic` for providers whose users type a credential.
+    pub credential_type: &'static str,
+    /// `api_key` only: the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// `basic` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// `basic` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// `api_key` and `basic`: the header to send the credential in (e.g. `Authorization`,
+    /// `X-API-Key`) and its whole value (e.g. `Bearer <key>`, `Basic <base64>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_value: Option<String>,
+}
+
+impl TokenResponse {
+    fn new(t: crate::tokens::FreshToken, provider: &crate::providers::Provider) -> Self {
+        let secret = t.access_token.expose_secret().to_owned();
+        let mut r = TokenResponse {
+            access_token: secret.clone(),
+            token_type: t.token_type.clone(),
+            expires_at: t.expires_at.map(rfc3339),
+            scopes: t.scopes,
+            connection_id: t.connection_id,
+            metadata: t.metadata,
+            params: t.params,
+            credential_type: "oauth2",
+            api_key: None,
+            username: None,
+            password: None,
+            header_name: None,
+            header_value: None,
+        };
+        let settings = provider
+            .credential
+            .as_ref()
+            .filter(|_| crate::credentials::is_credential_type(&t.token_type));
+        if let Some(s) = settings {
+            let (name, value) = s.header_for(&secret);
+            r.header_name = Some(name);
+            r.header_value = Some(value);
+            if t.token_type == "basic" {
+                r.credential_type = "basic";
+                let (u, p) = secret.split_once(':').unwrap_or((&secret, ""));
+                r.username = Some(u.to_owned());
+                r.password = Some(p.to_owned());
+            } else {
+                r.credential_type = "api_key";
+                r.api_key = Some(secret);
+            }
+        }
+        r
+    }
 }
 
 #[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest,
@@ -196,15 +255,7 @@ pub async fn fetch(
         )
         .await
     {
-        Ok(t) => Ok(Json(TokenResponse {
-            access_token: t.access_token.expose_secret().to_owned(),
-            token_type: t.token_type,
-            expires_at: t.expires_at.map(rfc3339),
-            scopes: t.scopes,
-            connection_id: t.connection_id,
-            metadata: t.metadata,
-            params: t.params,
-        })),
+        Ok(t) => Ok(Json(TokenResponse::new(t, &provider))),
         Err(Error::ReauthorizationRequired { .. }) if declined.is_some() => {
             Err(Error::AuthorizationDeclined {
                 provider: provider.name.clone(),

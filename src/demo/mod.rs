@@ -306,6 +306,9 @@ public_url = {public_url}
 listen = {listen}
 database_url = {db}
 encryption_keys_file = {ek}
+# The SSRF guard refuses loopback addresses; the stand-ins under /dev/ are served here, so the
+# demo's own address (and only it) is allowed.
+outbound_allow_cidrs = [{own_addr}]
 
 # The MCP authorization server: here the development issuer.
 [identity]
@@ -332,6 +335,7 @@ scopes = ["profile", "api"]
         listen = q(&listen.to_string()),
         db = q(&db),
         ek = file("encryption-key"),
+        own_addr = q(&listen.ip().to_string()),
         identity_issuer = q(&format!("{public_url}/dev/issuer")),
         service_client = q(SERVICE_CLIENT_ID),
         ics = file("identity-client-secret"),
@@ -372,7 +376,11 @@ pub async fn run(
 
 /// Creates the elicitation for alice through the API, exactly as the printed `curl` does.
 async fn first_elicitation(info: &DemoInfo) -> anyhow::Result<String> {
-    let http = crate::http_client::build()?;
+    // The demo's own API on loopback: the guard is for configured and discovered peers.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .build()?;
     let resp = http
         .post(format!("{}/v1/elicitations", info.public_url))
         .bearer_auth(info.api_key.expose_secret())

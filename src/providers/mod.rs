@@ -4,6 +4,7 @@
 
 pub mod catalog;
 pub mod docs;
+pub mod mcp;
 pub mod params;
 pub mod tokens;
 
@@ -38,6 +39,13 @@ pub struct Endpoints {
     pub metadata_urls: Vec<Option<String>>,
     /// The provider promised RFC 9207 `iss` on every authorization response.
     pub iss_required: bool,
+    /// Upstream MCP servers: the RFC 8707 resource indicator for authorize and token requests.
+    pub resource: Option<String>,
+    /// Upstream MCP servers: the client registered at discovery (CIMD URL or RFC 7591), used
+    /// instead of the configured one.
+    pub client: Option<mcp::RegisteredClient>,
+    /// Scopes asked for beside the elicitation's (e.g. `offline_access` when the server lists it).
+    pub extra_scopes: Vec<String>,
 }
 
 impl Endpoints {
@@ -52,6 +60,9 @@ impl Endpoints {
             userinfo_url: None,
             metadata_urls: Vec::new(),
             iss_required: false,
+            resource: None,
+            client: None,
+            extra_scopes: Vec::new(),
         }
     }
 
@@ -79,6 +90,9 @@ impl Endpoints {
                 .map(fill_opt)
                 .collect::<anyhow::Result<_>>()?,
             iss_required: self.iss_required,
+            resource: self.resource.clone(),
+            client: self.client.clone(),
+            extra_scopes: self.extra_scopes.clone(),
         })
     }
 }
@@ -103,6 +117,10 @@ pub struct Provider {
     pub fixed_params: BTreeMap<String, String>,
     /// The parameters users give (declared by the entry, used by an endpoint, not fixed).
     pub asked_params: Vec<&'static catalog::ParamSpec>,
+    /// `Some` for `auth = "api_key"` / `"basic"` providers (no OAuth flow).
+    pub credential: Option<crate::credentials::CredentialSettings>,
+    /// `Some` for `kind = "mcp"` providers (discovery from the resource URL).
+    pub mcp: Option<mcp::Upstream>,
     config: ProviderConfig,
     endpoints: RwLock<Option<Arc<Endpoints>>>,
 }
@@ -192,6 +210,12 @@ impl Provider {
             has_kind: named.is_some(),
             fixed_params: c.params.clone(),
             asked_params,
+            credential: crate::credentials::CredentialSettings::from_config(c),
+            mcp: c
+                .resource
+                .clone()
+                .filter(|_| c.kind.as_deref() == Some(mcp::KIND))
+                .map(mcp::Upstream::new),
             config: c.clone(),
             endpoints: RwLock::new(None),
         }
@@ -210,7 +234,7 @@ impl Provider {
     }
 
     /// The endpoints, from config and catalog, or discovered at the issuer (cached on success).
-    pub async fn endpoints(&self, http: &reqwest::Client) -> anyhow::Result<Arc<Endpoints>> {
+    pub async fn endpoints(&self, http: &crate::outbound::Http) -> anyhow::Result<Arc<Endpoints>> {
         if let Some(e) = self.endpoints.read().await.as_ref() {
             return Ok(e.clone());
         }
@@ -219,6 +243,31 @@ impl Provider {
             return Ok(e.clone());
         }
         let c = &self.config;
+        if let Some(m) = &self.mcp {
+            let configured = (!c.client_id.is_empty()).then(|| mcp::RegisteredClient {
+                client_id: c.client_id.clone(),
+                client_secret: c.client_secret.clone(),
+            });
+            let d = m
+                .discover(http, &self.name, configured, &self.scopes)
+                .await
+                .with_context(|| format!("discovering MCP provider {}", self.name))?;
+            let e = Arc::new(Endpoints {
+                issuer: Some(d.metadata.issuer.clone()),
+                authorization_url: d.metadata.authorization_endpoint.clone(),
+                token_url: d.metadata.token_endpoint.clone(),
+                refresh_url: None,
+                revocation_url: d.metadata.revocation_endpoint.clone(),
+                userinfo_url: None,
+                metadata_urls: Vec::new(),
+                iss_required: d.metadata.authorization_response_iss_parameter_supported,
+                resource: Some(m.resource.to_string()),
+                client: Some(d.client),
+                extra_scopes: d.extra_scopes,
+            });
+            *slot = Some(e.clone());
+            return Ok(e);
+        }
         let entry = self.entry;
         let meta = match (&c.issuer, &c.authorization_url, &c.token_url) {
             (Some(issuer), None, _) | (Some(issuer), _, None) => Some(
@@ -292,6 +341,9 @@ impl Provider {
                 .map(|f| carry(&Some(f.url.clone())))
                 .collect(),
             iss_required: m.is_some_and(|m| m.authorization_response_iss_parameter_supported),
+            resource: None,
+            client: None,
+            extra_scopes: Vec::new(),
         };
         let e = Arc::new(endpoints);
         *slot = Some(e.clone());
@@ -309,13 +361,19 @@ impl Provider {
     ) -> anyhow::Result<String> {
         let mut url = Url::parse(&endpoints.authorization_url)
             .context("authorization endpoint is not a URL")?;
+        let mut scopes = scopes.to_vec();
+        for s in &endpoints.extra_scopes {
+            if !scopes.contains(s) {
+                scopes.push(s.clone());
+            }
+        }
         let omit = &self.entry.authorize.omit;
         {
             let mut q = url.query_pairs_mut();
             if !omit.iter().any(|o| o == "response_type") {
                 q.append_pair("response_type", "code");
             }
-            q.append_pair("client_id", &self.client_id)
+            q.append_pair("client_id", self.client_id_for(endpoints))
                 .append_pair("redirect_uri", redirect_uri)
                 .append_pair("state", state);
             if !scopes.is_empty() {
@@ -323,6 +381,9 @@ impl Provider {
                     &self.entry.authorize.scope_param,
                     &scopes.join(&self.scope_separator),
                 );
+            }
+            if let Some(r) = &endpoints.resource {
+                q.append_pair("resource", r);
             }
             if let Some(ch) = code_challenge {
                 q.append_pair("code_challenge", ch)
@@ -341,8 +402,20 @@ impl Provider {
         params::resolve(self, given)
     }
 
-    fn client_secret(&self) -> Option<&str> {
-        self.client_secret.as_ref().map(|s| s.expose_secret())
+    /// The client id at this provider: the one registered at discovery, else the configured one.
+    pub fn client_id_for<'a>(&'a self, endpoints: &'a Endpoints) -> &'a str {
+        endpoints
+            .client
+            .as_ref()
+            .map(|c| c.client_id.as_str())
+            .unwrap_or(&self.client_id)
+    }
+
+    fn client_secret_for<'a>(&'a self, endpoints: &'a Endpoints) -> Option<&'a str> {
+        match &endpoints.client {
+            Some(c) => c.client_secret.as_ref().map(|s| s.expose_secret()),
+            None => self.client_secret.as_ref().map(|s| s.expose_secret()),
+        }
     }
 }
 
@@ -397,6 +470,15 @@ impl Providers {
                     .map(|(n, pc)| (n.clone(), Arc::new(Provider::from_config(n, pc))))
                     .collect(),
             ),
+        }
+    }
+
+    /// Gives `kind = "mcp"` providers what their discovery needs (database, keys, public URL).
+    pub fn attach_mcp(&self, ctx: &mcp::McpContext) {
+        for p in self.by_name.values() {
+            if let Some(m) = &p.mcp {
+                m.set_context(ctx.clone());
+            }
         }
     }
 

@@ -86,7 +86,7 @@ pub struct RevokeOutcome {
 impl Provider {
     pub async fn exchange_code(
         &self,
-        http: &reqwest::Client,
+        http: &crate::outbound::Http,
         endpoints: &Endpoints,
         code: &str,
         redirect_uri: &str,
@@ -103,12 +103,16 @@ impl Provider {
         for (k, v) in &self.entry.token.params {
             form.push((k, v));
         }
-        self.token_request(http, &endpoints.token_url, form).await
+        if let Some(r) = &endpoints.resource {
+            form.push(("resource", r));
+        }
+        self.token_request(http, endpoints, &endpoints.token_url, form)
+            .await
     }
 
     pub async fn refresh(
         &self,
-        http: &reqwest::Client,
+        http: &crate::outbound::Http,
         endpoints: &Endpoints,
         refresh_token: &SecretString,
     ) -> Result<TokenSet, TokenError> {
@@ -119,11 +123,14 @@ impl Provider {
         for (k, v) in &self.entry.token.refresh_params {
             form.push((k, v));
         }
+        if let Some(r) = &endpoints.resource {
+            form.push(("resource", r));
+        }
         let url = endpoints
             .refresh_url
             .as_deref()
             .unwrap_or(&endpoints.token_url);
-        let t = self.token_request(http, url, form).await?;
+        let t = self.token_request(http, endpoints, url, form).await?;
         if t.refresh_token.is_none()
             && self.entry.refresh.behaviour == super::catalog::RefreshBehaviour::Rotating
         {
@@ -136,7 +143,7 @@ impl Provider {
     /// token), a provider-specific call, or not at all.
     pub async fn revoke_grant(
         &self,
-        http: &reqwest::Client,
+        http: &crate::outbound::Http,
         endpoints: &Endpoints,
         refresh_token: Option<&SecretString>,
         access_token: Option<&SecretString>,
@@ -163,8 +170,12 @@ impl Provider {
                 ] {
                     let Some(token) = token else { continue };
                     let form = vec![("token", token.expose_secret()), ("token_type_hint", hint)];
-                    let req =
-                        self.authenticated(http.post(url), form, super::catalog::BodyFormat::Form);
+                    let req = self.authenticated(
+                        endpoints,
+                        http.post(url),
+                        form,
+                        super::catalog::BodyFormat::Form,
+                    );
                     let outcome = match send_revocation(req).await {
                         Ok(()) => "revoked",
                         Err(e) => {
@@ -198,16 +209,19 @@ impl Provider {
                     fields.push((p.clone(), token.expose_secret().to_owned()));
                 }
                 for (k, v) in &spec.extra {
-                    fields.push((k.clone(), fill_extra(v, &self.client_id, metadata)));
+                    fields.push((
+                        k.clone(),
+                        fill_extra(v, self.client_id_for(endpoints), metadata),
+                    ));
                 }
                 let mut req = http
                     .request(method, url)
                     .header(reqwest::header::ACCEPT, "application/json");
                 match spec.auth.unwrap_or(RevocationAuth::None) {
-                    RevocationAuth::ClientBasic => req = self.basic_auth(req),
+                    RevocationAuth::ClientBasic => req = self.basic_auth(endpoints, req),
                     RevocationAuth::ClientPost => {
-                        fields.push(("client_id".into(), self.client_id.clone()));
-                        if let Some(s) = self.client_secret() {
+                        fields.push(("client_id".into(), self.client_id_for(endpoints).to_owned()));
+                        if let Some(s) = self.client_secret_for(endpoints) {
                             fields.push(("client_secret".into(), s.to_owned()));
                         }
                     }
@@ -240,7 +254,7 @@ impl Provider {
     /// only leaves its values out.
     pub async fn learn(
         &self,
-        http: &reqwest::Client,
+        http: &crate::outbound::Http,
         endpoints: &Endpoints,
         tokens: &TokenSet,
         redirect_query: &BTreeMap<String, String>,
@@ -288,11 +302,17 @@ impl Provider {
         (label, metadata)
     }
 
-    fn basic_auth(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    fn basic_auth(
+        &self,
+        endpoints: &Endpoints,
+        req: crate::outbound::Request,
+    ) -> crate::outbound::Request {
         // RFC 6749 §2.3.1: both parts are form-url-encoded before Basic encoding.
-        let id: String = url::form_urlencoded::byte_serialize(self.client_id.as_bytes()).collect();
+        let id: String =
+            url::form_urlencoded::byte_serialize(self.client_id_for(endpoints).as_bytes())
+                .collect();
         let sec: String = self
-            .client_secret()
+            .client_secret_for(endpoints)
             .map(|s| url::form_urlencoded::byte_serialize(s.as_bytes()).collect())
             .unwrap_or_default();
         req.basic_auth(id, Some(sec))
@@ -300,19 +320,20 @@ impl Provider {
 
     fn authenticated(
         &self,
-        req: reqwest::RequestBuilder,
+        endpoints: &Endpoints,
+        req: crate::outbound::Request,
         form: Vec<(&str, &str)>,
         body: super::catalog::BodyFormat,
-    ) -> reqwest::RequestBuilder {
+    ) -> crate::outbound::Request {
         let req = req.header(reqwest::header::ACCEPT, "application/json");
         let mut fields: Vec<(String, String)> = form
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
-        let req = match (self.token_auth, self.client_secret()) {
-            (TokenAuth::Basic, Some(_)) => self.basic_auth(req),
+        let req = match (self.token_auth, self.client_secret_for(endpoints)) {
+            (TokenAuth::Basic, Some(_)) => self.basic_auth(endpoints, req),
             (_, secret) => {
-                fields.push(("client_id".into(), self.client_id.clone()));
+                fields.push(("client_id".into(), self.client_id_for(endpoints).to_owned()));
                 if let Some(s) = secret {
                     fields.push(("client_secret".into(), s.to_owned()));
                 }
@@ -324,12 +345,13 @@ impl Provider {
 
     async fn token_request(
         &self,
-        http: &reqwest::Client,
+        http: &crate::outbound::Http,
+        endpoints: &Endpoints,
         url: &str,
         form: Vec<(&str, &str)>,
     ) -> Result<TokenSet, TokenError> {
         let resp = self
-            .authenticated(http.post(url), form, self.entry.token.body)
+            .authenticated(endpoints, http.post(url), form, self.entry.token.body)
             .send()
             .await
             .map_err(|e| TokenError::Transient(e.into()))?;
@@ -370,10 +392,10 @@ impl Provider {
 }
 
 fn with_body(
-    req: reqwest::RequestBuilder,
+    req: crate::outbound::Request,
     fields: &[(String, String)],
     body: super::catalog::BodyFormat,
-) -> reqwest::RequestBuilder {
+) -> crate::outbound::Request {
     use super::catalog::BodyFormat;
     match body {
         BodyFormat::Form => req
@@ -415,7 +437,7 @@ fn fill_extra(template: &str, client_id: &str, metadata: &Metadata) -> String {
 }
 
 /// Sends a revocation call: success is a 2xx answer that does not say `"ok": false` (Slack).
-async fn send_revocation(req: reqwest::RequestBuilder) -> Result<(), TokenError> {
+async fn send_revocation(req: crate::outbound::Request) -> Result<(), TokenError> {
     let resp = req
         .send()
         .await
@@ -447,7 +469,7 @@ async fn send_revocation(req: reqwest::RequestBuilder) -> Result<(), TokenError>
 }
 
 /// A JSON GET with the access token as bearer, bounded in time and size.
-async fn get_json(http: &reqwest::Client, url: &str, token: &SecretString) -> Option<Value> {
+async fn get_json(http: &crate::outbound::Http, url: &str, token: &SecretString) -> Option<Value> {
     let resp = http
         .get(url)
         .bearer_auth(token.expose_secret())
@@ -696,7 +718,10 @@ mod tests {
         ))
         .unwrap();
         let p = Provider::from_config("stub", &config);
-        let http = crate::http_client::build().unwrap();
+        let http = crate::http_client::build(crate::outbound::Policy::new(vec![
+            crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
+        ]))
+        .unwrap();
         let mut endpoints = Endpoints::basic(format!("{base}/authorize"), format!("{base}/token"));
         let rt = SecretString::from("rt".to_owned());
         let e = p.refresh(&http, &endpoints, &rt).await.unwrap_err();

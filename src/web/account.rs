@@ -41,6 +41,8 @@ pub struct Row {
     pub can_reconnect: bool,
     /// What disconnecting does at this provider.
     pub revocation: Option<String>,
+    /// An API key or password (replaced by typing a new one, not by signing in again).
+    pub is_credential: bool,
 }
 
 #[derive(Template)]
@@ -95,8 +97,10 @@ pub async fn show(
                 _ => None,
             },
             can_disconnect: c.status != ConnectionStatus::Revoked,
-            can_reconnect: c.status != ConnectionStatus::Active
+            can_reconnect: (c.status != ConnectionStatus::Active
+                || crate::credentials::is_credential_type(&c.token_type))
                 && state.providers.get(&c.provider).is_some(),
+            is_credential: crate::credentials::is_credential_type(&c.token_type),
             scopes: c.scopes,
             since: when(c.created_at),
             last_refresh: c.last_refresh_at.map(when),
@@ -199,7 +203,10 @@ pub async fn reconnect(
 ) -> Result<Response> {
     let (user, c) = own_connection(&state, &session, &headers, &id, form).await?;
     let rid = request_id(&headers);
-    if c.status == ConnectionStatus::Active {
+    // An active connection is only "reconnected" to replace its typed credential.
+    if c.status == ConnectionStatus::Active
+        && !crate::credentials::is_credential_type(&c.token_type)
+    {
         return Ok(Redirect::to("/account").into_response());
     }
     let unavailable = || {

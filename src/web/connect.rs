@@ -189,6 +189,10 @@ async fn consent_page(
         .map(|c| c.name.as_str())
         .unwrap_or(&e.client_id);
     let p = state.providers.get(&e.provider);
+    if let Some(cp) = p.filter(|p| p.credential.is_some()) {
+        // API key / Basic providers: the key form instead of the OAuth consent.
+        return super::credential::page(state, session, user, e, cp, rid, None).await;
+    }
     let provider = p.map(|p| p.display_name.as_str()).unwrap_or(&e.provider);
     let params = p
         .map(|p| {
@@ -332,6 +336,10 @@ pub async fn answer(
         )
     })?;
     match form.action.as_str() {
+        "continue" if provider.credential.is_some() => {
+            super::credential::page(&state, &session, &user, &e, &provider, rid.as_deref(), None)
+                .await
+        }
         "continue" => {
             // Parameters: what the API caller gave, changed by what the user typed here.
             let mut given = e.params.clone();

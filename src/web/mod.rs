@@ -5,7 +5,9 @@
 
 pub mod account;
 pub mod admin;
+pub mod client_metadata;
 pub mod connect;
+pub mod credential;
 pub mod flow;
 pub mod pages;
 pub mod presignin;
@@ -51,6 +53,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(home))
         .route("/connect/{id}", get(connect::show).post(connect::answer))
+        .route("/connect/{id}/credential", post(credential::submit))
         .route("/auth/callback", get(signin::callback))
         .route("/auth/logout", post(signin::logout))
         .route(
@@ -71,6 +74,10 @@ pub fn router(state: AppState) -> Router {
         .layer(sessions)
         .layer(DefaultBodyLimit::max(8 * 1024))
         .route("/static/style.css", get(stylesheet))
+        .route(
+            "/.well-known/oauth-client/{provider}",
+            get(client_metadata::document),
+        )
         .with_state(state)
 }
 

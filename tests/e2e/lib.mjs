@@ -93,6 +93,7 @@ export function writeConfig(dir, { port, databaseUrl, encryptionKey, apiKey, ide
 listen = ${toml(`127.0.0.1:${port}`)}
 database_url = ${toml(databaseUrl)}
 encryption_keys = [${toml(`k1:${encryptionKey}`)}]
+outbound_allow_cidrs = ["127.0.0.0/8"]
 
 [identity]
 issuer = ${toml(identity)}

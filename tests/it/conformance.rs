@@ -126,7 +126,11 @@ fn no_redirects() -> reqwest::Client {
 
 /// The metadata document as served, found the way the service looks for it.
 async fn metadata(issuer: &str) -> Value {
-    let m = mcp_connect::http_client::discover(&no_redirects(), issuer)
+    let http = mcp_connect::http_client::build(mcp_connect::outbound::Policy::new(vec![
+        mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
+    ]))
+    .unwrap();
+    let m = mcp_connect::http_client::discover(&http, issuer)
         .await
         .unwrap_or_else(|e| panic!("discovery at {issuer}: {e:#}"));
     assert_eq!(m.issuer, issuer);
@@ -444,7 +448,10 @@ on_both_peers!(
                 client_secret: Some(SecretString::from(server.client_secret.clone())),
                 scopes: vec!["openid".into()],
             },
-            mcp_connect::http_client::build().unwrap(),
+            mcp_connect::http_client::build(mcp_connect::outbound::Policy::new(vec![
+                mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
+            ]))
+            .unwrap(),
         );
         for nonce_matches in [true, false] {
             let (verifier, challenge) = pkce();

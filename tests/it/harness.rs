@@ -46,7 +46,7 @@ impl Write for BufWriter {
     }
 }
 
-fn init_logs() {
+pub fn init_logs() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         let buf = log_buffer().clone();
@@ -534,6 +534,7 @@ database_url = "{db_url}"
 encryption_keys = ["{key}"]
 refresh_ahead_seconds = {refresh_ahead}
 refresh_scan_seconds = 1
+outbound_allow_cidrs = ["127.0.0.0/8"]
 
 [identity]
 issuer = "{identity}"

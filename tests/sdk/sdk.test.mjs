@@ -123,6 +123,7 @@ async function startStack() {
 listen = ${toml(`127.0.0.1:${port}`)}
 database_url = ${toml(`sqlite://${dir}/db.sqlite`)}
 encryption_keys = [${toml(`k1:${crypto.randomBytes(32).toString('base64')}`)}]
+outbound_allow_cidrs = ["127.0.0.0/8"]
 
 [identity]
 issuer = ${toml(peers.identity)}

@@ -29,7 +29,7 @@ pub struct Probe {
 
 /// Any HTTP answer below 500 counts: endpoints answer a bare GET with 400, 401 or 405, and that
 /// still proves they are there.
-async fn probe(http: &reqwest::Client, name: &'static str, url: &str) -> Probe {
+async fn probe(http: &crate::outbound::Http, name: &'static str, url: &str) -> Probe {
     if url.contains('{') {
         return Probe {
             name,
@@ -103,25 +103,34 @@ pub struct CatalogRow {
 }
 
 async fn check_provider(state: &AppState, p: &Provider) -> ProviderView {
-    let (discovery_error, probes) = match state
-        .metrics
-        .upstream(&p.name, "discovery", p.endpoints(&state.http))
-        .await
-    {
-        Err(e) => (Some(format!("{e:#}")), Vec::new()),
-        Ok(ep) => {
-            let mut targets: Vec<(&'static str, String)> = vec![
-                ("authorization", ep.authorization_url.clone()),
-                ("token", ep.token_url.clone()),
-            ];
-            if let Some(u) = &ep.revocation_url {
-                targets.push(("revocation", u.clone()));
+    let (discovery_error, probes) = if let Some(c) = &p.credential {
+        // API-key / Basic providers have no OAuth endpoints: probe the validation URL, if any.
+        let probes = match &c.validation_url {
+            Some(u) => vec![probe(&state.http, "validation", u.as_str()).await],
+            None => Vec::new(),
+        };
+        (None, probes)
+    } else {
+        match state
+            .metrics
+            .upstream(&p.name, "discovery", p.endpoints(&state.http))
+            .await
+        {
+            Err(e) => (Some(format!("{e:#}")), Vec::new()),
+            Ok(ep) => {
+                let mut targets: Vec<(&'static str, String)> = vec![
+                    ("authorization", ep.authorization_url.clone()),
+                    ("token", ep.token_url.clone()),
+                ];
+                if let Some(u) = &ep.revocation_url {
+                    targets.push(("revocation", u.clone()));
+                }
+                if let Some(u) = &ep.userinfo_url {
+                    targets.push(("userinfo", u.clone()));
+                }
+                let probes = join_all(targets.iter().map(|(n, u)| probe(&state.http, n, u))).await;
+                (None, probes)
             }
-            if let Some(u) = &ep.userinfo_url {
-                targets.push(("userinfo", u.clone()));
-            }
-            let probes = join_all(targets.iter().map(|(n, u)| probe(&state.http, n, u))).await;
-            (None, probes)
         }
     };
     let healthy = discovery_error.is_none() && probes.iter().all(|p| p.ok);

@@ -1,0 +1,311 @@
+//! The connect page of `auth = "api_key"` / `"basic"` providers: after the same sign-in and
+//! subject check as an OAuth connect, the user types the key (masked), it is checked against the
+//! provider's `validation_url` when one is configured, and stored sealed like a token. See
+//! `crate::credentials`.
+
+use askama::Template;
+use axum::Form;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use super::connect::{Own, check_origin, own_pending_elicitation, shown_name};
+use super::flow::start_sign_in;
+use super::pages::{MessagePage, render};
+use super::session::BrowserSession;
+use crate::AppState;
+use crate::credentials::{AuthKind, Validation, secret_from_form, validate};
+use crate::db::audit::AuditEvent;
+use crate::db::change::Change;
+use crate::db::connections::{NewTokens, save_connected_tokens};
+use crate::db::elicitations::{Elicitation, ElicitationStatus};
+use crate::elicitations::{is_valid_id, rfc3339};
+use crate::error::{Error, Result};
+use crate::identity::SignedInUser;
+use crate::middleware::request_id;
+use crate::providers::Provider;
+
+#[derive(Template)]
+#[template(path = "credential.html")]
+pub struct CredentialPage<'a> {
+    pub signed_in_as: Option<&'a str>,
+    pub request_id: Option<&'a str>,
+    pub id: &'a str,
+    pub client: &'a str,
+    pub provider: &'a str,
+    pub basic: bool,
+    pub hint: Option<&'a str>,
+    pub validates: bool,
+    pub error: Option<&'a str>,
+    pub csrf: &'a str,
+    pub expires_at: &'a str,
+}
+
+/// The key form for elicitation `e` of a credential provider (with `error` after a failed try).
+pub async fn page(
+    state: &AppState,
+    session: &BrowserSession,
+    user: &SignedInUser,
+    e: &Elicitation,
+    provider: &Provider,
+    rid: Option<&str>,
+    error: Option<(&str, StatusCode)>,
+) -> Result<Response> {
+    let (error, status) = match error {
+        Some((m, s)) => (Some(m), s),
+        None => (None, StatusCode::OK),
+    };
+    let Some(settings) = &provider.credential else {
+        return Err(Error::internal(anyhow::anyhow!(
+            "not a credential provider"
+        )));
+    };
+    let client = state
+        .clients
+        .iter()
+        .find(|c| c.id == e.client_id)
+        .map(|c| c.name.as_str())
+        .unwrap_or(&e.client_id);
+    let csrf = session.csrf_token().await?;
+    Ok(render(
+        &CredentialPage {
+            signed_in_as: Some(shown_name(user)),
+            request_id: rid,
+            id: &e.id,
+            client,
+            provider: &provider.display_name,
+            basic: settings.kind == AuthKind::Basic,
+            hint: settings.hint.as_deref(),
+            validates: settings.validation_url.is_some(),
+            error,
+            csrf: &csrf,
+            expires_at: &rfc3339(e.expires_at).replace('T', " ").replace('Z', ""),
+        },
+        status,
+    ))
+}
+
+/// The form as posted. The values are secrets: they are never logged or echoed back.
+#[derive(Deserialize)]
+pub struct CredentialForm {
+    csrf: String,
+    api_key: Option<SecretString>,
+    username: Option<String>,
+    password: Option<SecretString>,
+}
+
+pub async fn submit(
+    State(state): State<AppState>,
+    session: BrowserSession,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Result<Form<CredentialForm>, FormRejection>,
+) -> Result<Response> {
+    let rid = request_id(&headers);
+    check_origin(&state, &headers)?;
+    let Form(form) = form.map_err(|_| {
+        Error::page(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "This form is incomplete",
+            "Go back, reload the page and try again.",
+        )
+    })?;
+    session.check_csrf(&form.csrf).await?;
+    if !is_valid_id(&id) {
+        return Err(Error::page(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "This link is not valid",
+            "We could not find this connect request. Go back to your app and ask for a new one.",
+        ));
+    }
+    let Some(user) = session.user().await? else {
+        return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
+    };
+    let e =
+        match own_pending_elicitation(&state, &session, &user, &id, rid.as_deref(), "credential")
+            .await?
+        {
+            Own::Pending(e) => e,
+            Own::Respond(r) => return Ok(r),
+        };
+    let provider = state.providers.get(&e.provider).cloned().ok_or_else(|| {
+        Error::page(
+            StatusCode::GONE,
+            "provider_removed",
+            "This provider is no longer available",
+            "The service no longer offers this provider. Go back to your app.",
+        )
+    })?;
+    let Some(settings) = provider.credential.clone() else {
+        return Err(Error::page(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "This provider signs in with OAuth",
+            "Go back to the connect page and choose Continue.",
+        ));
+    };
+    let secret = match secret_from_form(
+        settings.kind,
+        form.api_key.as_ref(),
+        form.username.as_deref(),
+        form.password.as_ref(),
+    ) {
+        Ok(s) => s,
+        Err(m) => {
+            return page(
+                &state,
+                &session,
+                &user,
+                &e,
+                &provider,
+                rid.as_deref(),
+                Some((&m, StatusCode::BAD_REQUEST)),
+            )
+            .await;
+        }
+    };
+    let audit = |event: &'static str, detail: String| {
+        let (state, e, user, rid) = (&state, &e, &user, &rid);
+        async move {
+            state
+                .db
+                .audit(AuditEvent {
+                    event,
+                    actor: Some(&user.subject),
+                    issuer: Some(&e.issuer),
+                    subject: Some(&e.subject),
+                    provider: Some(&e.provider),
+                    client_id: Some(&e.client_id),
+                    connection_id: None,
+                    elicitation_id: Some(&e.id),
+                    request_id: rid.as_deref(),
+                    detail: Some(&detail),
+                })
+                .await;
+        }
+    };
+    match validate(&state.http, &settings, &secret).await {
+        Ok(()) => {}
+        Err(Validation::Rejected(status)) => {
+            audit(
+                "credential.validation_refused",
+                format!("validation_url answered HTTP {status}"),
+            )
+            .await;
+            let m = format!(
+                "{} did not accept this {}. Check it and try again.",
+                provider.display_name,
+                if settings.kind == AuthKind::Basic {
+                    "username and password"
+                } else {
+                    "key"
+                }
+            );
+            return page(
+                &state,
+                &session,
+                &user,
+                &e,
+                &provider,
+                rid.as_deref(),
+                Some((&m, StatusCode::BAD_REQUEST)),
+            )
+            .await;
+        }
+        Err(Validation::Unavailable(why)) => {
+            tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %why, "credential validation call failed");
+            audit("credential.validation_unavailable", why).await;
+            let m = format!(
+                "We could not check it with {} just now. Nothing was stored; try again in a moment.",
+                provider.display_name
+            );
+            return page(
+                &state,
+                &session,
+                &user,
+                &e,
+                &provider,
+                rid.as_deref(),
+                Some((&m, StatusCode::BAD_GATEWAY)),
+            )
+            .await;
+        }
+    }
+    // The sealed credential, its audit row, the elicitation's completion and its event commit
+    // together, exactly as tokens from an OAuth callback.
+    let mut change = Change::begin(&state.db).await?;
+    let (connection_id, reconnected) = save_connected_tokens(
+        change.conn(),
+        &state.config.keys,
+        &e.issuer,
+        &e.subject,
+        &e.provider,
+        &NewTokens {
+            access_token: &secret,
+            refresh_token: None,
+            token_type: settings.kind.as_str(),
+            expires_at: None,
+            scopes: &e.scopes,
+            account_label: None,
+        },
+    )
+    .await?;
+    change
+        .audit(AuditEvent {
+            event: if reconnected {
+                "connection.reconnected"
+            } else {
+                "connection.created"
+            },
+            actor: Some(&user.subject),
+            issuer: Some(&e.issuer),
+            subject: Some(&e.subject),
+            provider: Some(&e.provider),
+            client_id: Some(&e.client_id),
+            connection_id: Some(&connection_id),
+            elicitation_id: Some(&e.id),
+            request_id: rid.as_deref(),
+            detail: Some(settings.kind.as_str()),
+        })
+        .await?;
+    let completed = state
+        .finish_elicitation_in(
+            &mut change,
+            &e,
+            ElicitationStatus::Completed,
+            Some(&connection_id),
+            None,
+            rid.as_deref(),
+        )
+        .await?;
+    state.commit(change).await?;
+    if completed {
+        state
+            .metrics
+            .elicitation(ElicitationStatus::Completed.as_str());
+    }
+    let client = state
+        .clients
+        .iter()
+        .find(|c| c.id == e.client_id)
+        .map(|c| c.name.clone())
+        .unwrap_or(e.client_id.clone());
+    let pname = &provider.display_name;
+    let title = format!("{pname} is connected");
+    let lead = format!("{client} can now use your {pname} account.");
+    Ok(MessagePage {
+        signed_in_as: Some(shown_name(&user)),
+        request_id: rid.as_deref(),
+        tone: "success",
+        title: &title,
+        lead: &lead,
+        next: Some("Close this tab and return to your app. You can replace or delete the stored credential at any time on your connections page (/account)."),
+        sign_out: None,
+    }
+    .response(StatusCode::OK))
+}
