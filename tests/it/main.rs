@@ -4,6 +4,7 @@ mod harness;
 
 mod admin;
 mod api_input;
+mod catalog_cli;
 mod catalog_flows;
 mod catalog_stub;
 mod catalog_table;
