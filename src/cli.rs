@@ -551,6 +551,18 @@ pub async fn providers_show(
                         at += 1;
                     }
                 }
+                // Facts name the catalog's URLs: say the ones actually used.
+                for (cat, now) in [
+                    (&entry.revocation.url, &ep.revocation_url),
+                    (&entry.endpoints.refresh_url, &ep.refresh_url),
+                ] {
+                    if let Some(cat) = cat {
+                        let used = now.clone().unwrap_or_else(|| "(not called)".into());
+                        for f in facts.iter_mut() {
+                            f.value = f.value.replace(cat.as_str(), &used);
+                        }
+                    }
+                }
                 for (f, u) in entry.metadata.fetch.iter().zip(&ep.metadata_urls) {
                     if u.is_none() {
                         facts.push(docs::Fact {

@@ -33,6 +33,8 @@ impl Flow {
                 "kind = \"{}\"\nclient_id = \"stub-client\"\nclient_secret = \"stub-secret\"\n{keys}",
                 entry.name
             ),
+            // alice may look at the admin pages.
+            extra_toml: "[admin]\nsubjects = [\"alice\"]\n".into(),
             ..Options::default()
         };
         let app = TestApp::spawn_with(kind, opts).await;
@@ -133,6 +135,26 @@ on_both_databases!(
 
         let (s, t) = f.token(json!({})).await;
         assert_eq!(s, StatusCode::OK, "{t}");
+        let b = Browser::new();
+        let admin = b
+            .sign_in_to_consent(&format!("{}/admin/providers", f.app.url), "alice")
+            .await;
+        assert_eq!(admin.status, StatusCode::OK, "{}", admin.body);
+        assert!(
+            admin.has(&format!("{}/oauth/other/callback", f.app.url)),
+            "{}",
+            admin.body
+        );
+        assert!(
+            admin.has("user_scope") && admin.has("authed_user"),
+            "the quirks: {}",
+            admin.body
+        );
+        assert!(
+            admin.has("<code>strava</code>"),
+            "the whole catalog: {}",
+            admin.body
+        );
         // The user token, from under authed_user; the team, as metadata.
         assert_eq!(t["access_token"], "at-slack-1");
         assert_eq!(t["metadata"]["team_id"], meta_value("team_id"));
@@ -169,7 +191,8 @@ on_both_databases!(
         let revoke = f
             .seen()
             .into_iter()
-            .find(|s| s.path == "/api/auth.revoke")
+            .rev()
+            .find(|s| s.path == "/api/auth.revoke" && s.method == reqwest::Method::POST)
             .unwrap();
         assert_eq!(revoke.bearer().as_deref(), Some("at-slack-3"));
         f.shutdown().await;
@@ -203,7 +226,7 @@ on_both_databases!(
         let (s, e) = f
             .post(
                 "/v1/elicitations",
-                json!({"subject": "alice", "provider": "other"}),
+                json!({"subject": "alice", "provider": "other", "params": {"tenant": "fabrikam.example"}}),
             )
             .await;
         assert_eq!(s, StatusCode::CREATED, "{e}");
@@ -211,7 +234,20 @@ on_both_databases!(
         let consent = b
             .sign_in_to_consent(e["url"].as_str().unwrap(), "alice")
             .await;
+        assert_eq!(e["params"], json!({"tenant": "fabrikam.example"}));
         assert!(consent.has("name=\"param.tenant\""), "{}", consent.body);
+        assert!(
+            consent.has("value=\"fabrikam.example\""),
+            "the API caller's value is pre-filled: {}",
+            consent.body
+        );
+        // Microsoft offers no revocation endpoint: the consent page says so.
+        assert!(consent.has("offers no way to revoke"), "{}", consent.body);
+        assert!(
+            consent.has("Keep access while you are away"),
+            "scope descriptions: {}",
+            consent.body
+        );
         // A bad value: the page again, saying what is wrong; nothing sent to the provider.
         let again = b
             .submit(
@@ -328,7 +364,7 @@ on_both_databases!(
     quickbooks_realm_from_the_redirect_and_salesforce_assumed_expiry,
     |kind| async move {
         let f = Flow::start(kind, "quickbooks", None).await;
-        let (_, done, _) = f.connect(Value::Null, &[]).await;
+        let (_, done, b) = f.connect(Value::Null, &[]).await;
         assert_eq!(done.status, StatusCode::OK, "{}", done.body);
         assert!(done.has("is connected"), "{}", done.body);
         let (s, t) = f.token(json!({})).await;
@@ -344,6 +380,23 @@ on_both_databases!(
         assert_eq!(
             c.metadata.get("realm_id"),
             Some(&json!(meta_value("realm_id")))
+        );
+        // The admin connection page shows it.
+        let page = b
+            .get(&format!("{}/admin/connections/{id}", f.app.url))
+            .await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        assert!(
+            page.has("realm_id") && page.has(&meta_value("realm_id")),
+            "{}",
+            page.body
+        );
+        // And the account page says what disconnecting does there.
+        let page = b.get(&format!("{}/account", f.app.url)).await;
+        assert!(
+            page.has("Disconnecting revokes the access at QuickBooks Online"),
+            "{}",
+            page.body
         );
         let (s, r) = f
             .call(

@@ -5,6 +5,7 @@ mod harness;
 mod admin;
 mod api_input;
 mod api_key;
+mod catalog_cli;
 mod catalog_flows;
 mod catalog_stub;
 mod catalog_table;

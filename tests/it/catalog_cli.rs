@@ -1,0 +1,133 @@
+//! What operators see of the catalog: `mcp-connect providers list|show` (the real binary), and
+//! the config keys around `kind` (`params`, generic kinds), refused with the key named.
+
+use mcp_connect::config::Config;
+
+const KEY: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+fn config_text(providers: &str) -> String {
+    format!(
+        r#"
+public_url = "https://connect.example.com"
+encryption_keys = ["{KEY}"]
+[identity]
+issuer = "https://auth.example.com"
+client_id = "mcp-connect"
+client_secret = "identity-super-secret"
+[[clients]]
+id = "c"
+api_key = "abcdefghijklmnopqrstuvwxyz0123"
+providers = []
+{providers}
+"#
+    )
+}
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
+        .args(args)
+        .env_remove("MCP_CONNECT_CONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn providers_list_and_show_explain_the_catalog_and_the_redirect_uri_to_register() {
+    let (ok, out, err) = run(&["providers", "list"]);
+    assert!(ok, "{err}");
+    for kind in [
+        "github",
+        "microsoft-tenant",
+        "salesforce",
+        "strava",
+        "oidc",
+        "oauth2",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(kind)),
+            "{kind} missing:\n{out}"
+        );
+    }
+    let (ok, out, err) = run(&["providers", "show", "github"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("<public_url>/oauth/github/callback"), "{out}");
+    assert!(
+        out.contains("DELETE https://api.github.com/applications/{client_id}/grant"),
+        "{out}"
+    );
+    let (ok, out, _) = run(&["providers", "show", "strava"]);
+    assert!(ok && out.contains("POLICY") && out.contains("AI"), "{out}");
+    let (ok, _, err) = run(&["providers", "show", "nope"]);
+    assert!(!ok && err.contains("\"nope\""), "{err}");
+
+    // With a config: the configured provider, its overridden endpoints, the exact redirect URI.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        config_text(
+            "[providers.work]\nkind = \"gitlab\"\nclient_id = \"g\"\nauthorization_url = \"https://git.example.org/oauth/authorize\"\ntoken_url = \"https://git.example.org/oauth/token\"\n",
+        ),
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let (ok, out, err) = run(&["--config", p, "providers", "show", "work"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("https://connect.example.com/oauth/work/callback"),
+        "{out}"
+    );
+    assert!(
+        out.contains("https://git.example.org/oauth/revoke (overridden)"),
+        "the revocation endpoint moved with the token endpoint's host:\n{out}"
+    );
+    assert!(!out.contains("https://gitlab.com/oauth/revoke"), "{out}");
+    let (ok, out, err) = run(&["--config", p, "providers", "list", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["configured"][0]["redirect_uri"],
+        "https://connect.example.com/oauth/work/callback"
+    );
+    assert!(v["catalog"].as_array().unwrap().len() >= 40);
+}
+
+#[test]
+fn config_refuses_unknown_or_invalid_fixed_params_and_generic_kinds_without_endpoints() {
+    let e = Config::from_parts(
+        &config_text(
+            "[providers.z]\nkind = \"zendesk\"\nclient_id = \"z\"\nparams = { sub = \"acme\" }\n",
+        ),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("providers.z.params.sub"), "{e}");
+    let e = Config::from_parts(
+        &config_text("[providers.z]\nkind = \"zendesk\"\nclient_id = \"z\"\nparams = { subdomain = \"evil.com/x\" }\n"),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("providers.z.params.subdomain"), "{e}");
+    let e = Config::from_parts(
+        &config_text("[providers.g]\nkind = \"oauth2\"\nclient_id = \"g\"\n"),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("providers.g") && e.contains("authorization_url"),
+        "{e}"
+    );
+    Config::from_parts(
+        &config_text("[providers.z]\nkind = \"zendesk\"\nclient_id = \"z\"\nparams = { subdomain = \"acme\" }\n"),
+        &[],
+    )
+    .unwrap();
+}
