@@ -41,7 +41,11 @@ pub struct Provider {
     pub token_auth: TokenAuth,
     pub scope_separator: &'static str,
     pub authorize_params: Vec<(String, String)>,
-    pub message: Option<String>,
+    pub message: Option<crate::i18n::LocalizedText>,
+    /// The operator's descriptions of scopes (see `crate::scopes`).
+    pub scope_descriptions: BTreeMap<String, crate::i18n::LocalizedText>,
+    /// The name this service is registered under at the provider, when the operator said.
+    pub registered_name: Option<String>,
     config: ProviderConfig,
     endpoints: RwLock<Option<Arc<Endpoints>>>,
 }
@@ -94,9 +98,16 @@ impl Provider {
             scope_separator: entry.map(|e| e.scope_separator).unwrap_or(" "),
             authorize_params,
             message: c.message.clone(),
+            scope_descriptions: c.scope_descriptions.clone(),
+            registered_name: c.registered_name.clone(),
             config: c.clone(),
             endpoints: RwLock::new(None),
         }
+    }
+
+    /// The catalog kind (`github`, ...), when configured with one.
+    pub fn kind(&self) -> Option<&str> {
+        self.config.kind.as_deref()
     }
 
     /// The endpoints, from config and catalog, or discovered at the issuer (cached on success).

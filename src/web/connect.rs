@@ -5,28 +5,41 @@ use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::flow::{start_provider, start_sign_in};
 use super::pages::{ConsentPage, MessagePage, SignOutForm, render};
 use super::session::BrowserSession;
+use super::ui::Ui;
 use crate::AppState;
 use crate::db::audit::AuditEvent;
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
 use crate::db::now;
-use crate::elicitations::{is_valid_id, rfc3339};
+use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
+use crate::i18n::Msg;
 use crate::identity::SignedInUser;
 use crate::middleware::request_id;
+use crate::scopes::describe;
 
 fn invalid_link() -> Error {
     Error::page(
         StatusCode::NOT_FOUND,
         "not_found",
-        "This link is not valid",
-        "We could not find this connect request. Check that you opened the whole link, or go back to your app and ask for a new one.",
+        Msg::new("invalid-link-title"),
+        Msg::new("invalid-link-lead"),
     )
+}
+
+/// The name of API client `client_id` as users see it.
+pub fn client_display_name(state: &AppState, client_id: &str) -> String {
+    state
+        .clients
+        .iter()
+        .find(|c| c.id == client_id)
+        .map(|c| c.name.clone())
+        .unwrap_or_else(|| client_id.to_owned())
 }
 
 /// For the elicitation's own user: why it can no longer be answered (a 410 page), or `None`
@@ -34,24 +47,17 @@ fn invalid_link() -> Error {
 fn finished_page(e: &Elicitation) -> Option<Error> {
     let (title, message) = match e.effective_status(now()) {
         ElicitationStatus::Pending => return None,
-        ElicitationStatus::Completed => (
-            "This request is already done",
-            "The account was connected. You can close this tab and return to your app.",
-        ),
-        ElicitationStatus::Declined => (
-            "This request was declined",
-            "Nothing was connected. If you changed your mind, go back to your app and try again: it will give you a new link.",
-        ),
-        ElicitationStatus::Expired => (
-            "This link has expired",
-            "Connect links work for a limited time. Go back to your app and try again: it will give you a new link.",
-        ),
-        ElicitationStatus::Failed => (
-            "This request failed",
-            "Connecting the account did not work. Go back to your app and try again: it will give you a new link.",
-        ),
+        ElicitationStatus::Completed => ("finished-completed-title", "finished-completed-lead"),
+        ElicitationStatus::Declined => ("finished-declined-title", "finished-declined-lead"),
+        ElicitationStatus::Expired => ("finished-expired-title", "finished-expired-lead"),
+        ElicitationStatus::Failed => ("finished-failed-title", "finished-failed-lead"),
     };
-    Some(Error::page(StatusCode::GONE, "not_pending", title, message))
+    Some(Error::page(
+        StatusCode::GONE,
+        "not_pending",
+        Msg::new(title),
+        Msg::new(message),
+    ))
 }
 
 /// What a signed-in user gets for the elicitation a link names.
@@ -68,9 +74,9 @@ pub enum Own {
 pub async fn own_pending_elicitation(
     state: &AppState,
     session: &BrowserSession,
+    ui: &Ui,
     user: &SignedInUser,
     id: &str,
-    rid: Option<&str>,
     stage: &str,
 ) -> Result<Own> {
     let e = if is_valid_id(id) {
@@ -84,7 +90,7 @@ pub async fn own_pending_elicitation(
             Some(err) => Err(err),
         },
         other => Ok(Own::Respond(
-            refuse_other_user(state, session, user, id, other.as_ref(), rid, stage).await?,
+            refuse_other_user(state, session, ui, user, id, other.as_ref(), stage).await?,
         )),
     }
 }
@@ -103,12 +109,13 @@ pub fn shown_name(user: &SignedInUser) -> &str {
 async fn refuse_other_user(
     state: &AppState,
     session: &BrowserSession,
+    ui: &Ui,
     user: &SignedInUser,
     id: &str,
     e: Option<&Elicitation>,
-    rid: Option<&str>,
     stage: &str,
 ) -> Result<Response> {
+    let rid = ui.request_id.as_deref();
     tracing::warn!(
         target: "security",
         elicitation_id = %id,
@@ -135,15 +142,18 @@ async fn refuse_other_user(
         })
         .await;
     let csrf = session.csrf_token().await?;
-    Ok(MessagePage {
-        signed_in_as: Some(shown_name(user)),
-        request_id: rid,
-        tone: "error",
-        title: "This link is for a different account",
-        lead: "The link you opened does not work for the account you are signed in with: it was created for someone else or for another account of yours, or it is not a valid link. For your safety, it only works when you are signed in as the account it was made for. Nothing was connected and nothing was changed.",
-        next: Some("If someone sent you this link, do not use it. If it is yours, sign out and sign in with the account you use in your app."),
-        sign_out: Some(SignOutForm { csrf, return_to: format!("/connect/{id}") }),
-    }
+    Ok(MessagePage::new(
+        ui,
+        "error",
+        Msg::new("other-user-title"),
+        Msg::new("other-user-lead"),
+    )
+    .next(Msg::new("other-user-next"))
+    .signed_in_as(shown_name(user))
+    .with_sign_out(SignOutForm {
+        csrf,
+        return_to: format!("/connect/{id}"),
+    })
     .response(StatusCode::FORBIDDEN))
 }
 
@@ -151,9 +161,9 @@ pub async fn show(
     State(state): State<AppState>,
     session: BrowserSession,
     headers: HeaderMap,
+    ui: Ui,
     Path(id): Path<String>,
 ) -> Result<Response> {
-    let rid = request_id(&headers);
     if !is_valid_id(&id) {
         return Err(invalid_link());
     }
@@ -162,34 +172,29 @@ pub async fn show(
     let Some(user) = session.user().await? else {
         return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
     };
-    let e = match own_pending_elicitation(&state, &session, &user, &id, rid.as_deref(), "connect")
-        .await?
-    {
+    let e = match own_pending_elicitation(&state, &session, &ui, &user, &id, "connect").await? {
         Own::Pending(e) => e,
         Own::Respond(r) => return Ok(r),
     };
-    let client = state
-        .clients
-        .iter()
-        .find(|c| c.id == e.client_id)
-        .map(|c| c.name.as_str())
-        .unwrap_or(&e.client_id);
-    let provider = state
-        .providers
-        .get(&e.provider)
-        .map(|p| p.display_name.as_str())
-        .unwrap_or(&e.provider);
+    let client = client_display_name(&state, &e.client_id);
+    let p = state.providers.get(&e.provider);
+    let provider = p.map(|p| p.display_name.as_str()).unwrap_or(&e.provider);
+    let registered_name = p
+        .and_then(|p| p.registered_name.as_deref())
+        .unwrap_or(&ui.brand.product_name);
+    let scopes = describe(p.map(|p| p.as_ref()), &e.scopes, ui.lang);
     let csrf = session.csrf_token().await?;
     Ok(render(
         &ConsentPage {
+            ui: &ui,
             signed_in_as: Some(shown_name(&user)),
-            request_id: rid.as_deref(),
             id: &e.id,
-            client,
+            client: &client,
             provider,
-            scopes: &e.scopes,
+            registered_name,
+            scopes: &scopes,
             csrf: &csrf,
-            expires_at: &rfc3339(e.expires_at).replace('T', " ").replace('Z', ""),
+            expires_at: &ui.when(e.expires_at),
         },
         StatusCode::OK,
     ))
@@ -207,8 +212,8 @@ pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
         Error::page(
             StatusCode::FORBIDDEN,
             "csrf_failed",
-            "This form came from another site",
-            "We only accept this form from our own pages. Nothing was changed.",
+            Msg::new("form-other-site-title"),
+            Msg::new("form-other-site-lead"),
         )
     };
     // Fetch metadata, where the browser sends it: our forms are always posted from our own pages.
@@ -234,23 +239,27 @@ pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
     }
 }
 
+/// The refusal of a form that lacks fields.
+pub fn form_incomplete() -> Error {
+    Error::page(
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        Msg::new("form-incomplete-title"),
+        Msg::new("form-incomplete-lead"),
+    )
+}
+
 pub async fn answer(
     State(state): State<AppState>,
     session: BrowserSession,
     headers: HeaderMap,
+    ui: Ui,
     Path(id): Path<String>,
     form: Result<Form<ConsentForm>, FormRejection>,
 ) -> Result<Response> {
     let rid = request_id(&headers);
     check_origin(&state, &headers)?;
-    let Form(form) = form.map_err(|_| {
-        Error::page(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "This form is incomplete",
-            "Go back, reload the page and try again.",
-        )
-    })?;
+    let Form(form) = form.map_err(|_| form_incomplete())?;
     session.check_csrf(&form.csrf).await?;
     if !is_valid_id(&id) {
         return Err(invalid_link());
@@ -258,9 +267,7 @@ pub async fn answer(
     let Some(user) = session.user().await? else {
         return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
     };
-    let e = match own_pending_elicitation(&state, &session, &user, &id, rid.as_deref(), "consent")
-        .await?
-    {
+    let e = match own_pending_elicitation(&state, &session, &ui, &user, &id, "consent").await? {
         Own::Pending(e) => e,
         Own::Respond(r) => return Ok(r),
     };
@@ -268,8 +275,8 @@ pub async fn answer(
         Error::page(
             StatusCode::GONE,
             "provider_removed",
-            "This provider is no longer available",
-            "The service no longer offers this provider. Go back to your app.",
+            Msg::new("provider-removed-title"),
+            Msg::new("provider-removed-lead"),
         )
     })?;
     match form.action.as_str() {
@@ -278,29 +285,15 @@ pub async fn answer(
             state
                 .finish_elicitation(&e, ElicitationStatus::Declined, None, None, rid.as_deref())
                 .await?;
-            let client = state
-                .clients
-                .iter()
-                .find(|c| c.id == e.client_id)
-                .map(|c| c.name.clone())
-                .unwrap_or(e.client_id.clone());
-            let lead = format!("Nothing was connected. {client} has been told that you said no.");
-            Ok(MessagePage {
-                signed_in_as: Some(shown_name(&user)),
-                request_id: rid.as_deref(),
-                tone: "info",
-                title: "You declined",
-                lead: &lead,
-                next: Some("You can close this tab and return to your app."),
-                sign_out: None,
-            }
-            .response(StatusCode::OK))
+            // POST/redirect/GET: a reload shows the outcome again, not a resubmission.
+            session.set_outcome(&e.id).await?;
+            Ok(Redirect::to("/done").into_response())
         }
         _ => Err(Error::page(
             StatusCode::BAD_REQUEST,
             "invalid_request",
-            "Unknown answer",
-            "Choose Continue or Decline.",
+            Msg::new("unknown-answer-title"),
+            Msg::new("unknown-answer-lead"),
         )),
     }
 }
