@@ -13,6 +13,7 @@ mod edges;
 mod invariants;
 mod lifecycle;
 mod operations;
+mod pages_i18n;
 mod provider_quirks;
 mod refresh_burst;
 mod rmcp_example;
