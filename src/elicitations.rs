@@ -45,7 +45,9 @@ pub struct ElicitationView {
     pub id: String,
     /// The connect URL to hand to the MCP client. Carries no personal data.
     pub url: String,
-    /// What the MCP client shows the user.
+    /// What the MCP client shows the user, in the language the API request's `Accept-Language`
+    /// asks for (`en` or `zh-CN`; English otherwise): the provider's configured `message`, or the
+    /// built-in one.
     pub message: String,
     pub status: ElicitationStatus,
     pub subject: String,

@@ -146,7 +146,9 @@ fn regex_lite_keys(text: &str) -> Vec<String> {
             ]
             .iter()
             .any(|p| lit.contains(p));
-        if shaped && !out.iter().any(|k: &String| k == lit) {
+        // A header name and a CSS class of that shape.
+        let not_keys = ["x-request-id", "scope-text"];
+        if shaped && !not_keys.contains(&lit) && !out.iter().any(|k: &String| k == lit) {
             out.push(lit.to_owned());
         }
     }
@@ -393,7 +395,7 @@ on_both_databases!(
             assert!(done.has("Acme is connected"), "{}", done.body);
             assert!(done.has("Demo MCP can now use your Acme account"), "{}", done.body);
             assert!(done.has("href=\"/account\""), "{}", done.body);
-            assert!(done.has("<code>offline_access</code>"), "{}", done.body);
+            assert!(done.has("<code>openid</code>"), "{}", done.body);
             assert!(done.has("Confirm who you are"), "{}", done.body);
             assert!(!done.has("already used"), "{}", done.body);
         }
