@@ -123,7 +123,10 @@ fn every_catalog_key_is_in_both_languages() {
     let named = regex_lite_keys(&sources.join("\n"));
     assert!(named.len() > 80, "{}", named.len());
     let missing: Vec<&String> = named.iter().filter(|k| !en.contains(k)).collect();
-    assert!(missing.is_empty(), "keys used but not in the catalogs: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "keys used but not in the catalogs: {missing:?}"
+    );
 }
 
 /// Keys named in code and templates: string literals of the catalog's shape that end a
@@ -139,9 +142,27 @@ fn regex_lite_keys(text: &str) -> Vec<String> {
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && [
-                "-title", "-lead", "-next", "-heading", "button-", "account-", "consent-",
-                "done-", "error-", "state-", "sign-in-", "scope-", "link-", "skip-", "signed-",
-                "language-", "request-id", "support-", "what-", "timeout-", "too-many-",
+                "-title",
+                "-lead",
+                "-next",
+                "-heading",
+                "button-",
+                "account-",
+                "consent-",
+                "done-",
+                "error-",
+                "state-",
+                "sign-in-",
+                "scope-",
+                "link-",
+                "skip-",
+                "signed-",
+                "language-",
+                "request-id",
+                "support-",
+                "what-",
+                "timeout-",
+                "too-many-",
                 "elicitation-message",
             ]
             .iter()
@@ -172,18 +193,38 @@ on_both_databases!(
         );
         assert!(!consent.has(">Continue<"), "{}", consent.body);
         // Honest in every language: app, provider, scopes, where to disconnect.
-        for must in ["Demo MCP", "Acme", "openid", "offline_access", "api", "href=\"/account\""] {
+        for must in [
+            "Demo MCP",
+            "Acme",
+            "openid",
+            "offline_access",
+            "api",
+            "href=\"/account\"",
+        ] {
             assert!(consent.has(must), "{must}: {}", consent.body);
         }
         // The date in the reader's way of writing it.
-        assert!(consent.has("日 ") && consent.has("（UTC）"), "{}", consent.body);
+        assert!(
+            consent.has("日 ") && consent.has("（UTC）"),
+            "{}",
+            consent.body
+        );
 
         // The switch to English: a plain link, remembered over the browser's Accept-Language.
         let en = b.get(&switch_href(&consent, "en")).await;
         assert_eq!(en.status, StatusCode::OK, "{}", en.body);
-        assert!(en.url.ends_with(&format!("/connect/{}", e["id"].as_str().unwrap())), "{}", en.url);
+        assert!(
+            en.url
+                .ends_with(&format!("/connect/{}", e["id"].as_str().unwrap())),
+            "{}",
+            en.url
+        );
         assert_eq!(html_lang(&en), "en");
-        assert!(en.has(">Continue<") && en.has("Connect your Acme account"), "{}", en.body);
+        assert!(
+            en.has(">Continue<") && en.has("Connect your Acme account"),
+            "{}",
+            en.body
+        );
         assert!(
             b.cookies(&app.url).contains("mcp-connect-lang=en"),
             "{}",
@@ -207,7 +248,9 @@ on_both_databases!(
         assert!(done.has("确认您的身份"), "{}", done.body);
 
         // A switch to an unknown language, or away from this site, goes nowhere else.
-        let bad = b.get(&format!("{}/lang?set=fr&return_to=/account", app.url)).await;
+        let bad = b
+            .get(&format!("{}/lang?set=fr&return_to=/account", app.url))
+            .await;
         assert_eq!(bad.status, StatusCode::BAD_REQUEST);
         assert!(bad.has("不支持的语言"), "{}", bad.body);
         let away = b
@@ -226,7 +269,10 @@ on_both_databases!(
 
         // An error page in the reader's language too.
         let replay = browser_in("zh-CN")
-            .get(&format!("{}/oauth/acme/callback?code=x&state=forged-state", app.url))
+            .get(&format!(
+                "{}/oauth/acme/callback?code=x&state=forged-state",
+                app.url
+            ))
             .await;
         assert_eq!(replay.status, StatusCode::BAD_REQUEST);
         assert_eq!(html_lang(&replay), "zh-CN");
@@ -315,21 +361,36 @@ support_url = "https://help.example.com/connect"
         branded(&consent, "consent");
         // Still honest under any brand: the app, the provider, the scopes, where to disconnect,
         // and the name the provider will show.
-        for must in ["Demo MCP", "Acme", "openid", "api", "href=\"/account\"", "“Example Connect”"] {
+        for must in [
+            "Demo MCP",
+            "Acme",
+            "openid",
+            "api",
+            "href=\"/account\"",
+            "“Example Connect”",
+        ] {
             assert!(consent.has(must), "{must}: {}", consent.body);
         }
         let done = b.consent_and_allow(&consent, "alice").await;
         branded(&done, "done");
         branded(&b.get(&format!("{}/account", app.url)).await, "account");
         branded(&b.get(&format!("{}/", app.url)).await, "home");
-        branded(&b.get(&format!("{}/nothing-here", app.url)).await, "not found");
+        branded(
+            &b.get(&format!("{}/nothing-here", app.url)).await,
+            "not found",
+        );
         let refused = b
-            .get(&format!("{}/oauth/acme/callback?state=forged-state", app.url))
+            .get(&format!(
+                "{}/oauth/acme/callback?state=forged-state",
+                app.url
+            ))
             .await;
         assert_eq!(refused.status, StatusCode::BAD_REQUEST);
         branded(&refused, "refusal");
         let bob = Browser::new();
-        let other = bob.sign_in_to_consent(e["url"].as_str().unwrap(), "bob").await;
+        let other = bob
+            .sign_in_to_consent(e["url"].as_str().unwrap(), "bob")
+            .await;
         assert_eq!(other.status, StatusCode::FORBIDDEN);
         branded(&other, "other user's link");
 
@@ -347,7 +408,10 @@ support_url = "https://help.example.com/connect"
         );
         assert!(csp.contains("default-src 'none'"), "{csp}");
         let css = r.text().await.unwrap();
-        assert!(css.contains("--accent: #7b2d8e") && css.contains("--on-accent: #ffffff"), "{css}");
+        assert!(
+            css.contains("--accent: #7b2d8e") && css.contains("--on-accent: #ffffff"),
+            "{css}"
+        );
         app.shutdown().await;
     }
 );
@@ -393,7 +457,11 @@ on_both_databases!(
             let done = b.get(&done_url).await;
             assert_eq!(done.status, StatusCode::OK, "{}", done.body);
             assert!(done.has("Acme is connected"), "{}", done.body);
-            assert!(done.has("Demo MCP can now use your Acme account"), "{}", done.body);
+            assert!(
+                done.has("Demo MCP can now use your Acme account"),
+                "{}",
+                done.body
+            );
             assert!(done.has("href=\"/account\""), "{}", done.body);
             assert!(done.has("<code>openid</code>"), "{}", done.body);
             assert!(done.has("Confirm who you are"), "{}", done.body);
@@ -409,7 +477,11 @@ on_both_databases!(
             let p = other.get(&done_url).await;
             assert_eq!(p.status, StatusCode::OK, "{}", p.body);
             assert!(p.has("Nothing to show here"), "{}", p.body);
-            assert!(!p.has("Acme is connected") && !p.has("Demo MCP"), "{}", p.body);
+            assert!(
+                !p.has("Acme is connected") && !p.has("Demo MCP"),
+                "{}",
+                p.body
+            );
         }
 
         // Decline lands on /done too, and a reload says the same.

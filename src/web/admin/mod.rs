@@ -75,7 +75,7 @@ pub struct Admin {
     pub csrf: String,
     pub request_id: Option<String>,
     /// The page frame: English (admin pages are not translated), the operator's branding.
-    pub ui: Ui,
+    pub ui: Box<Ui>,
 }
 
 impl Admin {
@@ -145,7 +145,7 @@ pub async fn gate(
         user,
         csrf,
         request_id: rid,
-        ui: Ui::admin(&state.config, headers),
+        ui: Box::new(Ui::admin(&state.config, headers)),
     }))
 }
 
