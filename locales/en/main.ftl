@@ -13,6 +13,7 @@ powered-by = Connects your accounts at other services to the AI tools you use.
 
 ## Home and unknown pages
 
+home-title = Connect your accounts to your AI tools
 home-lead = This service connects your accounts at other services to the AI tools you use. You arrive here through a link your app gives you.
 home-next = To see or disconnect the accounts you connected, open your connections page.
 link-your-connections = Your connections

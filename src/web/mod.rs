@@ -86,12 +86,10 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn home(ui: Ui) -> Response {
-    let mut page =
-        pages::MessagePage::new(&ui, "info", Msg::new("home-lead"), Msg::new("home-lead"))
-            .next(Msg::new("home-next"))
-            .with_account_link();
-    page.title = ui.brand.product_name.clone();
-    page.response(StatusCode::OK)
+    pages::MessagePage::new(&ui, "info", Msg::new("home-title"), Msg::new("home-lead"))
+        .next(Msg::new("home-next"))
+        .with_account_link()
+        .response(StatusCode::OK)
 }
 
 async fn stylesheet() -> Response {
