@@ -82,6 +82,16 @@ pub async fn start_sign_in(
                 Msg::new("identity-unavailable-lead"),
             )
         })?;
+    // OpenID Connect `ui_locales`: the issuer's sign-in page may speak the reader's language too
+    // (issuers that do not support it ignore it).
+    let lang = super::ui::request_lang(headers, https);
+    let url = match url::Url::parse(&url) {
+        Ok(mut u) => {
+            u.query_pairs_mut().append_pair("ui_locales", lang.tag());
+            u.to_string()
+        }
+        Err(_) => url,
+    };
     pre.start(
         LoginFlow {
             state_hash: sha256_b64(st.as_bytes()),
