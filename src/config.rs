@@ -13,8 +13,17 @@ use url::Url;
 use crate::crypto::KeyRing;
 
 const ENV_PREFIX: &str = "MCP_CONNECT_";
-/// Environment variables with the prefix that are not config keys.
-const ENV_NOT_KEYS: &[&str] = &["MCP_CONNECT_CONFIG", "MCP_CONNECT_LOG"];
+/// Environment variables with the prefix that are not config keys: the CLI's own, and the test
+/// tooling's (scripts/test, tests/it), which the binaries under test inherit.
+const ENV_NOT_KEYS: &[&str] = &[
+    "MCP_CONNECT_CONFIG",
+    "MCP_CONNECT_LOG",
+    "MCP_CONNECT_BIN",
+    "MCP_CONNECT_TEST_PG",
+    "MCP_CONNECT_PG_BIN",
+    "MCP_CONNECT_PREVIOUS_REF",
+    "MCP_CONNECT_REQUIRE_PREVIOUS",
+];
 
 /// A configuration problem, always naming the key it is about.
 #[derive(Debug, thiserror::Error)]

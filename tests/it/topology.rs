@@ -27,6 +27,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::harness::*;
+use crate::private_postgres::PrivatePostgres;
 use crate::rotating_provider::{Shared, seed_due_grant, stub};
 
 const REPLICAS: usize = 3;
@@ -107,6 +108,8 @@ struct FleetOptions {
     hook: Option<String>,
     /// Extra `MCP_CONNECT_*` variables for every replica.
     env: Vec<(String, String)>,
+    /// Another Postgres server than the shared one (`postgres://user@host:port`).
+    db_base: Option<String>,
 }
 
 /// The haproxy configuration of deploy/haproxy/haproxy.cfg with these servers and this bind
@@ -156,7 +159,10 @@ impl Fleet {
         std::fs::create_dir_all(&dir).unwrap();
         let lb = format!("http://127.0.0.1:{}", free_port());
         let peers = Peers::start(&lb, 3600).await;
-        let db_url = db_url(DbKind::Postgres);
+        let db_url = match &opts.db_base {
+            Some(base) => format!("{base}/mcpc_test_{}", random_name()),
+            None => db_url(DbKind::Postgres),
+        };
         let mut o = Options {
             // Behind the balancer: its X-Forwarded-For is believed (per-address browser limits).
             extra_toml: "[limits]\ntrusted_proxies = [\"127.0.0.1\"]\n".into(),
@@ -1029,6 +1035,122 @@ async fn topology_a_database_outage_shows_on_every_replica_and_heals_by_itself()
     }
     admin.close().await;
     fleet.stop().await;
+}
+
+/// A Postgres server restart (`pg_ctl stop -m fast`, then start again), on a server of the
+/// test's own (the shared one serves the other tests): while it is down every replica's
+/// `/readyz` answers 503 and haproxy takes them out; once it is back every replica is ready
+/// again by itself (no replica restarted), and tokens and new flows work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_a_postgres_restart_heals_every_replica_by_itself() {
+    let pg = PrivatePostgres::start()
+        .await
+        .unwrap_or_else(|e| panic!("starting a private Postgres server: {e}"));
+    let mut fleet = Fleet::start(FleetOptions {
+        db_base: Some(pg.base_url.clone()),
+        ..FleetOptions::default()
+    })
+    .await;
+    let e = fleet.elicit("alice").await;
+    user_connects(e["url"].as_str().unwrap(), "alice").await;
+    let token_on = |base: String| {
+        let api = fleet.api.clone();
+        async move {
+            let r = api
+                .post(format!("{base}/v1/tokens"))
+                .bearer_auth(API_KEY)
+                .json(&json!({"subject": "alice", "provider": "acme"}))
+                .send()
+                .await
+                .unwrap();
+            let s = r.status();
+            (s, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (_, before) = token_on(fleet.lb.clone()).await;
+
+    let down = Instant::now();
+    pg.stop_server().await.unwrap();
+    pg.wait_until_gone().await;
+    for r in &fleet.replicas {
+        let mut seen = None;
+        for _ in 0..50 {
+            let (s, v) = fleet.api_get(&r.url, "/readyz").await;
+            if s == StatusCode::SERVICE_UNAVAILABLE {
+                seen = Some(v);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let v = seen.unwrap_or_else(|| panic!("{} still ready with Postgres down", r.name));
+        assert_eq!(v["status"], "unavailable", "{}: {v}", r.name);
+        // The API says 503 too (never a 500).
+        let (s, v) = token_on(r.url.clone()).await;
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{}: {v}", r.name);
+    }
+    let mut lb_down = false;
+    for _ in 0..100 {
+        if fleet
+            .lb_log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("has no server available"))
+        {
+            lb_down = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(lb_down, "haproxy never took the replicas out");
+
+    pg.start_server()
+        .await
+        .unwrap_or_else(|e| panic!("restarting Postgres: {e}"));
+    let was_down = down.elapsed();
+    let back = Instant::now();
+    for r in &fleet.replicas {
+        let mut ok = false;
+        for _ in 0..200 {
+            let (s, _) = fleet.api_get(&r.url, "/readyz").await;
+            if s == StatusCode::OK {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(ok, "{} did not recover by itself:\n{}", r.name, pg.log());
+    }
+    let ready_after = back.elapsed();
+    for r in &mut fleet.replicas {
+        let c = r.child.as_mut().unwrap();
+        assert!(
+            c.try_wait().unwrap().is_none(),
+            "{} exited during the outage",
+            r.name
+        );
+    }
+    for r in &fleet.replicas {
+        fleet.wait_lb_says_up(&r.name).await;
+    }
+    eprintln!(
+        "postgres restart: down {was_down:?}; every replica ready {ready_after:?} after it was back, UP at the balancer {:?} after",
+        back.elapsed()
+    );
+    // Each replica serves the token (the same one: nothing was lost), and a new user connects.
+    for r in &fleet.replicas {
+        let (s, v) = token_on(r.url.clone()).await;
+        assert_eq!(s, StatusCode::OK, "{}: {v}", r.name);
+        assert_eq!(v["access_token"], before["access_token"], "{}", r.name);
+    }
+    let e = fleet.elicit("bob").await;
+    user_connects(e["url"].as_str().unwrap(), "bob").await;
+    assert_eq!(
+        fleet.elicitation_status(e["id"].as_str().unwrap()).await,
+        "completed"
+    );
+    fleet.stop().await;
+    pg.remove().await;
 }
 
 // --- 3. rolling restart under load -------------------------------------------------------------
