@@ -97,6 +97,8 @@ struct RawConfig {
     admin: AdminConfig,
     #[serde(default)]
     providers: BTreeMap<String, ProviderConfig>,
+    #[serde(default)]
+    branding: crate::branding::RawBranding,
 }
 
 #[derive(Deserialize)]
@@ -311,8 +313,16 @@ pub struct ProviderConfig {
     #[serde(default)]
     pub authorize_params: BTreeMap<String, String>,
     /// Message shown to the user by the MCP client; `{provider}` is replaced by the display name
-    /// and `{client}` by the API client's name.
-    pub message: Option<String>,
+    /// and `{client}` by the API client's name. One string for every language, or a table per
+    /// language (`message = { en = "...", zh-CN = "..." }`).
+    pub message: Option<crate::i18n::LocalizedText>,
+    /// Descriptions shown beside raw scope names on the pages (`scope = "text"`, or a table per
+    /// language); they take precedence over the built-in ones.
+    #[serde(default)]
+    pub scope_descriptions: BTreeMap<String, crate::i18n::LocalizedText>,
+    /// The name this service is registered under at the provider, which its own consent screen
+    /// shows (default: `branding.product_name`).
+    pub registered_name: Option<String>,
     /// Per-connection parameters of the catalog entry fixed for every user (e.g. `tenant`).
     #[serde(default)]
     pub params: BTreeMap<String, String>,
@@ -472,6 +482,8 @@ pub struct Config {
     pub clients: Vec<ClientConfig>,
     pub admin: AdminConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// `[branding]` on every user page.
+    pub branding: crate::branding::Branding,
 }
 
 impl fmt::Debug for Config {
@@ -497,6 +509,7 @@ impl fmt::Debug for Config {
             .field("identity", &self.identity)
             .field("clients", &self.clients)
             .field("providers", &self.providers)
+            .field("branding", &self.branding)
             .finish_non_exhaustive()
     }
 }
@@ -878,6 +891,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
     // URLs we call, known now: checked against the SSRF guard's address rules below.
     let mut called: Vec<(String, Url)> = Vec::new();
+    let branding = crate::branding::validate(raw.branding, &mut err);
     match (&raw.admin.claim, raw.admin.claim_values.is_empty()) {
         (Some(c), true) => err(
             "admin.claim_values",
@@ -1090,6 +1104,15 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         if p.client_id.is_empty() && !credential && !is_mcp {
             err(&format!("{key}.client_id"), "must not be empty".into());
         }
+        if p.registered_name
+            .as_deref()
+            .is_some_and(|n| n.trim().is_empty())
+        {
+            err(
+                &format!("{key}.registered_name"),
+                "must not be empty".into(),
+            );
+        }
     }
 
     let mut clients = Vec::new();
@@ -1246,6 +1269,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             clients,
             admin: raw.admin,
             providers: raw.providers,
+            branding,
         }),
         _ => Err(ConfigErrors(vec![ConfigError::new(
             "(config)",

@@ -14,6 +14,7 @@ use crate::db::change::Change;
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
 use crate::db::{self, now};
 use crate::error::{Error, Result};
+use crate::i18n::{Lang, tr};
 use crate::providers::{ConnParams, Provider};
 
 /// Bytes of randomness in an elicitation id (144 bits).
@@ -44,7 +45,9 @@ pub struct ElicitationView {
     pub id: String,
     /// The connect URL to hand to the MCP client. Carries no personal data.
     pub url: String,
-    /// What the MCP client shows the user.
+    /// What the MCP client shows the user, in the language the API request's `Accept-Language`
+    /// asks for (`en` or `zh-CN`; English otherwise): the provider's configured `message`, or the
+    /// built-in one.
     pub message: String,
     pub status: ElicitationStatus,
     pub subject: String,
@@ -75,24 +78,47 @@ impl AppState {
         self.config.url(&format!("/connect/{id}"))
     }
 
-    pub fn elicitation_message(&self, client: &ClientConfig, provider: &Provider) -> String {
-        let template = provider
-            .message
-            .as_deref()
-            .unwrap_or("{client} needs access to your {provider} account. Open the link to sign in and connect it.");
-        template
-            .replace("{client}", &client.name)
-            .replace("{provider}", &provider.display_name)
+    /// What the MCP client shows its user, in `lang`: the operator's `message` for that
+    /// language, else the built-in one.
+    pub fn elicitation_message(
+        &self,
+        client: &ClientConfig,
+        provider: &Provider,
+        lang: Lang,
+    ) -> String {
+        match provider.message.as_ref().and_then(|m| m.get(lang)) {
+            Some(template) => template
+                .replace("{client}", &client.name)
+                .replace("{provider}", &provider.display_name),
+            None => tr(
+                lang,
+                "elicitation-message",
+                &[
+                    ("client", client.name.clone()),
+                    ("provider", provider.display_name.clone()),
+                ],
+            ),
+        }
     }
 
+    /// The view with the message in English.
     pub fn elicitation_view(&self, e: &Elicitation) -> Result<ElicitationView> {
+        self.elicitation_view_in(e, Lang::En)
+    }
+
+    /// The view with the message in `lang` (the API caller's `Accept-Language`).
+    pub fn elicitation_view_in(&self, e: &Elicitation, lang: Lang) -> Result<ElicitationView> {
         let url = self.connect_url(&e.id);
         let message = match (
             self.clients.iter().find(|c| c.id == e.client_id),
             self.providers.get(&e.provider),
         ) {
-            (Some(c), Some(p)) => self.elicitation_message(c, p),
-            _ => format!("Open the link to connect your {} account.", e.provider),
+            (Some(c), Some(p)) => self.elicitation_message(c, p, lang),
+            _ => tr(
+                lang,
+                "elicitation-message-unknown",
+                &[("provider", e.provider.clone())],
+            ),
         };
         let params_2025 =
             json!({ "mode": "url", "elicitationId": e.id, "url": url, "message": message });

@@ -7,6 +7,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::i18n::{Msg, Text};
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("missing or invalid API key")]
@@ -44,13 +46,14 @@ pub enum Error {
         provider: String,
         elicitation_id: String,
     },
-    /// A browser-facing refusal with its own title, status and advice.
+    /// A browser-facing refusal with its own title, status and advice (catalog messages, so the
+    /// page speaks the reader's language; the API gets the English).
     #[error("{message}")]
     Page {
         status: StatusCode,
         code: &'static str,
-        title: String,
-        message: String,
+        title: Text,
+        message: Text,
     },
     /// Too many requests from this caller; try again after `retry_after` seconds.
     #[error("Too many requests. Try again in {retry_after} seconds.")]
@@ -89,13 +92,14 @@ pub struct ErrorBody {
     pub elicitation_id: Option<String>,
 }
 
-/// What a response carries so the browser layer can render it as a page.
+/// What a response carries so the browser layer can render it as a page, in the reader's
+/// language.
 #[derive(Debug, Clone)]
 pub struct RenderedError {
     pub status: StatusCode,
     pub code: &'static str,
-    pub title: String,
-    pub message: String,
+    pub title: Text,
+    pub message: Text,
 }
 
 impl Error {
@@ -107,11 +111,13 @@ impl Error {
         Self::NotFound(msg.into())
     }
 
+    /// A page refusal. Give catalog messages (`Msg`) for pages users see; a plain string is
+    /// shown as written in every language.
     pub fn page(
         status: StatusCode,
         code: &'static str,
-        title: impl Into<String>,
-        message: impl Into<String>,
+        title: impl Into<Text>,
+        message: impl Into<Text>,
     ) -> Self {
         Self::Page {
             status,
@@ -161,30 +167,37 @@ impl Error {
         }
     }
 
-    /// The sentence shown to the caller. Never includes causes of server-side failures.
+    /// The sentence shown to the caller (English). Never includes causes of server-side
+    /// failures.
     pub fn message(&self) -> String {
+        self.message_text().to_string()
+    }
+
+    /// The sentence, as a page renders it in the reader's language.
+    fn message_text(&self) -> Text {
         match self {
-            Self::Unavailable(_) => {
-                "The service cannot reach its database right now. Try again shortly.".into()
-            }
-            Self::Upstream(_) => {
-                "The provider did not answer as expected. Try again shortly.".into()
-            }
-            Self::Internal(_) => "Something went wrong on our side.".into(),
-            other => other.to_string(),
+            Self::Unavailable(_) => Msg::new("error-unavailable-lead").into(),
+            Self::Upstream(_) => Msg::new("error-upstream-lead").into(),
+            Self::Internal(_) => Msg::new("error-internal-lead").into(),
+            Self::RateLimited { retry_after, .. } => Msg::new("error-rate-limited-lead")
+                .arg("seconds", retry_after.to_string())
+                .into(),
+            Self::Page { message, .. } => message.clone(),
+            other => Text::Raw(other.to_string()),
         }
     }
 
-    fn title(&self) -> String {
-        match self {
-            Self::Page { title, .. } => title.clone(),
-            Self::NotFound(_) => "Not found".into(),
-            Self::InvalidRequest(_) => "This request cannot be handled".into(),
-            Self::RateLimited { .. } => "Too many requests".into(),
-            Self::Unavailable(_) => "Temporarily unavailable".into(),
-            Self::Upstream(_) => "The provider did not answer".into(),
-            _ => "Something went wrong".into(),
-        }
+    fn title(&self) -> Text {
+        let key = match self {
+            Self::Page { title, .. } => return title.clone(),
+            Self::NotFound(_) => "error-title-not-found",
+            Self::InvalidRequest(_) => "error-title-invalid",
+            Self::RateLimited { .. } => "error-title-too-many",
+            Self::Unavailable(_) => "error-title-unavailable",
+            Self::Upstream(_) => "error-title-upstream",
+            _ => "error-title-generic",
+        };
+        Msg::new(key).into()
     }
 }
 
@@ -218,7 +231,7 @@ impl IntoResponse for Error {
             status,
             code: self.code(),
             title: self.title(),
-            message: self.message(),
+            message: self.message_text(),
         };
         let mut resp = (status, Json(body)).into_response();
         if let Self::RateLimited { retry_after, limit } = &self {

@@ -8,6 +8,7 @@
 //! with its development-only issuer and sandbox provider, never mounted by `serve`).
 
 pub mod api;
+pub mod branding;
 pub mod cli;
 pub mod config;
 pub mod credentials;
@@ -19,6 +20,7 @@ pub mod elicitations;
 pub mod error;
 pub mod events;
 pub mod http_client;
+pub mod i18n;
 pub mod identity;
 pub mod limits;
 pub mod metrics;
@@ -29,6 +31,7 @@ pub mod providers;
 pub mod refresh_ahead;
 pub mod request_state;
 pub mod rotation;
+pub mod scopes;
 pub mod telemetry;
 pub mod tokens;
 pub mod waiters;
@@ -330,25 +333,35 @@ async fn serve(
 pub fn router(state: AppState) -> Router {
     let https = state.config.is_https();
     let timeout = Duration::from_secs(state.config.limits.request_timeout_seconds);
+    let page_config = Some(Arc::new(state.config.clone()));
+    let csp = axum::http::HeaderValue::from_str(&state.config.branding.content_security_policy())
+        .unwrap_or_else(|_| {
+            axum::http::HeaderValue::from_static(
+                "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'",
+            )
+        });
     Router::new()
         .merge(api::router(state.clone()))
         .merge(web::router(state.clone()))
         .merge(ops::router(state.clone()))
         .route_layer(axum::middleware::from_fn(metrics::remember_route))
-        .fallback(web::fallback)
+        .fallback(web::fallback_with(state.clone()))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limits::browser_limit,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            timeout,
+            (timeout, page_config),
             middleware::request_timeout,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.metrics.clone(),
             metrics::track,
         ))
-        .layer(axum::middleware::from_fn(middleware::security_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            csp,
+            middleware::security_headers,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             https,
             middleware::hsts,

@@ -327,7 +327,13 @@ pub async fn browser_limit(State(state): State<AppState>, req: Request, next: Ne
                 .client_ip(peer_ip(req.extensions()), req.headers());
             if let Some(ip) = ip {
                 if let Err(d) = l.check(&ip.into()) {
-                    return too_many_page(retry_secs(d).max(1));
+                    let ui = crate::web::ui::Ui::for_request(
+                        &state.config,
+                        req.method(),
+                        req.uri(),
+                        req.headers(),
+                    );
+                    return too_many_page(&ui, retry_secs(d).max(1));
                 }
             }
         }
@@ -335,16 +341,15 @@ pub async fn browser_limit(State(state): State<AppState>, req: Request, next: Ne
     next.run(req).await
 }
 
-fn too_many_page(retry_after: u64) -> Response {
-    let mut resp = crate::web::pages::MessagePage {
-        signed_in_as: None,
-        request_id: None,
-        tone: "error",
-        title: "Too many requests",
-        lead: "This address has sent too many requests in a short time.",
-        next: Some("Wait a minute, then reload this page."),
-        sign_out: None,
-    }
+fn too_many_page(ui: &crate::web::ui::Ui, retry_after: u64) -> Response {
+    use crate::i18n::Msg;
+    let mut resp = crate::web::pages::MessagePage::new(
+        ui,
+        "error",
+        Msg::new("error-title-too-many"),
+        Msg::new("too-many-lead"),
+    )
+    .next(Msg::new("too-many-next"))
     .response(StatusCode::TOO_MANY_REQUESTS);
     if let Ok(v) = HeaderValue::from_str(&retry_after.to_string()) {
         resp.headers_mut().insert(header::RETRY_AFTER, v);

@@ -92,8 +92,14 @@ pub async fn hsts(
     resp
 }
 
-/// Headers every response carries; pages additionally must never be cached or framed.
-pub async fn security_headers(req: Request, next: Next) -> Response {
+/// Headers every response carries; pages additionally must never be cached or framed. `csp` is
+/// the Content-Security-Policy (`Branding::content_security_policy`: our own origin, plus the
+/// logo's when it is elsewhere).
+pub async fn security_headers(
+    axum::extract::State(csp): axum::extract::State<HeaderValue>,
+    req: Request,
+    next: Next,
+) -> Response {
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
     h.insert(
@@ -105,12 +111,7 @@ pub async fn security_headers(req: Request, next: Next) -> Response {
         HeaderValue::from_static("no-referrer"),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        // No form-action: Chrome applies it to the redirect that follows a form post, and the
-        // consent form's answer is a redirect to the provider.
-        HeaderValue::from_static("default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'"),
-    );
+    h.insert(header::CONTENT_SECURITY_POLICY, csp);
     if !h.contains_key(header::CACHE_CONTROL) {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
@@ -133,9 +134,13 @@ fn deadline(req: &Request, base: Duration) -> Option<Duration> {
     Some(base)
 }
 
-/// Answers 503 `unavailable` (a page on browser routes) when a request overruns its deadline.
+/// Answers 503 `unavailable` (a page on browser routes, in the reader's language) when a request
+/// overruns its deadline. Without a config (unit tests), pages are plain English.
 pub async fn request_timeout(
-    axum::extract::State(base): axum::extract::State<Duration>,
+    axum::extract::State((base, config)): axum::extract::State<(
+        Duration,
+        Option<std::sync::Arc<crate::config::Config>>,
+    )>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -143,6 +148,8 @@ pub async fn request_timeout(
         return next.run(req).await;
     };
     let api = req.uri().path().starts_with("/v1/");
+    let ui =
+        config.map(|c| crate::web::ui::Ui::for_request(&c, req.method(), req.uri(), req.headers()));
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => {
@@ -160,15 +167,15 @@ pub async fn request_timeout(
                 )
                 .into_response()
             } else {
-                crate::web::pages::MessagePage {
-                    signed_in_as: None,
-                    request_id: None,
-                    tone: "error",
-                    title: "This took too long",
-                    lead: "The request took too long to answer.",
-                    next: Some("Wait a moment and reload this page."),
-                    sign_out: None,
-                }
+                let ui = ui.unwrap_or_else(crate::web::ui::Ui::plain);
+                use crate::i18n::Msg;
+                crate::web::pages::MessagePage::new(
+                    &ui,
+                    "error",
+                    Msg::new("timeout-title"),
+                    Msg::new("timeout-lead"),
+                )
+                .next(Msg::new("timeout-next"))
                 .response(axum::http::StatusCode::SERVICE_UNAVAILABLE)
             }
         }
@@ -197,7 +204,7 @@ mod tests {
             .route("/v1/tokens", post(slow))
             .route("/v1/elicitations/{id}", get(slow))
             .layer(axum::middleware::from_fn_with_state(
-                Duration::from_secs(1),
+                (Duration::from_secs(1), None),
                 request_timeout,
             ));
         let call = |method: &str, path: &str| {

@@ -106,7 +106,10 @@ pub async fn create(
             request_id(&headers).as_deref(),
         )
         .await?;
-    Ok((StatusCode::CREATED, Json(state.elicitation_view(&e)?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(state.elicitation_view_in(&e, crate::i18n::api_lang(&headers))?),
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,6 +129,7 @@ pub struct ShowQuery {
 pub async fn show(
     State(state): State<AppState>,
     client: ApiClient,
+    headers: HeaderMap,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ShowQuery>,
 ) -> Result<Json<ElicitationView>> {
@@ -146,5 +150,8 @@ pub async fn show(
         }
         _ => e,
     };
-    Ok(Json(state.elicitation_view(&e)?))
+    Ok(Json(state.elicitation_view_in(
+        &e,
+        crate::i18n::api_lang(&headers),
+    )?))
 }

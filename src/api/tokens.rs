@@ -233,8 +233,15 @@ pub async fn fetch(
             });
         }
         if req.elicit {
-            let view =
-                offer_elicitation(&state, &client, &req.subject, &provider, rid.as_deref()).await?;
+            let view = offer_elicitation(
+                &state,
+                &client,
+                &req.subject,
+                &provider,
+                rid.as_deref(),
+                crate::i18n::api_lang(&headers),
+            )
+            .await?;
             return Err(Error::AuthorizationRequired {
                 provider: provider.name.clone(),
                 elicitation: Box::new(view),
@@ -263,8 +270,15 @@ pub async fn fetch(
             })
         }
         Err(Error::ReauthorizationRequired { provider: p, .. }) if req.elicit => {
-            let view =
-                offer_elicitation(&state, &client, &req.subject, &provider, rid.as_deref()).await?;
+            let view = offer_elicitation(
+                &state,
+                &client,
+                &req.subject,
+                &provider,
+                rid.as_deref(),
+                crate::i18n::api_lang(&headers),
+            )
+            .await?;
             Err(Error::ReauthorizationRequired {
                 provider: p,
                 elicitation: Some(Box::new(view)),
@@ -281,9 +295,10 @@ async fn offer_elicitation(
     subject: &str,
     provider: &crate::providers::Provider,
     request_id: Option<&str>,
+    lang: crate::i18n::Lang,
 ) -> Result<serde_json::Value> {
     let e = state
         .create_or_reuse_elicitation(&client.0, subject, provider, None, request_id)
         .await?;
-    serde_json::to_value(state.elicitation_view(&e)?).map_err(Error::internal)
+    serde_json::to_value(state.elicitation_view_in(&e, lang)?).map_err(Error::internal)
 }

@@ -222,7 +222,13 @@ pub fn dev_router(issuer: std::sync::Arc<Issuer>, sandbox: std::sync::Arc<Sandbo
         .nest("/dev/sandbox", sandbox::router(sandbox))
         .route("/dev/dev.css", get(pages::stylesheet))
         .layer(DefaultBodyLimit::max(16 * 1024))
-        .layer(axum::middleware::from_fn(middleware::security_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            axum::http::HeaderValue::from_str(
+                &crate::branding::Branding::default().content_security_policy(),
+            )
+            .expect("the default CSP is a valid header value"),
+            middleware::security_headers,
+        ))
         .layer(middleware::trace_layer())
         .layer(middleware::request_id_layers())
 }

@@ -108,7 +108,7 @@ pub struct Provider {
     pub token_auth: TokenAuth,
     pub scope_separator: String,
     pub authorize_params: Vec<(String, String)>,
-    pub message: Option<String>,
+    pub message: Option<crate::i18n::LocalizedText>,
     /// The catalog entry (`kind`), or the generic OAuth 2.0 one.
     pub entry: &'static Entry,
     /// Whether `kind` named the entry (false: the generic one stands in).
@@ -121,6 +121,10 @@ pub struct Provider {
     pub credential: Option<crate::credentials::CredentialSettings>,
     /// `Some` for `kind = "mcp"` providers (discovery from the resource URL).
     pub mcp: Option<mcp::Upstream>,
+    /// The operator's descriptions of scopes (see `crate::scopes`).
+    pub scope_descriptions: BTreeMap<String, crate::i18n::LocalizedText>,
+    /// The name this service is registered under at the provider, when the operator said.
+    pub registered_name: Option<String>,
     config: ProviderConfig,
     endpoints: RwLock<Option<Arc<Endpoints>>>,
 }
@@ -216,6 +220,8 @@ impl Provider {
                 .clone()
                 .filter(|_| c.kind.as_deref() == Some(mcp::KIND))
                 .map(mcp::Upstream::new),
+            scope_descriptions: c.scope_descriptions.clone(),
+            registered_name: c.registered_name.clone(),
             config: c.clone(),
             endpoints: RwLock::new(None),
         }
@@ -231,6 +237,11 @@ impl Provider {
                 || c.revocation_url.is_some()
                 || c.userinfo_url.is_some()
                 || c.issuer.is_some())
+    }
+
+    /// The catalog kind (`github`, ...), when configured with one.
+    pub fn kind(&self) -> Option<&str> {
+        self.config.kind.as_deref()
     }
 
     /// The endpoints, from config and catalog, or discovered at the issuer (cached on success).

@@ -10,19 +10,21 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::connect::shown_name;
+use super::connect::{form_incomplete, shown_name};
 use super::flow::start_sign_in;
 use super::pages::render;
 use super::session::BrowserSession;
+use super::ui::Ui;
 use crate::AppState;
 use crate::db::audit::AuditEvent;
 use crate::db::connections::Connection;
 use crate::db::connections::ConnectionStatus;
 use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
+use crate::i18n::Msg;
 use crate::identity::SignedInUser;
 use crate::middleware::request_id;
-use crate::web::admin::when;
+use crate::scopes::{ScopeView, describe};
 use crate::web::connect::check_origin;
 
 pub struct Row {
@@ -31,12 +33,12 @@ pub struct Row {
     /// The upstream account, as the provider names it (when it says).
     pub account: Option<String>,
     pub status: &'static str,
-    pub status_text: &'static str,
-    pub scopes: Vec<String>,
+    pub status_text: String,
+    pub scopes: Vec<ScopeView>,
     pub since: String,
     pub last_refresh: Option<String>,
     /// Why a broken connection needs the user, in words.
-    pub problem: Option<&'static str>,
+    pub problem: Option<String>,
     pub can_disconnect: bool,
     pub can_reconnect: bool,
     /// What disconnecting does at this provider.
@@ -48,11 +50,11 @@ pub struct Row {
 #[derive(Template)]
 #[template(path = "account.html")]
 pub struct AccountPage<'a> {
+    pub ui: &'a Ui,
     pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
     pub rows: Vec<Row>,
     pub csrf: &'a str,
-    pub notice: Option<&'a str>,
+    pub notice: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -64,60 +66,57 @@ pub async fn show(
     State(state): State<AppState>,
     session: BrowserSession,
     headers: HeaderMap,
+    ui: Ui,
     q: Result<Query<AccountQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
     let q = q.map(|q| q.0).unwrap_or_default();
     let Some(user) = session.user().await? else {
         return start_sign_in(&state, &headers, "/account").await;
     };
-    let rid = request_id(&headers);
     let rows = state
         .db
         .list_connections(&user.issuer, &user.subject)
         .await?
         .into_iter()
-        .map(|c| Row {
-            revocation: state.providers.get(&c.provider).map(|p| p.revocation_summary()),
-            provider: state
-                .providers
-                .get(&c.provider)
-                .map(|p| p.display_name.clone())
-                .unwrap_or(c.provider.clone()),
-            account: c.account_label.clone(),
-            status: c.status.as_str(),
-            status_text: match c.status {
-                ConnectionStatus::Active => "Connected",
-                ConnectionStatus::NeedsReauth => "Needs reconnecting",
-                ConnectionStatus::Revoked => "Disconnected",
-            },
-            problem: match c.status {
-                ConnectionStatus::NeedsReauth => Some(
-                    "The service no longer accepts this connection (it may have expired or been revoked there). Your apps cannot use it until you reconnect.",
-                ),
-                _ => None,
-            },
-            can_disconnect: c.status != ConnectionStatus::Revoked,
-            can_reconnect: (c.status != ConnectionStatus::Active
-                || crate::credentials::is_credential_type(&c.token_type))
-                && state.providers.get(&c.provider).is_some(),
-            is_credential: crate::credentials::is_credential_type(&c.token_type),
-            scopes: c.scopes,
-            since: when(c.created_at),
-            last_refresh: c.last_refresh_at.map(when),
-            id: c.id,
+        .map(|c| {
+            let p = state.providers.get(&c.provider);
+            let is_credential = crate::credentials::is_credential_type(&c.token_type);
+            Row {
+                revocation: p.map(|p| p.revocation_summary()),
+                provider: p
+                    .map(|p| p.display_name.clone())
+                    .unwrap_or(c.provider.clone()),
+                account: c.account_label.clone(),
+                status: c.status.as_str(),
+                status_text: ui.t(match c.status {
+                    ConnectionStatus::Active => "account-status-active",
+                    ConnectionStatus::NeedsReauth => "account-status-needs-reauth",
+                    ConnectionStatus::Revoked => "account-status-revoked",
+                }),
+                problem: match c.status {
+                    ConnectionStatus::NeedsReauth => Some(ui.t("account-problem-needs-reauth")),
+                    _ => None,
+                },
+                can_disconnect: c.status != ConnectionStatus::Revoked,
+                can_reconnect: (c.status != ConnectionStatus::Active || is_credential)
+                    && p.is_some(),
+                is_credential,
+                scopes: describe(p.map(|p| p.as_ref()), &c.scopes, ui.lang),
+                since: ui.when(c.created_at),
+                last_refresh: c.last_refresh_at.map(|t| ui.when(t)),
+                id: c.id,
+            }
         })
         .collect();
     let csrf = session.csrf_token().await?;
     let notice = match q.done.as_deref() {
-        Some("disconnected") => Some(
-            "The account was disconnected: access was revoked at the service where it supports that, and the stored tokens were deleted.",
-        ),
+        Some("disconnected") => Some(ui.t("account-notice-disconnected")),
         _ => None,
     };
     Ok(render(
         &AccountPage {
+            ui: &ui,
             signed_in_as: Some(shown_name(&user)),
-            request_id: rid.as_deref(),
             rows,
             csrf: &csrf,
             notice,
@@ -140,29 +139,22 @@ async fn own_connection(
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Result<(SignedInUser, Connection)> {
     check_origin(state, headers)?;
-    let Form(form) = form.map_err(|_| {
-        Error::page(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "This form is incomplete",
-            "Go back, reload the page and try again.",
-        )
-    })?;
+    let Form(form) = form.map_err(|_| form_incomplete())?;
     session.check_csrf(&form.csrf).await?;
     let user = session.user().await?.ok_or_else(|| {
         Error::page(
             StatusCode::UNAUTHORIZED,
             "not_signed_in",
-            "You are not signed in",
-            "Open /account to sign in first.",
+            Msg::new("not-signed-in-title"),
+            Msg::new("not-signed-in-lead"),
         )
     })?;
     let not_yours = || {
         Error::page(
             StatusCode::NOT_FOUND,
             "not_found",
-            "No such connection",
-            "This connection does not exist or is not yours.",
+            Msg::new("no-connection-title"),
+            Msg::new("no-connection-lead"),
         )
     };
     if !is_valid_id(id) {
@@ -213,8 +205,8 @@ pub async fn reconnect(
         Error::page(
             StatusCode::GONE,
             "provider_removed",
-            "This service can no longer be connected",
-            "None of the apps that use this service is configured for it any more. Nothing was changed.",
+            Msg::new("reconnect-unavailable-title"),
+            Msg::new("reconnect-unavailable-lead"),
         )
     };
     let provider = state

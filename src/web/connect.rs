@@ -5,29 +5,42 @@ use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::flow::{start_provider, start_sign_in};
 use super::pages::{ConsentPage, MessagePage, ParamField, SignOutForm, render};
 use super::session::BrowserSession;
+use super::ui::Ui;
 use crate::AppState;
 use crate::db::audit::AuditEvent;
 use crate::db::elicitations::{Elicitation, ElicitationStatus, set_elicitation_params};
 use crate::db::now;
-use crate::elicitations::{is_valid_id, rfc3339};
+use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
+use crate::i18n::Msg;
 use crate::identity::SignedInUser;
 use crate::middleware::request_id;
 use crate::providers::ConnParams;
+use crate::scopes::describe;
 
 fn invalid_link() -> Error {
     Error::page(
         StatusCode::NOT_FOUND,
         "not_found",
-        "This link is not valid",
-        "We could not find this connect request. Check that you opened the whole link, or go back to your app and ask for a new one.",
+        Msg::new("invalid-link-title"),
+        Msg::new("invalid-link-lead"),
     )
+}
+
+/// The name of API client `client_id` as users see it.
+pub fn client_display_name(state: &AppState, client_id: &str) -> String {
+    state
+        .clients
+        .iter()
+        .find(|c| c.id == client_id)
+        .map(|c| c.name.clone())
+        .unwrap_or_else(|| client_id.to_owned())
 }
 
 /// For the elicitation's own user: why it can no longer be answered (a 410 page), or `None`
@@ -35,24 +48,17 @@ fn invalid_link() -> Error {
 fn finished_page(e: &Elicitation) -> Option<Error> {
     let (title, message) = match e.effective_status(now()) {
         ElicitationStatus::Pending => return None,
-        ElicitationStatus::Completed => (
-            "This request is already done",
-            "The account was connected. You can close this tab and return to your app.",
-        ),
-        ElicitationStatus::Declined => (
-            "This request was declined",
-            "Nothing was connected. If you changed your mind, go back to your app and try again: it will give you a new link.",
-        ),
-        ElicitationStatus::Expired => (
-            "This link has expired",
-            "Connect links work for a limited time. Go back to your app and try again: it will give you a new link.",
-        ),
-        ElicitationStatus::Failed => (
-            "This request failed",
-            "Connecting the account did not work. Go back to your app and try again: it will give you a new link.",
-        ),
+        ElicitationStatus::Completed => ("finished-completed-title", "finished-completed-lead"),
+        ElicitationStatus::Declined => ("finished-declined-title", "finished-declined-lead"),
+        ElicitationStatus::Expired => ("finished-expired-title", "finished-expired-lead"),
+        ElicitationStatus::Failed => ("finished-failed-title", "finished-failed-lead"),
     };
-    Some(Error::page(StatusCode::GONE, "not_pending", title, message))
+    Some(Error::page(
+        StatusCode::GONE,
+        "not_pending",
+        Msg::new(title),
+        Msg::new(message),
+    ))
 }
 
 /// What a signed-in user gets for the elicitation a link names.
@@ -69,9 +75,9 @@ pub enum Own {
 pub async fn own_pending_elicitation(
     state: &AppState,
     session: &BrowserSession,
+    ui: &Ui,
     user: &SignedInUser,
     id: &str,
-    rid: Option<&str>,
     stage: &str,
 ) -> Result<Own> {
     let e = if is_valid_id(id) {
@@ -85,7 +91,7 @@ pub async fn own_pending_elicitation(
             Some(err) => Err(err),
         },
         other => Ok(Own::Respond(
-            refuse_other_user(state, session, user, id, other.as_ref(), rid, stage).await?,
+            refuse_other_user(state, session, ui, user, id, other.as_ref(), stage).await?,
         )),
     }
 }
@@ -104,12 +110,13 @@ pub fn shown_name(user: &SignedInUser) -> &str {
 async fn refuse_other_user(
     state: &AppState,
     session: &BrowserSession,
+    ui: &Ui,
     user: &SignedInUser,
     id: &str,
     e: Option<&Elicitation>,
-    rid: Option<&str>,
     stage: &str,
 ) -> Result<Response> {
+    let rid = ui.request_id.as_deref();
     tracing::warn!(
         target: "security",
         elicitation_id = %id,
@@ -136,15 +143,18 @@ async fn refuse_other_user(
         })
         .await;
     let csrf = session.csrf_token().await?;
-    Ok(MessagePage {
-        signed_in_as: Some(shown_name(user)),
-        request_id: rid,
-        tone: "error",
-        title: "This link is for a different account",
-        lead: "The link you opened does not work for the account you are signed in with: it was created for someone else or for another account of yours, or it is not a valid link. For your safety, it only works when you are signed in as the account it was made for. Nothing was connected and nothing was changed.",
-        next: Some("If someone sent you this link, do not use it. If it is yours, sign out and sign in with the account you use in your app."),
-        sign_out: Some(SignOutForm { csrf, return_to: format!("/connect/{id}") }),
-    }
+    Ok(MessagePage::new(
+        ui,
+        "error",
+        Msg::new("other-user-title"),
+        Msg::new("other-user-lead"),
+    )
+    .next(Msg::new("other-user-next"))
+    .signed_in_as(shown_name(user))
+    .with_sign_out(SignOutForm {
+        csrf,
+        return_to: format!("/connect/{id}"),
+    })
     .response(StatusCode::FORBIDDEN))
 }
 
@@ -152,9 +162,9 @@ pub async fn show(
     State(state): State<AppState>,
     session: BrowserSession,
     headers: HeaderMap,
+    ui: Ui,
     Path(id): Path<String>,
 ) -> Result<Response> {
-    let rid = request_id(&headers);
     if !is_valid_id(&id) {
         return Err(invalid_link());
     }
@@ -163,37 +173,34 @@ pub async fn show(
     let Some(user) = session.user().await? else {
         return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
     };
-    let e = match own_pending_elicitation(&state, &session, &user, &id, rid.as_deref(), "connect")
-        .await?
-    {
+    let e = match own_pending_elicitation(&state, &session, &ui, &user, &id, "connect").await? {
         Own::Pending(e) => e,
         Own::Respond(r) => return Ok(r),
     };
-    consent_page(&state, &session, &user, &e, &e.params, None, rid.as_deref()).await
+    consent_page(&state, &session, &ui, &user, &e, &e.params, None).await
 }
 
 /// The consent page for `e`, with the parameter fields filled from `values` (and `error` said).
 async fn consent_page(
     state: &AppState,
     session: &BrowserSession,
+    ui: &Ui,
     user: &SignedInUser,
     e: &Elicitation,
     values: &ConnParams,
     error: Option<String>,
-    rid: Option<&str>,
 ) -> Result<Response> {
-    let client = state
-        .clients
-        .iter()
-        .find(|c| c.id == e.client_id)
-        .map(|c| c.name.as_str())
-        .unwrap_or(&e.client_id);
+    let client = client_display_name(state, &e.client_id);
     let p = state.providers.get(&e.provider);
     if let Some(cp) = p.filter(|p| p.credential.is_some()) {
         // API key / Basic providers: the key form instead of the OAuth consent.
-        return super::credential::page(state, session, user, e, cp, rid, None).await;
+        return super::credential::page(state, session, ui, user, e, cp, None).await;
     }
     let provider = p.map(|p| p.display_name.as_str()).unwrap_or(&e.provider);
+    let registered_name = p
+        .and_then(|p| p.registered_name.as_deref())
+        .unwrap_or(&ui.brand.product_name);
+    let scopes = describe(p.map(|p| p.as_ref()), &e.scopes, ui.lang);
     let params = p
         .map(|p| {
             p.asked_params
@@ -234,19 +241,15 @@ async fn consent_page(
     };
     Ok(render(
         &ConsentPage {
+            ui,
             signed_in_as: Some(shown_name(user)),
-            request_id: rid,
             id: &e.id,
-            client,
+            client: &client,
             provider,
-            scopes: &e.scopes,
+            registered_name,
+            scopes: &scopes,
             csrf: &csrf,
-            expires_at: &rfc3339(e.expires_at).replace('T', " ").replace('Z', ""),
-            scope_notes: e
-                .scopes
-                .iter()
-                .map(|s| p.and_then(|p| p.scope_description(s)))
-                .collect(),
+            expires_at: &ui.when(e.expires_at),
             params,
             param_error: error,
             revocation: p.map(|p| p.revocation_summary()).unwrap_or_default(),
@@ -270,8 +273,8 @@ pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
         Error::page(
             StatusCode::FORBIDDEN,
             "csrf_failed",
-            "This form came from another site",
-            "We only accept this form from our own pages. Nothing was changed.",
+            Msg::new("form-other-site-title"),
+            Msg::new("form-other-site-lead"),
         )
     };
     // Fetch metadata, where the browser sends it: our forms are always posted from our own pages.
@@ -297,23 +300,27 @@ pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
     }
 }
 
+/// The refusal of a form that lacks fields.
+pub fn form_incomplete() -> Error {
+    Error::page(
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        Msg::new("form-incomplete-title"),
+        Msg::new("form-incomplete-lead"),
+    )
+}
+
 pub async fn answer(
     State(state): State<AppState>,
     session: BrowserSession,
     headers: HeaderMap,
+    ui: Ui,
     Path(id): Path<String>,
     form: Result<Form<ConsentForm>, FormRejection>,
 ) -> Result<Response> {
     let rid = request_id(&headers);
     check_origin(&state, &headers)?;
-    let Form(form) = form.map_err(|_| {
-        Error::page(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "This form is incomplete",
-            "Go back, reload the page and try again.",
-        )
-    })?;
+    let Form(form) = form.map_err(|_| form_incomplete())?;
     session.check_csrf(&form.csrf).await?;
     if !is_valid_id(&id) {
         return Err(invalid_link());
@@ -321,9 +328,7 @@ pub async fn answer(
     let Some(user) = session.user().await? else {
         return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
     };
-    let e = match own_pending_elicitation(&state, &session, &user, &id, rid.as_deref(), "consent")
-        .await?
-    {
+    let e = match own_pending_elicitation(&state, &session, &ui, &user, &id, "consent").await? {
         Own::Pending(e) => e,
         Own::Respond(r) => return Ok(r),
     };
@@ -331,14 +336,13 @@ pub async fn answer(
         Error::page(
             StatusCode::GONE,
             "provider_removed",
-            "This provider is no longer available",
-            "The service no longer offers this provider. Go back to your app.",
+            Msg::new("provider-removed-title"),
+            Msg::new("provider-removed-lead"),
         )
     })?;
     match form.action.as_str() {
         "continue" if provider.credential.is_some() => {
-            super::credential::page(&state, &session, &user, &e, &provider, rid.as_deref(), None)
-                .await
+            super::credential::page(&state, &session, &ui, &user, &e, &provider, None).await
         }
         "continue" => {
             // Parameters: what the API caller gave, changed by what the user typed here.
@@ -356,11 +360,11 @@ pub async fn answer(
                     return consent_page(
                         &state,
                         &session,
+                        &ui,
                         &user,
                         &e,
                         &given,
                         Some(err.to_string()),
-                        rid.as_deref(),
                     )
                     .await;
                 }
@@ -375,29 +379,15 @@ pub async fn answer(
             state
                 .finish_elicitation(&e, ElicitationStatus::Declined, None, None, rid.as_deref())
                 .await?;
-            let client = state
-                .clients
-                .iter()
-                .find(|c| c.id == e.client_id)
-                .map(|c| c.name.clone())
-                .unwrap_or(e.client_id.clone());
-            let lead = format!("Nothing was connected. {client} has been told that you said no.");
-            Ok(MessagePage {
-                signed_in_as: Some(shown_name(&user)),
-                request_id: rid.as_deref(),
-                tone: "info",
-                title: "You declined",
-                lead: &lead,
-                next: Some("You can close this tab and return to your app."),
-                sign_out: None,
-            }
-            .response(StatusCode::OK))
+            // POST/redirect/GET: a reload shows the outcome again, not a resubmission.
+            session.set_outcome(&e.id).await?;
+            Ok(Redirect::to("/done").into_response())
         }
         _ => Err(Error::page(
             StatusCode::BAD_REQUEST,
             "invalid_request",
-            "Unknown answer",
-            "Choose Continue or Decline.",
+            Msg::new("unknown-answer-title"),
+            Msg::new("unknown-answer-lead"),
         )),
     }
 }

@@ -8,21 +8,22 @@ use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::connect::{Own, check_origin, own_pending_elicitation, shown_name};
 use super::flow::start_sign_in;
-use super::pages::{MessagePage, render};
+use super::pages::render;
 use super::session::BrowserSession;
+use super::ui::Ui;
 use crate::AppState;
 use crate::credentials::{AuthKind, Validation, secret_from_form, validate};
 use crate::db::audit::AuditEvent;
 use crate::db::change::Change;
 use crate::db::connections::{NewTokens, save_connected_tokens};
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
-use crate::elicitations::{is_valid_id, rfc3339};
+use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
 use crate::identity::SignedInUser;
 use crate::middleware::request_id;
@@ -31,8 +32,8 @@ use crate::providers::Provider;
 #[derive(Template)]
 #[template(path = "credential.html")]
 pub struct CredentialPage<'a> {
+    pub ui: &'a Ui,
     pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
     pub id: &'a str,
     pub client: &'a str,
     pub provider: &'a str,
@@ -48,10 +49,10 @@ pub struct CredentialPage<'a> {
 pub async fn page(
     state: &AppState,
     session: &BrowserSession,
+    ui: &Ui,
     user: &SignedInUser,
     e: &Elicitation,
     provider: &Provider,
-    rid: Option<&str>,
     error: Option<(&str, StatusCode)>,
 ) -> Result<Response> {
     let (error, status) = match error {
@@ -63,26 +64,21 @@ pub async fn page(
             "not a credential provider"
         )));
     };
-    let client = state
-        .clients
-        .iter()
-        .find(|c| c.id == e.client_id)
-        .map(|c| c.name.as_str())
-        .unwrap_or(&e.client_id);
+    let client = super::connect::client_display_name(state, &e.client_id);
     let csrf = session.csrf_token().await?;
     Ok(render(
         &CredentialPage {
+            ui,
             signed_in_as: Some(shown_name(user)),
-            request_id: rid,
             id: &e.id,
-            client,
+            client: &client,
             provider: &provider.display_name,
             basic: settings.kind == AuthKind::Basic,
             hint: settings.hint.as_deref(),
             validates: settings.validation_url.is_some(),
             error,
             csrf: &csrf,
-            expires_at: &rfc3339(e.expires_at).replace('T', " ").replace('Z', ""),
+            expires_at: &ui.when(e.expires_at),
         },
         status,
     ))
@@ -101,6 +97,7 @@ pub async fn submit(
     State(state): State<AppState>,
     session: BrowserSession,
     headers: HeaderMap,
+    ui: Ui,
     Path(id): Path<String>,
     form: Result<Form<CredentialForm>, FormRejection>,
 ) -> Result<Response> {
@@ -126,13 +123,10 @@ pub async fn submit(
     let Some(user) = session.user().await? else {
         return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
     };
-    let e =
-        match own_pending_elicitation(&state, &session, &user, &id, rid.as_deref(), "credential")
-            .await?
-        {
-            Own::Pending(e) => e,
-            Own::Respond(r) => return Ok(r),
-        };
+    let e = match own_pending_elicitation(&state, &session, &ui, &user, &id, "credential").await? {
+        Own::Pending(e) => e,
+        Own::Respond(r) => return Ok(r),
+    };
     let provider = state.providers.get(&e.provider).cloned().ok_or_else(|| {
         Error::page(
             StatusCode::GONE,
@@ -160,10 +154,10 @@ pub async fn submit(
             return page(
                 &state,
                 &session,
+                &ui,
                 &user,
                 &e,
                 &provider,
-                rid.as_deref(),
                 Some((&m, StatusCode::BAD_REQUEST)),
             )
             .await;
@@ -209,10 +203,10 @@ pub async fn submit(
             return page(
                 &state,
                 &session,
+                &ui,
                 &user,
                 &e,
                 &provider,
-                rid.as_deref(),
                 Some((&m, StatusCode::BAD_REQUEST)),
             )
             .await;
@@ -227,10 +221,10 @@ pub async fn submit(
             return page(
                 &state,
                 &session,
+                &ui,
                 &user,
                 &e,
                 &provider,
-                rid.as_deref(),
                 Some((&m, StatusCode::BAD_GATEWAY)),
             )
             .await;
@@ -289,23 +283,7 @@ pub async fn submit(
             .metrics
             .elicitation(ElicitationStatus::Completed.as_str());
     }
-    let client = state
-        .clients
-        .iter()
-        .find(|c| c.id == e.client_id)
-        .map(|c| c.name.clone())
-        .unwrap_or(e.client_id.clone());
-    let pname = &provider.display_name;
-    let title = format!("{pname} is connected");
-    let lead = format!("{client} can now use your {pname} account.");
-    Ok(MessagePage {
-        signed_in_as: Some(shown_name(&user)),
-        request_id: rid.as_deref(),
-        tone: "success",
-        title: &title,
-        lead: &lead,
-        next: Some("Close this tab and return to your app. You can replace or delete the stored credential at any time on your connections page (/account)."),
-        sign_out: None,
-    }
-    .response(StatusCode::OK))
+    // POST/redirect/GET, as after an OAuth callback: a reload shows the outcome again.
+    session.set_outcome(&e.id).await?;
+    Ok(axum::response::Redirect::to("/done").into_response())
 }

@@ -13,12 +13,14 @@ use super::connect::{Own, own_pending_elicitation};
 use super::presignin::{LoginFlow, MAX_RETURN_TO, PreSignIn};
 use super::session::BrowserSession;
 use super::state_refusals::{Callback, Context, Reason};
+use super::ui::Ui;
 use crate::AppState;
 use crate::crypto::{ct_eq, random_token, sha256_b64};
 use crate::db::elicitations::Elicitation;
 use crate::db::flows::{Flow, NewFlow};
 use crate::db::now;
 use crate::error::{Error, Result};
+use crate::i18n::Msg;
 use crate::identity::SignedInUser;
 use crate::providers::Provider;
 
@@ -76,10 +78,20 @@ pub async fn start_sign_in(
             Error::page(
                 StatusCode::BAD_GATEWAY,
                 "identity_unavailable",
-                "Sign-in is unavailable",
-                "The sign-in service did not answer. Wait a moment and reload this page.",
+                Msg::new("identity-unavailable-title"),
+                Msg::new("identity-unavailable-lead"),
             )
         })?;
+    // OpenID Connect `ui_locales`: the issuer's sign-in page may speak the reader's language too
+    // (issuers that do not support it ignore it).
+    let lang = super::ui::request_lang(headers, https);
+    let url = match url::Url::parse(&url) {
+        Ok(mut u) => {
+            u.query_pairs_mut().append_pair("ui_locales", lang.tag());
+            u.to_string()
+        }
+        Err(_) => url,
+    };
     pre.start(
         LoginFlow {
             state_hash: sha256_b64(st.as_bytes()),
@@ -142,8 +154,8 @@ pub async fn start_provider(
         Error::page(
             StatusCode::BAD_GATEWAY,
             "provider_unavailable",
-            "The provider is unavailable",
-            format!("{} did not answer. Wait a moment and try again.", provider.display_name),
+            Msg::new("provider-unavailable-title"),
+            Msg::new("provider-unavailable-lead").arg("provider", &provider.display_name),
         )
     })?;
     let st = random_token(32);
@@ -188,12 +200,12 @@ pub async fn start_provider(
     Ok(redirect_away(&url))
 }
 
-fn refused(title: &str, message: &str) -> Error {
+fn refused(title: &'static str, message: &'static str) -> Error {
     Error::page(
         StatusCode::BAD_REQUEST,
         "invalid_state",
-        title,
-        message.to_owned(),
+        Msg::new(title),
+        Msg::new(message),
     )
 }
 
@@ -209,30 +221,12 @@ pub async fn refuse_state(
         .record(&state.db, &state.metrics, callback, reason, ctx)
         .await;
     match reason {
-        Reason::Missing => refused(
-            "This link is incomplete",
-            "The answer we received has no state. Go back to your app and open its link again.",
-        ),
-        Reason::Unknown => refused(
-            "This link is not valid",
-            "We do not recognise this answer, or it was not started in this browser. Nothing was changed. Go back to your app and open its link again in this browser.",
-        ),
-        Reason::Replayed => refused(
-            "This link was already used",
-            "Each sign-in answer can be used only once. Nothing was changed. Go back to your app and open its link again.",
-        ),
-        Reason::ForeignBrowser => refused(
-            "This answer belongs to another browser session",
-            "The flow was started in a different browser session than the one that came back. This happens when cookies are blocked, or when the link was opened in another browser or a private window. Nothing was changed. Go back to your app and open its link again in this browser.",
-        ),
-        Reason::Expired => refused(
-            "This took too long",
-            "The sign-in took more than 10 minutes, so we stopped it. Nothing was changed. Go back to your app and open its link again.",
-        ),
-        Reason::WrongProvider => refused(
-            "This answer came to the wrong place",
-            "Nothing was changed. Go back to your app and open its link again.",
-        ),
+        Reason::Missing => refused("state-missing-title", "state-missing-lead"),
+        Reason::Unknown => refused("state-unknown-title", "state-unknown-lead"),
+        Reason::Replayed => refused("state-replayed-title", "state-replayed-lead"),
+        Reason::ForeignBrowser => refused("state-foreign-title", "state-foreign-lead"),
+        Reason::Expired => refused("state-expired-title", "state-expired-lead"),
+        Reason::WrongProvider => refused("state-wrong-provider-title", "state-wrong-provider-lead"),
     }
 }
 
@@ -263,10 +257,11 @@ pub enum Checked {
 pub async fn check_provider_flow(
     state: &AppState,
     session: &BrowserSession,
+    ui: &Ui,
     provider: &str,
     state_param: Option<&str>,
-    request_id: Option<&str>,
 ) -> Result<Checked> {
+    let request_id = ui.request_id.as_deref();
     let mut ctx = Context {
         provider: Some(provider),
         elicitation_id: None,
@@ -298,10 +293,15 @@ pub async fn check_provider_flow(
         return Err(refuse_state(state, cb, Reason::WrongProvider, ctx).await);
     }
     let user = session.user().await?.ok_or_else(|| {
-        Error::page(StatusCode::UNAUTHORIZED, "connect_failed", "You are no longer signed in", "Your session ended before the provider sent you back. Nothing was changed. Go back to your app and open its link again.")
+        Error::page(
+            StatusCode::UNAUTHORIZED,
+            "connect_failed",
+            Msg::new("signed-out-during-flow-title"),
+            Msg::new("signed-out-during-flow-lead"),
+        )
     })?;
     let id = flow.elicitation_id.clone().unwrap_or_default();
-    match own_pending_elicitation(state, session, &user, &id, request_id, "callback").await? {
+    match own_pending_elicitation(state, session, ui, &user, &id, "callback").await? {
         Own::Pending(elicitation) => Ok(Checked::Flow(Box::new(CheckedFlow {
             flow,
             user,

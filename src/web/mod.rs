@@ -8,6 +8,7 @@ pub mod admin;
 pub mod client_metadata;
 pub mod connect;
 pub mod credential;
+pub mod done;
 pub mod flow;
 pub mod pages;
 pub mod presignin;
@@ -15,10 +16,11 @@ pub mod provider_callback;
 pub mod session;
 pub mod signin;
 pub mod state_refusals;
+pub mod ui;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderValue, StatusCode, Uri, header};
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_sessions::cookie::SameSite;
@@ -27,6 +29,8 @@ use tower_sessions::{Expiry, SessionManagerLayer};
 use crate::AppState;
 use crate::db::sessions::DbSessionStore;
 use crate::error::Error;
+use crate::i18n::Msg;
+use ui::Ui;
 
 /// The session cookie's name: `__Host-` (Secure, no Domain, Path=/) whenever served over https.
 pub fn cookie_name(https: bool) -> &'static str {
@@ -56,6 +60,8 @@ pub fn router(state: AppState) -> Router {
         .route("/connect/{id}/credential", post(credential::submit))
         .route("/auth/callback", get(signin::callback))
         .route("/auth/logout", post(signin::logout))
+        .route("/done", get(done::show))
+        .route("/lang", get(ui::switch))
         .route(
             "/oauth/{provider}/callback",
             get(provider_callback::callback),
@@ -70,7 +76,10 @@ pub fn router(state: AppState) -> Router {
             post(account::reconnect),
         )
         .merge(admin::routes())
-        .layer(axum::middleware::from_fn(pages::render_error_pages))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            pages::render_error_pages,
+        ))
         .layer(sessions)
         .layer(DefaultBodyLimit::max(8 * 1024))
         .route("/static/style.css", get(stylesheet))
@@ -78,20 +87,16 @@ pub fn router(state: AppState) -> Router {
             "/.well-known/oauth-client/{provider}",
             get(client_metadata::document),
         )
+        .route("/static/brand.css", get(ui::brand_stylesheet))
+        .route("/static/logo", get(ui::logo))
         .with_state(state)
 }
 
-async fn home() -> Response {
-    pages::MessagePage {
-        signed_in_as: None,
-        request_id: None,
-        tone: "info",
-        title: "mcp-connect",
-        lead: "This service connects your accounts at other services to the AI tools you use. You arrive here through a link your app gives you.",
-        next: Some("To see or disconnect the accounts you connected, open /account."),
-        sign_out: None,
-    }
-    .response(StatusCode::OK)
+async fn home(ui: Ui) -> Response {
+    pages::MessagePage::new(&ui, "info", Msg::new("home-title"), Msg::new("home-lead"))
+        .next(Msg::new("home-next"))
+        .with_account_link()
+        .response(StatusCode::OK)
 }
 
 async fn stylesheet() -> Response {
@@ -108,19 +113,29 @@ async fn stylesheet() -> Response {
 }
 
 /// Unknown paths: JSON under `/v1`, a page elsewhere.
-pub async fn fallback(uri: Uri) -> Response {
-    let err = Error::not_found("There is nothing at this address.");
-    if uri.path().starts_with("/v1/") || uri.path() == "/v1" {
-        return err.into_response();
+pub async fn fallback(state: AppState, req: Request) -> Response {
+    let path = req.uri().path();
+    if path.starts_with("/v1/") || path == "/v1" {
+        return Error::not_found("There is nothing at this address.").into_response();
     }
-    pages::MessagePage {
-        signed_in_as: None,
-        request_id: None,
-        tone: "error",
-        title: "Not found",
-        lead: "There is nothing at this address.",
-        next: Some("If you followed a link from your app, go back to it and ask for a new one."),
-        sign_out: None,
-    }
+    let ui = Ui::for_request(&state.config, req.method(), req.uri(), req.headers());
+    pages::MessagePage::new(
+        &ui,
+        "error",
+        Msg::new("not-found-title"),
+        Msg::new("not-found-lead"),
+    )
+    .next(Msg::new("not-found-next"))
     .response(StatusCode::NOT_FOUND)
+}
+
+/// The fallback as a handler over `state` (the router above it has no state of its own).
+pub fn fallback_with(
+    state: AppState,
+) -> impl Fn(Request) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>>
++ Clone
++ Send
++ Sync
++ 'static {
+    move |req| Box::pin(fallback(state.clone(), req))
 }

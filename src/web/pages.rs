@@ -1,27 +1,32 @@
 //! Page templates (askama) and the middleware that turns errors on browser routes into pages.
+//! Every page gets a `Ui` (language, branding, request id); its sentences come from the message
+//! catalogs (`crate::i18n`), never from the templates.
 
 use askama::Template;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 
+pub use super::ui::Ui;
+use crate::AppState;
 use crate::error::RenderedError;
-use crate::middleware::request_id;
+use crate::i18n::Msg;
+use crate::scopes::ScopeView;
 
 #[derive(Template)]
 #[template(path = "consent.html")]
 pub struct ConsentPage<'a> {
+    pub ui: &'a Ui,
     pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
     pub id: &'a str,
     pub client: &'a str,
     pub provider: &'a str,
-    pub scopes: &'a [String],
+    /// The name the provider's own consent screen shows for this service.
+    pub registered_name: &'a str,
+    pub scopes: &'a [ScopeView],
     pub csrf: &'a str,
     pub expires_at: &'a str,
-    /// What each requested scope allows, where the catalog says (same order as `scopes`).
-    pub scope_notes: Vec<Option<&'a str>>,
     /// Per-connection parameters to ask for (tenant, subdomain, ...).
     pub params: Vec<ParamField>,
     /// What the user must fix in `params`, after a refused answer.
@@ -42,6 +47,17 @@ pub struct ParamField {
     pub pattern: String,
 }
 
+/// After a connection: what was connected, for which app, with which access.
+#[derive(Template)]
+#[template(path = "done.html")]
+pub struct DonePage<'a> {
+    pub ui: &'a Ui,
+    pub signed_in_as: Option<&'a str>,
+    pub client: &'a str,
+    pub provider: &'a str,
+    pub scopes: &'a [ScopeView],
+}
+
 pub struct SignOutForm {
     pub csrf: String,
     pub return_to: String,
@@ -50,17 +66,53 @@ pub struct SignOutForm {
 #[derive(Template)]
 #[template(path = "message.html")]
 pub struct MessagePage<'a> {
+    pub ui: &'a Ui,
     pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
     /// `success`, `info` or `error`.
     pub tone: &'a str,
-    pub title: &'a str,
-    pub lead: &'a str,
-    pub next: Option<&'a str>,
+    pub title: String,
+    pub lead: String,
+    pub next: Option<String>,
     pub sign_out: Option<SignOutForm>,
+    /// Link the user's connections page (`/account`).
+    pub account_link: bool,
 }
 
-impl MessagePage<'_> {
+impl<'a> MessagePage<'a> {
+    /// A page of catalog messages in the reader's language.
+    pub fn new(ui: &'a Ui, tone: &'a str, title: Msg, lead: Msg) -> Self {
+        Self {
+            ui,
+            signed_in_as: None,
+            tone,
+            title: ui.msg(&title),
+            lead: ui.msg(&lead),
+            next: None,
+            sign_out: None,
+            account_link: false,
+        }
+    }
+
+    pub fn next(mut self, next: Msg) -> Self {
+        self.next = Some(self.ui.msg(&next));
+        self
+    }
+
+    pub fn signed_in_as(mut self, who: &'a str) -> Self {
+        self.signed_in_as = Some(who);
+        self
+    }
+
+    pub fn with_account_link(mut self) -> Self {
+        self.account_link = true;
+        self
+    }
+
+    pub fn with_sign_out(mut self, form: SignOutForm) -> Self {
+        self.sign_out = Some(form);
+        self
+    }
+
     pub fn response(&self, status: StatusCode) -> Response {
         render(self, status)
     }
@@ -76,9 +128,14 @@ pub fn render(t: &impl Template, status: StatusCode) -> Response {
     }
 }
 
-/// Browser routes answer errors with a page (same status, the human message, the request id).
-pub async fn render_error_pages(req: Request, next: Next) -> Response {
-    let rid = request_id(req.headers());
+/// Browser routes answer errors with a page (same status, the human message in the reader's
+/// language, the request id).
+pub async fn render_error_pages(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let ui = Ui::for_request(&state.config, req.method(), req.uri(), req.headers());
     let resp = next.run(req).await;
     let Some(err) = resp.extensions().get::<RenderedError>().cloned() else {
         return resp;
@@ -86,19 +143,18 @@ pub async fn render_error_pages(req: Request, next: Next) -> Response {
     let next_step = match err.status {
         StatusCode::SERVICE_UNAVAILABLE
         | StatusCode::BAD_GATEWAY
-        | StatusCode::INTERNAL_SERVER_ERROR => Some(
-            "Wait a moment and reload this page. If it keeps happening, go back to your app and start again.",
-        ),
+        | StatusCode::INTERNAL_SERVER_ERROR => Some(ui.t("error-retry-next")),
         _ => None,
     };
     MessagePage {
+        ui: &ui,
         signed_in_as: None,
-        request_id: rid.as_deref(),
         tone: "error",
-        title: &err.title,
-        lead: &err.message,
+        title: ui.text(&err.title),
+        lead: ui.text(&err.message),
         next: next_step,
         sign_out: None,
+        account_link: false,
     }
     .response(err.status)
 }

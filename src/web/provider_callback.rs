@@ -3,14 +3,13 @@
 //! claims the state, exchanges the code and stores the tokens sealed.
 
 use axum::extract::{Path, Query, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
 use secrecy::ExposeSecret;
 
-use super::connect::shown_name;
 use super::flow::{CallbackQuery, Checked, check_provider_flow, claim_provider_flow};
-use super::pages::MessagePage;
 use super::session::BrowserSession;
+use super::ui::Ui;
 use crate::AppState;
 use crate::db::audit::AuditEvent;
 use crate::db::change::Change;
@@ -18,10 +17,17 @@ use crate::db::connections::{NewTokens, save_connected_tokens, set_connection_de
 use crate::db::elicitations::ElicitationStatus;
 use crate::db::now;
 use crate::error::{Error, Result};
-use crate::middleware::request_id;
+use crate::i18n::Msg;
 
-fn page_err(status: StatusCode, title: &str, message: String) -> Error {
-    Error::page(status, "connect_failed", title, message)
+fn page_err(status: StatusCode, title: &'static str, message: Msg) -> Error {
+    Error::page(status, "connect_failed", Msg::new(title), message)
+}
+
+/// POST/redirect/GET: the outcome is shown at `/done`, which a reload shows again (the callback
+/// URL, spent now, would say "already used").
+async fn to_done(session: &BrowserSession, elicitation_id: &str) -> Result<Response> {
+    session.set_outcome(elicitation_id).await?;
+    Ok(Redirect::to("/done").into_response())
 }
 
 /// An OAuth error code as shown to the user: only its safe characters, bounded.
@@ -35,12 +41,12 @@ fn clean_code(s: &str) -> String {
 pub async fn callback(
     State(state): State<AppState>,
     session: BrowserSession,
-    headers: HeaderMap,
+    ui: Ui,
     Path(provider_name): Path<String>,
     RawQuery(raw_query): RawQuery,
     q: Result<Query<CallbackQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
-    let rid = request_id(&headers);
+    let rid = ui.request_id.clone();
     let provider = state
         .providers
         .get(&provider_name)
@@ -49,40 +55,32 @@ pub async fn callback(
             Error::page(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "Unknown provider",
-                "This address does not belong to a provider we know.".to_owned(),
+                Msg::new("unknown-provider-title"),
+                Msg::new("unknown-provider-lead"),
             )
         })?;
     let Query(q) = q.map_err(|_| {
         page_err(
             StatusCode::BAD_REQUEST,
-            "This answer is malformed",
-            "Go back to your app and open its link again.".into(),
+            "answer-malformed-title",
+            Msg::new("answer-malformed-lead"),
         )
     })?;
-    let checked = match check_provider_flow(
-        &state,
-        &session,
-        &provider.name,
-        q.state.as_deref(),
-        rid.as_deref(),
-    )
-    .await?
-    {
-        Checked::Flow(c) => c,
-        Checked::Respond(r) => return Ok(r),
-    };
+    let checked =
+        match check_provider_flow(&state, &session, &ui, &provider.name, q.state.as_deref()).await?
+        {
+            Checked::Flow(c) => c,
+            Checked::Respond(r) => return Ok(r),
+        };
     let (user, e) = (&checked.user, &checked.elicitation);
-    let client = state
-        .clients
-        .iter()
-        .find(|c| c.id == e.client_id)
-        .map(|c| c.name.clone())
-        .unwrap_or(e.client_id.clone());
     let pname = provider.display_name.clone();
     let endpoints = provider.endpoints(&state.http).await.and_then(|ep| ep.for_connection(&provider, &e.params)).map_err(|err| {
         tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
-        page_err(StatusCode::BAD_GATEWAY, "The provider is unavailable", format!("{pname} did not answer. Wait a moment and try again from your app."))
+        page_err(
+            StatusCode::BAD_GATEWAY,
+            "provider-unavailable-title",
+            Msg::new("provider-unavailable-from-app-lead").arg("provider", &pname),
+        )
     })?;
 
     // RFC 9207: a provider that sends `iss` must send its own.
@@ -91,16 +89,15 @@ pub async fn callback(
             tracing::warn!(target: "security", provider = %provider.name, "authorization response with a foreign iss; refused");
             return Err(page_err(
                 StatusCode::BAD_REQUEST,
-                "This answer came from the wrong service",
-                "The answer did not come from the provider it should have. Nothing was connected."
-                    .into(),
+                "answer-wrong-service-title",
+                Msg::new("answer-wrong-service-lead"),
             ));
         }
         (None, _) if endpoints.iss_required => {
             return Err(page_err(
                 StatusCode::BAD_REQUEST,
-                "This answer is incomplete",
-                "The provider's answer lacks its issuer. Nothing was connected.".into(),
+                "answer-incomplete-title",
+                Msg::new("answer-no-issuer-lead"),
             ));
         }
         _ => {}
@@ -120,19 +117,7 @@ pub async fn callback(
                     rid.as_deref(),
                 )
                 .await?;
-            let lead = format!(
-                "You did not approve access at {pname}. Nothing was connected, and {client} has been told."
-            );
-            return Ok(MessagePage {
-                signed_in_as: Some(shown_name(user)),
-                request_id: rid.as_deref(),
-                tone: "info",
-                title: "You declined",
-                lead: &lead,
-                next: Some("You can close this tab and return to your app."),
-                sign_out: None,
-            }
-            .response(StatusCode::OK));
+            return to_done(&session, &e.id).await;
         }
         let failure = format!("provider answered {code}");
         state
@@ -146,15 +131,23 @@ pub async fn callback(
             .await?;
         return Err(page_err(
             StatusCode::BAD_GATEWAY,
-            "Connecting failed",
-            format!(
-                "{pname} answered with the error \"{code}\", so nothing was connected. Go back to your app and try again; if it keeps failing, tell the app's operator."
-            ),
+            "connect-failed-title",
+            Msg::new("connect-failed-error-lead")
+                .arg("provider", &pname)
+                .arg("code", code),
         ));
     }
-    let code = q.code.as_deref().filter(|c| !c.is_empty() && c.len() <= 4096).ok_or_else(|| {
-        page_err(StatusCode::BAD_REQUEST, "This answer is incomplete", "The provider's answer has no authorization code. Go back to your app and try again.".into())
-    })?;
+    let code = q
+        .code
+        .as_deref()
+        .filter(|c| !c.is_empty() && c.len() <= 4096)
+        .ok_or_else(|| {
+            page_err(
+                StatusCode::BAD_REQUEST,
+                "answer-incomplete-title",
+                Msg::new("answer-no-code-lead"),
+            )
+        })?;
     let redirect_uri = state
         .config
         .url(&format!("/oauth/{}/callback", provider.name));
@@ -188,10 +181,10 @@ pub async fn callback(
                 .await?;
             return Err(page_err(
                 StatusCode::BAD_GATEWAY,
-                "Connecting failed",
-                format!(
-                    "{pname} did not accept the sign-in ({summary}). Nothing was connected. Go back to your app and try again."
-                ),
+                "connect-failed-title",
+                Msg::new("connect-failed-exchange-lead")
+                    .arg("provider", &pname)
+                    .arg("summary", summary),
             ));
         }
     };
@@ -260,16 +253,5 @@ pub async fn callback(
             .metrics
             .elicitation(ElicitationStatus::Completed.as_str());
     }
-    let title = format!("{pname} is connected");
-    let lead = format!("{client} can now use your {pname} account.");
-    Ok(MessagePage {
-        signed_in_as: Some(shown_name(user)),
-        request_id: rid.as_deref(),
-        tone: "success",
-        title: &title,
-        lead: &lead,
-        next: Some("Close this tab and return to your app. You can disconnect at any time on your connections page (/account)."),
-        sign_out: None,
-    }
-    .response(StatusCode::OK))
+    to_done(&session, &e.id).await
 }

@@ -10,11 +10,14 @@ use tower_sessions::Session;
 
 use crate::crypto::{ct_eq, random_token, sha256_b64};
 use crate::error::{Error, Result};
+use crate::i18n::Msg;
 use crate::identity::SignedInUser;
 
 const USER: &str = "user";
 const CSRF: &str = "csrf";
 const BINDING: &str = "binding";
+/// The elicitation this browser last finished (connected or declined), for `/done`.
+const OUTCOME: &str = "outcome";
 
 pub struct BrowserSession(Session);
 
@@ -76,10 +79,24 @@ impl BrowserSession {
             _ => Err(Error::page(
                 StatusCode::FORBIDDEN,
                 "csrf_failed",
-                "This form has expired",
-                "The form you sent does not belong to this browser session (it may be old, or sent from another site). Nothing was changed. Go back, reload the page and try again.",
+                Msg::new("form-expired-title"),
+                Msg::new("form-expired-lead"),
             )),
         }
+    }
+
+    /// Remembers the elicitation this browser just finished, so `/done` can show its outcome
+    /// again on a reload, a back or a restored tab.
+    pub async fn set_outcome(&self, elicitation_id: &str) -> Result<()> {
+        self.0
+            .insert(OUTCOME, elicitation_id)
+            .await
+            .map_err(store_err)
+    }
+
+    /// The elicitation this browser last finished, if any.
+    pub async fn outcome(&self) -> Result<Option<String>> {
+        self.0.get(OUTCOME).await.map_err(store_err)
     }
 
     /// Records who signed in. Everything this browser's session held before is dropped, and the

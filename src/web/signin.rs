@@ -20,14 +20,15 @@ use crate::AppState;
 use crate::crypto::sha256_b64;
 use crate::db::now;
 use crate::error::{Error, Result};
+use crate::i18n::Msg;
 use crate::middleware::request_id;
 
-fn sign_in_failed(message: &str) -> Error {
+fn sign_in_failed(message: &'static str) -> Error {
     Error::page(
         StatusCode::BAD_REQUEST,
         "sign_in_failed",
-        "Sign-in did not complete",
-        message.to_owned(),
+        Msg::new("sign-in-failed-title"),
+        Msg::new(message),
     )
 }
 
@@ -38,7 +39,7 @@ pub async fn callback(
     q: Result<Query<CallbackQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
     let rid = request_id(&headers);
-    let Query(q) = q.map_err(|_| sign_in_failed("The answer from the sign-in service was malformed. Go back to your app and open its link again."))?;
+    let Query(q) = q.map_err(|_| sign_in_failed("sign-in-malformed-lead"))?;
     let ctx = Context {
         request_id: rid.as_deref(),
         ..Default::default()
@@ -60,16 +61,14 @@ pub async fn callback(
     };
     if let Some(iss) = &q.iss {
         if iss != state.identity.issuer() {
-            return Err(sign_in_failed(
-                "The answer came from an unexpected sign-in service. Nothing was changed.",
-            ));
+            return Err(sign_in_failed("sign-in-unexpected-issuer-lead"));
         }
     }
     if let Some(err) = &q.error {
         let msg = if err == "access_denied" {
-            "You cancelled the sign-in. Nothing was changed. Go back to your app if you want to try again."
+            "sign-in-cancelled-lead"
         } else {
-            "The sign-in service reported an error. Nothing was changed. Go back to your app and open its link again."
+            "sign-in-error-lead"
         };
         return Err(sign_in_failed(msg));
     }
@@ -77,14 +76,14 @@ pub async fn callback(
         .code
         .as_deref()
         .filter(|c| !c.is_empty() && c.len() <= 4096)
-        .ok_or_else(|| sign_in_failed("The answer from the sign-in service has no code."))?;
+        .ok_or_else(|| sign_in_failed("sign-in-no-code-lead"))?;
     let user = state
         .identity
         .finish_sign_in(code, &state.config.url("/auth/callback"), &flow.verifier, &flow.nonce)
         .await
         .map_err(|e| {
             tracing::warn!(target: "security", error = format!("{e:#}"), "sign-in could not be verified");
-            sign_in_failed("We could not verify your sign-in. Nothing was changed. Go back to your app and open its link again.")
+            sign_in_failed("sign-in-unverified-lead")
         })?;
     session.sign_in(&user).await?;
     pre.finish(&state_hash, now);
@@ -107,15 +106,7 @@ pub async fn logout(
     form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Result<Response> {
     check_origin(&state, &headers)?;
-    let incomplete = || {
-        Error::page(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "This form is incomplete",
-            "Go back, reload the page and try again.",
-        )
-    };
-    let Form(form) = form.map_err(|_| incomplete())?;
+    let Form(form) = form.map_err(|_| super::connect::form_incomplete())?;
     session.check_csrf(&form.csrf).await?;
     let return_to = match form.return_to.as_deref() {
         None | Some("") => "/account",
@@ -123,8 +114,8 @@ pub async fn logout(
             Error::page(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",
-                "This form names a page we cannot send you to",
-                "You are still signed in, and nothing was changed. Go back, reload the page and try again.",
+                Msg::new("bad-return-title"),
+                Msg::new("bad-return-lead"),
             )
         })?,
     };

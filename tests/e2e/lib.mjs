@@ -252,8 +252,9 @@ export function trackDocuments(page) {
   return state;
 }
 
-export async function newPage() {
-  const context = await browser.newContext({ viewport: { width: 1000, height: 800 } });
+// `options` go to the browser context (e.g. `locale: 'zh-CN'`, `colorScheme: 'dark'`).
+export async function newPage(options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1000, height: 800 }, ...options });
   context.setDefaultTimeout(STEP_TIMEOUT);
   context.setDefaultNavigationTimeout(STEP_TIMEOUT);
   const page = await context.newPage();

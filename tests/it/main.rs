@@ -19,6 +19,7 @@ mod invariants;
 mod lifecycle;
 mod mcp_upstream;
 mod operations;
+mod pages_i18n;
 mod private_postgres;
 mod provider_quirks;
 mod refresh_burst;

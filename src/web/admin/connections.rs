@@ -89,6 +89,7 @@ pub struct Choice {
 #[derive(Template)]
 #[template(path = "admin/connections.html")]
 pub struct ListPage<'a> {
+    pub ui: &'a super::super::ui::Ui,
     pub signed_in_as: Option<&'a str>,
     pub request_id: Option<&'a str>,
     pub csrf: &'a str,
@@ -160,6 +161,7 @@ pub async fn list(
         .collect();
     Ok(render(
         &ListPage {
+            ui: &admin.ui,
             signed_in_as: Some(admin.name()),
             request_id: admin.request_id.as_deref(),
             csrf: &admin.csrf,
@@ -200,6 +202,7 @@ impl From<&AuditRow> for HistoryRow {
 #[derive(Template)]
 #[template(path = "admin/connection.html")]
 pub struct DetailPage<'a> {
+    pub ui: &'a super::super::ui::Ui,
     pub signed_in_as: Option<&'a str>,
     pub request_id: Option<&'a str>,
     pub csrf: &'a str,
@@ -287,6 +290,7 @@ pub async fn show(
     };
     Ok(render(
         &DetailPage {
+            ui: &admin.ui,
             signed_in_as: Some(admin.name()),
             request_id: admin.request_id.as_deref(),
             csrf: &admin.csrf,
@@ -333,6 +337,7 @@ pub async fn show(
 #[derive(Template)]
 #[template(path = "admin/revoke.html")]
 pub struct ConfirmPage<'a> {
+    pub ui: &'a super::super::ui::Ui,
     pub signed_in_as: Option<&'a str>,
     pub request_id: Option<&'a str>,
     pub csrf: &'a str,
@@ -354,6 +359,7 @@ pub async fn confirm_revoke(
     }
     Ok(render(
         &ConfirmPage {
+            ui: &admin.ui,
             signed_in_as: Some(admin.name()),
             request_id: admin.request_id.as_deref(),
             csrf: &admin.csrf,

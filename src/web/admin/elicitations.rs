@@ -55,6 +55,7 @@ impl Row {
 #[derive(Template)]
 #[template(path = "admin/elicitations.html")]
 pub struct ListPage<'a> {
+    pub ui: &'a super::super::ui::Ui,
     pub signed_in_as: Option<&'a str>,
     pub request_id: Option<&'a str>,
     pub csrf: &'a str,
@@ -100,6 +101,7 @@ pub async fn list(
     );
     Ok(render(
         &ListPage {
+            ui: &admin.ui,
             signed_in_as: Some(admin.name()),
             request_id: admin.request_id.as_deref(),
             csrf: &admin.csrf,

@@ -19,11 +19,13 @@ use super::connect::shown_name;
 use super::flow::start_sign_in;
 use super::pages::{MessagePage, SignOutForm};
 use super::session::BrowserSession;
+use super::ui::Ui;
 use crate::AppState;
 use crate::config::AdminConfig;
 use crate::db::audit::AuditEvent;
 use crate::elicitations::rfc3339;
 use crate::error::Result;
+use crate::i18n::Msg;
 use crate::identity::SignedInUser;
 use crate::middleware::request_id;
 
@@ -72,6 +74,8 @@ pub struct Admin {
     pub user: SignedInUser,
     pub csrf: String,
     pub request_id: Option<String>,
+    /// The page frame: English (admin pages are not translated), the operator's branding.
+    pub ui: Box<Ui>,
 }
 
 impl Admin {
@@ -120,26 +124,28 @@ pub async fn gate(
                 ..Default::default()
             })
             .await;
-        let page = MessagePage {
-            signed_in_as: Some(shown_name(&user)),
-            request_id: rid.as_deref(),
-            tone: "error",
-            title: "Administrators only",
-            lead: "These pages are for the operators of this service, and the account you are signed in with is not one of them. Nothing was shown or changed.",
-            next: Some(
-                "To see your own connected accounts, open /account. If you are an operator, sign out and sign in with your administrator account, or ask for it to be added under [admin] in the configuration.",
-            ),
-            sign_out: Some(SignOutForm {
-                csrf,
-                return_to: "/admin".into(),
-            }),
-        };
+        // A user who is not an administrator reads this in their own language.
+        let ui = Ui::for_request(&state.config, &axum::http::Method::GET, uri, headers);
+        let page = MessagePage::new(
+            &ui,
+            "error",
+            Msg::new("admin-only-title"),
+            Msg::new("admin-only-lead"),
+        )
+        .next(Msg::new("admin-only-next"))
+        .signed_in_as(shown_name(&user))
+        .with_account_link()
+        .with_sign_out(SignOutForm {
+            csrf,
+            return_to: "/admin".into(),
+        });
         return Ok(Gate::Respond(page.response(StatusCode::FORBIDDEN)));
     }
     Ok(Gate::Admin(Admin {
         user,
         csrf,
         request_id: rid,
+        ui: Box::new(Ui::admin(&state.config, headers)),
     }))
 }
 

@@ -24,6 +24,7 @@ pub struct Count {
 #[derive(Template)]
 #[template(path = "admin/overview.html")]
 pub struct Page<'a> {
+    pub ui: &'a super::super::ui::Ui,
     pub signed_in_as: Option<&'a str>,
     pub request_id: Option<&'a str>,
     pub csrf: &'a str,
@@ -63,6 +64,7 @@ pub async fn show(
         .collect();
     Ok(render(
         &Page {
+            ui: &admin.ui,
             signed_in_as: Some(admin.name()),
             request_id: admin.request_id.as_deref(),
             csrf: &admin.csrf,

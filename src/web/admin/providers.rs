@@ -186,6 +186,7 @@ pub struct ClientView {
 #[derive(Template)]
 #[template(path = "admin/providers.html")]
 pub struct Page<'a> {
+    pub ui: &'a super::super::ui::Ui,
     pub signed_in_as: Option<&'a str>,
     pub request_id: Option<&'a str>,
     pub csrf: &'a str,
@@ -227,6 +228,7 @@ pub async fn show(
     let a = &state.config.admin;
     Ok(render(
         &Page {
+            ui: &admin.ui,
             signed_in_as: Some(admin.name()),
             request_id: admin.request_id.as_deref(),
             csrf: &admin.csrf,
