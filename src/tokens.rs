@@ -564,10 +564,12 @@ fn reauth(provider: &Provider) -> Error {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RevocationReport {
     pub connection_id: String,
-    /// `revoked`, `not_supported` (no revocation endpoint), `failed`, or `none` (nothing stored).
+    /// `revoked`, `not_supported` (no revocation endpoint), `failed`, `none` (nothing stored),
+    /// or `kept` (other apps the user approved still use the grant).
     pub refresh_token: &'static str,
     pub access_token: &'static str,
-    /// Always true: local tokens are removed even when the provider is down.
+    /// True when the grant was revoked: local tokens are removed even when the provider is
+    /// down. False only when other apps still use it (`kept`).
     pub tokens_deleted: bool,
     pub message: String,
 }

@@ -39,6 +39,8 @@ pub struct Row {
     pub problem: Option<&'static str>,
     pub can_disconnect: bool,
     pub can_reconnect: bool,
+    /// The names of the apps that may use this grant (the ones named when it was approved).
+    pub apps: Vec<String>,
 }
 
 #[derive(Template)]
@@ -67,12 +69,26 @@ pub async fn show(
         return start_sign_in(&state, &headers, "/account").await;
     };
     let rid = request_id(&headers);
-    let rows = state
+    let connections = state
         .db
         .list_connections(&user.issuer, &user.subject)
-        .await?
+        .await?;
+    let mut apps = Vec::with_capacity(connections.len());
+    for c in &connections {
+        apps.push(
+            state
+                .connection_apps(c)
+                .await?
+                .iter()
+                .map(|id| state.client_name(id).to_owned())
+                .collect::<Vec<_>>(),
+        );
+    }
+    let rows = connections
         .into_iter()
-        .map(|c| Row {
+        .zip(apps)
+        .map(|(c, apps)| Row {
+            apps,
             provider: state
                 .providers
                 .get(&c.provider)

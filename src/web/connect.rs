@@ -180,8 +180,37 @@ pub async fn show(
         .map(|p| p.display_name.as_str())
         .unwrap_or(&e.provider);
     let csrf = session.csrf_token().await?;
+    let app_ids = super::provider_callback::grant_apps(&state, &e.client_id);
+    let apps: Vec<String> = app_ids
+        .iter()
+        .map(|id| state.client_name(id).to_owned())
+        .collect();
+    let (mut new_scopes, mut shared_with) = (Vec::new(), Vec::new());
+    if let Some(c) = state
+        .db
+        .find_connection(&e.issuer, &e.subject, &e.provider)
+        .await?
+        .filter(|c| c.status != crate::db::connections::ConnectionStatus::Revoked)
+    {
+        new_scopes = e
+            .scopes
+            .iter()
+            .filter(|s| !c.scopes.contains(s))
+            .cloned()
+            .collect();
+        shared_with = state
+            .connection_apps(&c)
+            .await?
+            .iter()
+            .filter(|id| !app_ids.contains(id))
+            .map(|id| state.client_name(id).to_owned())
+            .collect();
+    }
     Ok(render(
         &ConsentPage {
+            apps: &apps,
+            new_scopes: &new_scopes,
+            shared_with: &shared_with,
             signed_in_as: Some(shown_name(&user)),
             request_id: rid.as_deref(),
             id: &e.id,
