@@ -195,6 +195,15 @@ impl utoipa::Modify for TokenRequestRules {
         let Some(components) = openapi.components.as_mut() else {
             return;
         };
+        // `subject` or `subject_token` (or both): one of them names the user.
+        for name in ["TokenRequest", "CreateElicitation"] {
+            if let Some(RefOr::T(Schema::Object(o))) = components.schemas.get_mut(name) {
+                o.extensions.get_or_insert_with(Default::default).insert(
+                    "anyOf".to_owned(),
+                    json!([{"required": ["subject"]}, {"required": ["subject_token"]}]),
+                );
+            }
+        }
         let Some(RefOr::T(Schema::Object(o))) = components.schemas.get_mut("TokenRequest") else {
             return;
         };
@@ -255,10 +264,20 @@ mod tests {
             assert_eq!(subject["maxLength"], crate::api::MAX_SUBJECT_CHARS, "{s}");
             assert_eq!(subject["minLength"], 1, "{s}");
         }
-        let list = &doc["paths"]["/v1/connections"]["get"]["parameters"][0];
+        let list = &doc["paths"]["/v1/connections"]["get"]["parameters"][1];
         assert_eq!(list["name"], "subject");
-        assert_eq!(list["required"], true);
+        assert_eq!(
+            list["required"], false,
+            "the Subject-Token header may name the user"
+        );
         assert_eq!(list["schema"]["pattern"], crate::api::SUBJECT_PATTERN);
+        for s in ["CreateElicitation", "TokenRequest"] {
+            assert_eq!(
+                schemas[s]["anyOf"],
+                json!([{"required": ["subject"]}, {"required": ["subject_token"]}]),
+                "{s}"
+            );
+        }
         assert_eq!(
             schemas["TokenRequest"]["properties"]["wait_seconds"]["maximum"],
             crate::api::elicitations::MAX_WAIT_SECONDS

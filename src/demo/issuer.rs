@@ -500,4 +500,28 @@ mod tests {
         assert_eq!(data.claims["nonce"], "n-1");
         assert_eq!(data.header.kid.as_deref(), Some(issuer.key.kid.as_str()));
     }
+
+    #[test]
+    fn mcp_access_tokens_are_for_the_resource_and_verify_with_the_published_jwk() {
+        let issuer = Issuer::new(
+            "http://127.0.0.1:1/dev/issuer".into(),
+            RegisteredClient {
+                client_id: "mcp-connect".into(),
+                client_secret: SecretString::from("x".to_owned()),
+                redirect_uri: "http://127.0.0.1:1/auth/callback".into(),
+            },
+        )
+        .unwrap();
+        let token = issuer.mcp_access_token("alice", MCP_RESOURCE).unwrap();
+        let jwk: Jwk = serde_json::from_value(issuer.key.jwk.clone()).unwrap();
+        let key = DecodingKey::from_jwk(&jwk).unwrap();
+        let mut v = Validation::new(Algorithm::ES256);
+        v.set_audience(&[MCP_RESOURCE]);
+        v.set_issuer(&["http://127.0.0.1:1/dev/issuer"]);
+        let data = jsonwebtoken::decode::<Value>(&token, &key, &v).unwrap();
+        assert_eq!(data.claims["sub"], "alice");
+        assert_eq!(data.header.typ.as_deref(), Some("at+jwt"));
+        v.set_audience(&["https://elsewhere.example/mcp"]);
+        assert!(jsonwebtoken::decode::<Value>(&token, &key, &v).is_err());
+    }
 }
