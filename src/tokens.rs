@@ -399,6 +399,7 @@ impl AppState {
         detail: &str,
         request_id: Option<&str>,
     ) -> Result<()> {
+        let apps = self.connection_apps(c).await?;
         let mut change = lock.change(&self.db).await?;
         record_refresh_failure(change.conn(), &c.id, error, true).await?;
         change
@@ -410,7 +411,7 @@ impl AppState {
             ))
             .await?;
         change
-            .events(self.connection_event_rows(EventType::ConnectionNeedsReauth, c)?)
+            .events(self.connection_event_rows(EventType::ConnectionNeedsReauth, c, &apps)?)
             .await?;
         self.commit(change).await?;
         Ok(())
@@ -512,6 +513,7 @@ impl AppState {
             "refresh_token={} access_token={}",
             report.refresh_token, report.access_token
         );
+        let apps = self.connection_apps(c).await?;
         let mut change = Change::begin(&self.db).await?;
         mark_revoked(change.conn(), &c.id, problems.first().map(String::as_str)).await?;
         change
@@ -528,7 +530,7 @@ impl AppState {
             })
             .await?;
         change
-            .events(self.connection_event_rows(EventType::ConnectionRevoked, c)?)
+            .events(self.connection_event_rows(EventType::ConnectionRevoked, c, &apps)?)
             .await?;
         self.commit(change).await?;
         Ok(report)
