@@ -122,6 +122,12 @@ struct RawClient {
     providers: Vec<String>,
     webhook_url: Option<String>,
     webhook_secret: Option<SecretString>,
+    grant_group: Option<String>,
+    subject_token_audience: Option<String>,
+    #[serde(default)]
+    subject_token_introspection: bool,
+    #[serde(default)]
+    require_subject_token: bool,
 }
 
 /// `[limits]` as written; every key is optional.
@@ -389,6 +395,17 @@ pub struct ClientConfig {
     pub providers: Vec<String>,
     /// Where completion signals are POSTed, signed (Standard Webhooks).
     pub webhook: Option<WebhookConfig>,
+    /// Clients in the same group share the grants a user approves for any of them (all members
+    /// are named on the consent page). Without one, a grant is this client's alone.
+    pub grant_group: Option<String>,
+    /// Proof of subject: the `aud` a `subject_token` (the user's MCP access token, a JWT from
+    /// the identity issuer) must carry for this client.
+    pub subject_token_audience: Option<String>,
+    /// Proof of subject by RFC 7662 introspection at the identity issuer instead of (or for
+    /// tokens that are not) JWTs.
+    pub subject_token_introspection: bool,
+    /// `/v1/tokens`, `/v1/elicitations` and `/v1/connections` refuse a bare `subject`.
+    pub require_subject_token: bool,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -397,6 +414,8 @@ impl fmt::Debug for ClientConfig {
             .field("id", &self.id)
             .field("providers", &self.providers)
             .field("webhook", &self.webhook)
+            .field("grant_group", &self.grant_group)
+            .field("require_subject_token", &self.require_subject_token)
             .finish_non_exhaustive()
     }
 }
@@ -1222,6 +1241,36 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 }
             }
         };
+        if let Some(g) = &c.grant_group {
+            if g.is_empty()
+                || g.len() > 64
+                || !g
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            {
+                err(
+                    &format!("{key}.grant_group"),
+                    "must be 1 to 64 letters, digits, '-', '_' or '.'".into(),
+                );
+            }
+        }
+        if let Some(a) = &c.subject_token_audience {
+            if a.trim().is_empty() {
+                err(
+                    &format!("{key}.subject_token_audience"),
+                    "must not be empty".into(),
+                );
+            }
+        }
+        if c.require_subject_token
+            && c.subject_token_audience.is_none()
+            && !c.subject_token_introspection
+        {
+            err(
+                &format!("{key}.require_subject_token"),
+                "needs `subject_token_audience` (JWT access tokens) or `subject_token_introspection = true`".into(),
+            );
+        }
         if let Some(h) = hash {
             clients.push(ClientConfig {
                 name: c.name.unwrap_or_else(|| id.clone()),
@@ -1229,6 +1278,10 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
                 api_key_sha256: h,
                 providers: c.providers,
                 webhook,
+                grant_group: c.grant_group,
+                subject_token_audience: c.subject_token_audience,
+                subject_token_introspection: c.subject_token_introspection,
+                require_subject_token: c.require_subject_token,
             });
         }
     }
@@ -1745,6 +1798,43 @@ client_secret = "gh-super-secret"
         let text = base().replace("providers = [\"github\"]", "providers = [\"gitlab\"]");
         let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
         assert!(e.contains("clients[0].providers"), "{e}");
+    }
+
+    #[test]
+    fn grant_and_subject_token_settings_are_validated_and_named() {
+        let with = |extra: &str| {
+            base().replace(
+                "providers = [\"github\"]",
+                &format!("providers = [\"github\"]\n{extra}"),
+            )
+        };
+        let c = Config::from_parts(
+            &with("grant_group = \"acme-suite\"\nsubject_token_audience = \"https://mcp.example.com\"\nrequire_subject_token = true"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.clients[0].grant_group.as_deref(), Some("acme-suite"));
+        assert!(c.clients[0].require_subject_token);
+        for (extra, key) in [
+            ("grant_group = \"a b\"", "clients[0].grant_group"),
+            (
+                "require_subject_token = true",
+                "clients[0].require_subject_token",
+            ),
+            (
+                "subject_token_audience = \" \"",
+                "clients[0].subject_token_audience",
+            ),
+            (
+                "subject_token_introspect = true",
+                "subject_token_introspect",
+            ),
+        ] {
+            let e = Config::from_parts(&with(extra), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
     }
 
     #[test]

@@ -184,9 +184,19 @@ impl AppState {
         request_id: Option<&str>,
     ) -> Result<Elicitation> {
         let mut scopes = scopes.unwrap_or_else(|| provider.scopes.clone());
+        let issuer = self.identity.issuer();
+        // The user's grant at this provider is one (shared by the apps they approved): asking
+        // again asks for the union, so no app loses a scope it was granted.
+        if let Some(c) = self
+            .db
+            .find_connection(issuer, subject, &provider.name)
+            .await?
+            .filter(|c| c.status != crate::db::connections::ConnectionStatus::Revoked)
+        {
+            scopes.extend(c.scopes);
+        }
         scopes.sort();
         scopes.dedup();
-        let issuer = self.identity.issuer();
         if let Some(e) = self
             .db
             .find_reusable_elicitation(

@@ -15,6 +15,10 @@ pub enum Error {
     Unauthorized,
     #[error("{0}")]
     ForbiddenProvider(String),
+    /// A `subject_token` that does not prove the subject (expired, another audience, another
+    /// key, another subject), or none where the API client must send one.
+    #[error("{0}")]
+    InvalidSubjectToken(String),
     #[error("{0}")]
     InvalidRequest(String),
     #[error("{0}")]
@@ -71,7 +75,8 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Every API error body. Stable codes: `unauthorized`, `forbidden_provider`, `invalid_request`,
+/// Every API error body. Stable codes: `unauthorized`, `invalid_subject_token`,
+/// `forbidden_provider`, `invalid_request`,
 /// `invalid_request_state`, `not_found`, `not_connected`, `authorization_required`,
 /// `reauthorization_required`, `authorization_declined`, `rate_limited` (with a `Retry-After`
 /// header), `unavailable`, `upstream_error`, `internal`.
@@ -133,7 +138,7 @@ impl Error {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::InvalidSubjectToken(_) => StatusCode::UNAUTHORIZED,
             Self::ForbiddenProvider(_) => StatusCode::FORBIDDEN,
             Self::InvalidRequest(_) | Self::InvalidRequestState { .. } => StatusCode::BAD_REQUEST,
             Self::NotFound(_) | Self::NotConnected { .. } => StatusCode::NOT_FOUND,
@@ -152,6 +157,7 @@ impl Error {
         match self {
             Self::Unauthorized => "unauthorized",
             Self::ForbiddenProvider(_) => "forbidden_provider",
+            Self::InvalidSubjectToken(_) => "invalid_subject_token",
             Self::InvalidRequest(_) => "invalid_request",
             Self::InvalidRequestState { .. } => "invalid_request_state",
             Self::AuthorizationDeclined { .. } => "authorization_declined",

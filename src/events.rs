@@ -206,11 +206,13 @@ impl AppState {
         &self,
         event_type: EventType,
         c: &Connection,
+        apps: &[String],
     ) -> Result<Vec<NewEvent>, serde_json::Error> {
+        // Only the apps that may use the grant hear of it (others must not learn it exists).
         let clients: Vec<&ClientConfig> = self
             .clients
             .iter()
-            .filter(|x| x.providers.contains(&c.provider))
+            .filter(|x| x.providers.contains(&c.provider) && apps.contains(&x.id))
             .collect();
         let data = EventData {
             client_id: String::new(),

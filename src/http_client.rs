@@ -24,6 +24,9 @@ pub struct ServerMetadata {
     pub jwks_uri: Option<String>,
     pub revocation_endpoint: Option<String>,
     pub userinfo_endpoint: Option<String>,
+    /// RFC 7662 (used to check `subject_token`s when a client asks for introspection).
+    #[serde(default)]
+    pub introspection_endpoint: Option<String>,
     #[serde(default)]
     pub authorization_response_iss_parameter_supported: bool,
     #[serde(default)]
@@ -42,6 +45,10 @@ impl ServerMetadata {
             ("jwks_uri", self.jwks_uri.as_ref()),
             ("revocation_endpoint", self.revocation_endpoint.as_ref()),
             ("userinfo_endpoint", self.userinfo_endpoint.as_ref()),
+            (
+                "introspection_endpoint",
+                self.introspection_endpoint.as_ref(),
+            ),
         ] {
             let Some(v) = v else { continue };
             let u = url::Url::parse(v).with_context(|| format!("{name} is not a URL"))?;

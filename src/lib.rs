@@ -19,6 +19,7 @@ pub mod demo;
 pub mod elicitations;
 pub mod error;
 pub mod events;
+pub mod grants;
 pub mod http_client;
 pub mod i18n;
 pub mod identity;

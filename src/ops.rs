@@ -184,7 +184,8 @@ impl utoipa::Modify for CommonResponses {
     }
 }
 
-/// The rules of `TokenRequest` that span fields, in JSON Schema (`dependentSchemas`):
+/// The rules of `TokenRequest` that span fields, in JSON Schema (`allOf` of `anyOf` and
+/// `dependentSchemas`):
 /// `wait_seconds` needs `elicitation_id` or `request_state`, and those two exclude each other.
 struct TokenRequestRules;
 
@@ -195,6 +196,14 @@ impl utoipa::Modify for TokenRequestRules {
         let Some(components) = openapi.components.as_mut() else {
             return;
         };
+        // `subject` or `subject_token` (or both): one of them names the user. (One extension
+        // key per schema: extensions are serialised in no fixed order.)
+        let named = json!([{"required": ["subject"]}, {"required": ["subject_token"]}]);
+        if let Some(RefOr::T(Schema::Object(o))) = components.schemas.get_mut("CreateElicitation") {
+            o.extensions
+                .get_or_insert_with(Default::default)
+                .insert("anyOf".to_owned(), named.clone());
+        }
         let Some(RefOr::T(Schema::Object(o))) = components.schemas.get_mut("TokenRequest") else {
             return;
         };
@@ -210,9 +219,10 @@ impl utoipa::Modify for TokenRequestRules {
                 {"not": given("request_state")},
             ]},
         });
-        o.extensions
-            .get_or_insert_with(Default::default)
-            .insert("dependentSchemas".to_owned(), rules);
+        o.extensions.get_or_insert_with(Default::default).insert(
+            "allOf".to_owned(),
+            json!([{"anyOf": named}, {"dependentSchemas": rules}]),
+        );
     }
 }
 
@@ -255,10 +265,19 @@ mod tests {
             assert_eq!(subject["maxLength"], crate::api::MAX_SUBJECT_CHARS, "{s}");
             assert_eq!(subject["minLength"], 1, "{s}");
         }
-        let list = &doc["paths"]["/v1/connections"]["get"]["parameters"][0];
+        let list = &doc["paths"]["/v1/connections"]["get"]["parameters"][1];
         assert_eq!(list["name"], "subject");
-        assert_eq!(list["required"], true);
+        assert_eq!(
+            list["required"], false,
+            "the Subject-Token header may name the user"
+        );
         assert_eq!(list["schema"]["pattern"], crate::api::SUBJECT_PATTERN);
+        let named = json!([{"required": ["subject"]}, {"required": ["subject_token"]}]);
+        assert_eq!(schemas["CreateElicitation"]["anyOf"], named);
+        assert_eq!(schemas["TokenRequest"]["allOf"][0]["anyOf"], named);
+        assert!(
+            schemas["TokenRequest"]["allOf"][1]["dependentSchemas"]["wait_seconds"].is_object()
+        );
         assert_eq!(
             schemas["TokenRequest"]["properties"]["wait_seconds"]["maximum"],
             crate::api::elicitations::MAX_WAIT_SECONDS

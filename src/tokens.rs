@@ -408,6 +408,7 @@ impl AppState {
         detail: &str,
         request_id: Option<&str>,
     ) -> Result<()> {
+        let apps = self.connection_apps(c).await?;
         let mut change = lock.change(&self.db).await?;
         record_refresh_failure(change.conn(), &c.id, error, true).await?;
         change
@@ -419,7 +420,7 @@ impl AppState {
             ))
             .await?;
         change
-            .events(self.connection_event_rows(EventType::ConnectionNeedsReauth, c)?)
+            .events(self.connection_event_rows(EventType::ConnectionNeedsReauth, c, &apps)?)
             .await?;
         self.commit(change).await?;
         Ok(())
@@ -550,6 +551,7 @@ impl AppState {
             "refresh_token={} access_token={}",
             report.refresh_token, report.access_token
         );
+        let apps = self.connection_apps(c).await?;
         let mut change = Change::begin(&self.db).await?;
         mark_revoked(change.conn(), &c.id, problems.first().map(String::as_str)).await?;
         change
@@ -566,7 +568,7 @@ impl AppState {
             })
             .await?;
         change
-            .events(self.connection_event_rows(EventType::ConnectionRevoked, c)?)
+            .events(self.connection_event_rows(EventType::ConnectionRevoked, c, &apps)?)
             .await?;
         self.commit(change).await?;
         Ok(report)
@@ -602,10 +604,12 @@ fn reauth(provider: &Provider) -> Error {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RevocationReport {
     pub connection_id: String,
-    /// `revoked`, `not_supported` (no revocation endpoint), `failed`, or `none` (nothing stored).
+    /// `revoked`, `not_supported` (no revocation endpoint), `failed`, `none` (nothing stored),
+    /// or `kept` (other apps the user approved still use the grant).
     pub refresh_token: &'static str,
     pub access_token: &'static str,
-    /// Always true: local tokens are removed even when the provider is down.
+    /// True when the grant was revoked: local tokens are removed even when the provider is
+    /// down. False only when other apps still use it (`kept`).
     pub tokens_deleted: bool,
     pub message: String,
 }

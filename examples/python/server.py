@@ -1,16 +1,23 @@
 """An MCP server (official Python SDK, protocol 2026-07-28) whose tool needs the user's token at a
-provider, and gets it from mcp-connect: `InputRequiredResult` + `requestState`.
+provider, and gets it from mcp-connect: `InputRequiredResult` + `requestState`. It validates the
+user's MCP access token (a JWT from MCP_ISSUER for this server's resource) and forwards it to
+mcp-connect as `subject_token`, the proof of who is asking.
 
     pip install -r requirements.txt
     MCP_CONNECT_URL=http://127.0.0.1:8080 MCP_CONNECT_API_KEY=... PROVIDER=acme \
-    PROVIDER_API=https://api.acme.test/whoami DEMO_USERS=token-of-alice=alice \
+    PROVIDER_API=https://api.acme.test/whoami MCP_ISSUER=https://auth.example.com \
     python server.py --port 8765
+
+(Against `mcp-connect demo`: see docs/mcp-integration.md, "Run it against the demo".)
 """
 
 import argparse
+import asyncio
+import hashlib
 import os
 
 import httpx2 as httpx
+import jwt
 import uvicorn
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
@@ -23,9 +30,30 @@ CONNECT, KEY = os.environ["MCP_CONNECT_URL"], os.environ["MCP_CONNECT_API_KEY"]
 PROVIDER, PROVIDER_API = os.environ["PROVIDER"], os.environ["PROVIDER_API"]
 
 
+ISSUER = os.environ.get("MCP_ISSUER")  # the MCP authorization server
+MAX_ROUNDS = 3  # retries of one tool call while the user connects, then a friendly answer
+rounds: dict[str, int] = {}
+
+
+class JwtVerifier:
+    """MCP authorization: the user's access token must be a JWT from ISSUER (its JWKS) for this
+    server's resource. The subject is its `sub`, never a value from tool input."""
+
+    def __init__(self, audience: str):
+        meta = httpx.get(f"{ISSUER}/.well-known/openid-configuration").json()
+        self.jwks, self.audience = jwt.PyJWKClient(meta["jwks_uri"]), audience
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:
+            key = await asyncio.to_thread(self.jwks.get_signing_key_from_jwt, token)
+            claims = jwt.decode(token, key.key, algorithms=["ES256", "RS256"], audience=self.audience, issuer=ISSUER)
+        except jwt.PyJWTError:
+            return None
+        return AccessToken(token=token, client_id=claims.get("client_id", ""), scopes=[], subject=claims["sub"])
+
+
 class DemoVerifier:
-    """Stands in for MCP authorization: a real server validates the user's access token (JWT or
-    introspection) and takes its `sub`. Never take the subject from tool input."""
+    """Without MCP_ISSUER: fixed tokens (DEMO_USERS=token=user,...) stand in for authorization."""
 
     users = dict(pair.split("=", 1) for pair in os.environ.get("DEMO_USERS", "").split(",") if pair)
 
@@ -40,9 +68,10 @@ async def connect_api(http: httpx.AsyncClient, body: dict) -> tuple[int, dict]:
 
 
 def build(url: str) -> MCPServer:
+    audience = os.environ.get("MCP_AUDIENCE", f"{url}/mcp")
     mcp = MCPServer(
         "whoami-python",
-        token_verifier=DemoVerifier(),
+        token_verifier=JwtVerifier(audience) if ISSUER else DemoVerifier(),
         auth=AuthSettings(issuer_url=url, resource_server_url=f"{url}/mcp", validate_token_resource=False),
     )
 
@@ -52,7 +81,10 @@ def build(url: str) -> MCPServer:
         answer = (ctx.input_responses or {}).get("connect")
         if answer is not None and answer.action != "accept":  # decline / cancel
             return f"Not connected to {PROVIDER}: you chose to {answer.action}."
-        ask = {"subject": get_access_token().subject, "provider": PROVIDER, "elicit": True}
+        user = get_access_token()
+        ask = {"subject": user.subject, "provider": PROVIDER, "elicit": True}
+        if ISSUER:  # proof of subject: the token the user presented, checked again by mcp-connect
+            ask["subject_token"] = user.token
         if ctx.request_state:  # the retry: `accept` only means the URL was opened, so let
             # mcp-connect check its token store (waiting a little for the user to finish)
             ask |= {"request_state": ctx.request_state, "wait_seconds": 20}
@@ -63,6 +95,12 @@ def build(url: str) -> MCPServer:
                 return f"{PROVIDER} says you are {me.json()['sub']}"
         if body["error"] in ("authorization_required", "reauthorization_required"):
             el = body["elicitation"]  # mcp-connect's ready request and sealed state, verbatim
+            seen = hashlib.sha256(f"{user.subject} {el['id']}".encode()).hexdigest()
+            rounds[seen] = rounds.get(seen, 0) + 1
+            if rounds[seen] > MAX_ROUNDS:  # the user has not finished: stop asking, kindly
+                rounds.pop(seen)
+                return (f"Still not connected to {PROVIDER}. Open the link whenever you are ready, "
+                        "then ask again.")
             return InputRequiredResult(input_requests={"connect": el["mcp"]["2026-07-28"]},
                                        request_state=el["request_state"])
         if body["error"] == "authorization_declined":

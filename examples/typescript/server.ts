@@ -6,18 +6,40 @@
 //                 event stream (GET /v1/events) says when the user is done, and the server sends
 //                 `notifications/elicitation/complete` to the client that started it.
 //
+// It validates the user's MCP access token (a JWT from MCP_ISSUER for this server's resource) and
+// forwards it to mcp-connect as `subject_token`, the proof of who is asking.
+//
 //   npm ci && MCP_CONNECT_URL=http://127.0.0.1:8080 MCP_CONNECT_API_KEY=... PROVIDER=acme \
-//   PROVIDER_API=https://api.acme.test/whoami DEMO_USERS=token-of-alice=alice PORT=8766 npx tsx server.ts
+//   PROVIDER_API=https://api.acme.test/whoami MCP_ISSUER=https://auth.example.com PORT=8766 npx tsx server.ts
+// (Against `mcp-connect demo`: see docs/mcp-integration.md, "Run it against the demo".)
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { ElicitRequestURLParams, UrlElicitationRequiredError } from '@modelcontextprotocol/sdk/types.js';
+import { createRemoteJWKSet, jwtVerify } from 'jose';
 
 const env = (k: string) => process.env[k] ?? (() => { throw new Error(`set ${k}`); })();
 const [CONNECT, KEY, PROVIDER, PROVIDER_API] = ['MCP_CONNECT_URL', 'MCP_CONNECT_API_KEY', 'PROVIDER', 'PROVIDER_API'].map(env);
-// Stands in for MCP authorization: a real server validates the access token and takes its `sub`.
+const PORT = Number(process.env.PORT ?? 8766);
+// MCP authorization: the user's access token must be a JWT from MCP_ISSUER (its JWKS) for this
+// server's resource; the subject is its `sub`. Without MCP_ISSUER, fixed tokens
+// (DEMO_USERS=token=user,...) stand in.
+const ISSUER = process.env.MCP_ISSUER;
+const AUDIENCE = process.env.MCP_AUDIENCE ?? `http://127.0.0.1:${PORT}/mcp`;
 const USERS = new Map((process.env.DEMO_USERS ?? '').split(',').filter(Boolean).map((p) => p.split('=') as [string, string]));
+let jwks: ReturnType<typeof createRemoteJWKSet> | undefined;
+async function verify(token: string): Promise<string | undefined> {
+  if (!ISSUER) return USERS.get(token);
+  if (!jwks) {
+    const meta = await (await fetch(`${ISSUER}/.well-known/openid-configuration`)).json();
+    jwks = createRemoteJWKSet(new URL(meta.jwks_uri));
+  }
+  try {
+    const { payload } = await jwtVerify(token, jwks, { issuer: ISSUER, audience: AUDIENCE });
+    return payload.sub;
+  } catch { return undefined; }
+}
 
 const connectApi = async (body: object) => {
   const r = await fetch(`${CONNECT}/v1/tokens`, { method: 'POST', body: JSON.stringify(body), headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' } });
@@ -32,9 +54,11 @@ const callProvider = async (token: string) => {
 // Elicitations whose completion a client is waiting to hear about: id -> notifier for its session.
 const completions = new Map<string, () => Promise<void>>();
 
-function build(subject: string) {
+function build(subject: string, accessToken: string) {
   const mcp = new McpServer({ name: 'whoami-typescript', version: '0.0.0' });
-  const token = (more = {}) => connectApi({ subject, provider: PROVIDER, elicit: true, ...more });
+  // Proof of subject: the token the user presented, checked again by mcp-connect.
+  const proof = ISSUER ? { subject_token: accessToken } : {};
+  const token = (more = {}) => connectApi({ subject, ...proof, provider: PROVIDER, elicit: true, ...more });
 
   mcp.registerTool('whoami', { description: `Who you are at ${PROVIDER} (asks you to connect first if needed)` }, async () => {
     const first = await token();
@@ -44,7 +68,7 @@ function build(subject: string) {
     const { action } = await mcp.server.elicitInput(el.mcp['2025-11-25'].params as ElicitRequestURLParams);
     if (action !== 'accept') return text(`Not connected to ${PROVIDER}: you chose to ${action}.`);
     // `accept` only means the user opened the URL: mcp-connect says when the flow is done.
-    for (let round = 0; round < 5; round += 1) {
+    for (let round = 0; round < 5; round += 1) { // a cap, then a friendly answer below
       const done = await token({ elicitation_id: el.id, wait_seconds: 60 });
       if (done.ok) {
         await mcp.server.createElicitationCompletionNotifier(el.id)();
@@ -52,7 +76,7 @@ function build(subject: string) {
       }
       if (done.body.error === 'authorization_declined') break;
     }
-    return text(`Not connected to ${PROVIDER}.`);
+    return text(`Still not connected to ${PROVIDER}. Open the link whenever you are ready, then ask again.`);
   });
 
   mcp.registerTool('whoami_later', { description: `Who you are at ${PROVIDER}; retry after connecting` }, async () => {
@@ -90,7 +114,8 @@ async function listen() {
 const sessions = new Map<string, { subject: string; transport: StreamableHTTPServerTransport }>();
 
 http.createServer(async (req, res) => {
-  const subject = USERS.get((req.headers.authorization ?? '').replace(/^Bearer /i, ''));
+  const accessToken = (req.headers.authorization ?? '').replace(/^Bearer /i, '');
+  const subject = await verify(accessToken);
   if (!subject) { res.writeHead(401, { 'www-authenticate': 'Bearer' }).end(); return; }
   const id = req.headers['mcp-session-id'] as string | undefined;
   let session = id ? sessions.get(id) : undefined;
@@ -102,8 +127,8 @@ http.createServer(async (req, res) => {
       onsessioninitialized: (sid) => { sessions.set(sid, { subject, transport }); },
     });
     transport.onclose = () => { if (transport.sessionId) sessions.delete(transport.sessionId); };
-    await build(subject).connect(transport);
+    await build(subject, accessToken).connect(transport);
     session = { subject, transport };
   }
   await session.transport.handleRequest(req, res);
-}).listen(Number(process.env.PORT ?? 8766), '127.0.0.1', () => { void listen(); });
+}).listen(PORT, '127.0.0.1', () => { void listen(); });

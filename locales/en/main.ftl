@@ -217,3 +217,11 @@ scope-microsoft-calendars-read = Read your calendars
 scope-microsoft-files-read = Read your files
 scope-slack-channels-read = See basic information about public channels
 scope-slack-chat-write = Send messages as the app
+
+# Grants: which apps may use a connection
+consent-new-scope = new
+consent-scopes-already = You already granted the others; approving adds the access marked new. Until then, the access you granted keeps working.
+consent-apps-heading = Apps that can use it
+consent-apps-group = These apps are run together by the operator of this service; approving lets each of them use the account.
+consent-apps-shared = Already using your { $provider } account, and keeping it:
+account-used-by = Used by:

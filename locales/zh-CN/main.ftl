@@ -216,3 +216,11 @@ scope-microsoft-calendars-read = 读取您的日历
 scope-microsoft-files-read = 读取您的文件
 scope-slack-channels-read = 查看公开频道的基本信息
 scope-slack-chat-write = 以应用身份发送消息
+
+# Grants: which apps may use a connection
+consent-new-scope = 新增
+consent-scopes-already = 其余权限你已授予过；批准后会增加标为“新增”的权限。在此之前，你已授予的权限照常有效。
+consent-apps-heading = 可以使用它的应用
+consent-apps-group = 这些应用由本服务的运营方一起运行；批准后，其中每个应用都可以使用该账户。
+consent-apps-shared = 已在使用你的 { $provider } 账户并将继续使用的应用：
+account-used-by = 使用者：

@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 
-use super::{ApiClient, ApiQuery, validate_subject};
+use super::{ApiClient, ApiQuery};
 use crate::AppState;
 use crate::db::connections::{Connection, ConnectionStatus};
 use crate::elicitations::{is_valid_id, rfc3339};
@@ -62,36 +62,64 @@ pub struct ConnectionList {
     pub connections: Vec<ConnectionView>,
 }
 
+/// The `Subject-Token` header, if sent (a token never goes into a URL).
+fn subject_token(headers: &HeaderMap) -> Result<Option<&str>> {
+    headers
+        .get(crate::grants::SUBJECT_TOKEN_HEADER)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| Error::invalid("the Subject-Token header must be ASCII"))
+        })
+        .transpose()
+}
+
 #[utoipa::path(get, path = "/v1/connections",
-    params(("subject" = String, Query, min_length = 1, max_length = 255, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$",
-        description = "the user's `sub`: 1 to 255 characters, not only whitespace, without control characters")),
-    responses((status = 200, body = ConnectionList, description = "The subject's connections to providers this API client may use"),
-        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: `subject` missing or out of bounds, or an unknown query parameter")),
+    params(("Subject-Token" = Option<String>, Header, description = "proof of subject: the user's MCP access token (see `subject_token` on `POST /v1/tokens`); required when this API client has `require_subject_token`"),
+        ("subject" = Option<String>, Query, min_length = 1, max_length = 255, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$",
+        description = "the user's `sub`: 1 to 255 characters, not only whitespace, without control characters; required without `Subject-Token`")),
+    responses((status = 200, body = ConnectionList, description = "The subject's connections that this API client may use (those the user approved for it)"),
+        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: `subject` missing or out of bounds, or an unknown query parameter"),
+        (status = 401, body = crate::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`")),
     security(("api_key" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     client: ApiClient,
+    headers: HeaderMap,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<ConnectionList>> {
-    let subject = q
-        .subject
-        .ok_or_else(|| Error::invalid("the subject query parameter is required"))?;
-    validate_subject(&subject)?;
+    let token = subject_token(&headers)?;
+    if q.subject.is_none() && token.is_none() && !client.0.require_subject_token {
+        return Err(Error::invalid("the subject query parameter is required"));
+    }
+    let subject = state
+        .resolve_subject(
+            &client.0,
+            q.subject.as_deref(),
+            token,
+            request_id(&headers).as_deref(),
+        )
+        .await?;
     let all = state
         .db
         .list_connections(state.identity.issuer(), &subject)
         .await?;
-    let connections = all
+    let mut connections = Vec::new();
+    for c in all
         .iter()
         .filter(|c| client.0.providers.contains(&c.provider))
-        .map(ConnectionView::from)
-        .collect();
+    {
+        if state.may_use(&client.0, c).await? {
+            connections.push(ConnectionView::from(c));
+        }
+    }
     Ok(Json(ConnectionList { connections }))
 }
 
-#[utoipa::path(delete, path = "/v1/connections/{id}", params(("id" = String, Path, description = "the connection's id")),
-    responses((status = 200, body = RevocationReport, description = "Revoked (at the provider where it can) and deleted; the report says what the provider answered"),
-        (status = 404, body = crate::error::ErrorBody, description = "`not_found`: no such connection for this API client")),
+#[utoipa::path(delete, path = "/v1/connections/{id}", params(("id" = String, Path, description = "the connection's id"),
+        ("Subject-Token" = Option<String>, Header, description = "proof of subject (required when this API client has `require_subject_token`): the connection must be this subject's")),
+    responses((status = 200, body = RevocationReport, description = "This API client (and its grant group) can no longer use the grant. When no other app the user approved uses it, it is revoked (at the provider where it can) and its tokens deleted; otherwise the tokens stay for those apps (`tokens_deleted: false`)"),
+        (status = 401, body = crate::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`"),
+        (status = 404, body = crate::error::ErrorBody, description = "`not_found`: no such connection for this API client (another app's grant is not found either)")),
     security(("api_key" = [])))]
 pub async fn revoke(
     State(state): State<AppState>,
@@ -103,12 +131,27 @@ pub async fn revoke(
     if !is_valid_id(&id) {
         return Err(not_found());
     }
+    let rid = request_id(&headers);
+    let token = subject_token(&headers)?;
+    let proven = if token.is_some() || client.0.require_subject_token {
+        Some(
+            state
+                .resolve_subject(&client.0, None, token, rid.as_deref())
+                .await?,
+        )
+    } else {
+        None
+    };
     let c = state.db.get_connection(&id).await?.ok_or_else(not_found)?;
-    if !client.0.providers.contains(&c.provider) {
+    if !client.0.providers.contains(&c.provider)
+        || c.issuer != state.identity.issuer()
+        || proven.as_ref().is_some_and(|s| *s != c.subject)
+        || !state.may_use(&client.0, &c).await?
+    {
         return Err(not_found());
     }
     let report = state
-        .revoke_connection(&c, &client.0.id, request_id(&headers).as_deref())
+        .disconnect_client(&c, &client.0, rid.as_deref())
         .await?;
     Ok(Json(report))
 }

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 
-use super::{ApiClient, ApiJson, ApiQuery, validate_subject};
+use super::{ApiClient, ApiJson, ApiQuery};
 use crate::AppState;
 use crate::elicitations::ElicitationView;
 use crate::error::{Error, Result};
@@ -20,18 +20,25 @@ pub const MAX_WAIT_SECONDS: u64 = 60;
 #[serde(deny_unknown_fields)]
 pub struct CreateElicitation {
     /// The `sub` of the user's validated MCP access token: 1 to 255 characters, not only
-    /// whitespace, without control characters.
+    /// whitespace, without control characters. Required unless `subject_token` is given (then
+    /// it must be the token's `sub`).
     #[schema(
         min_length = 1,
         max_length = 255,
         pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$"
     )]
-    pub subject: String,
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// Proof of subject: the MCP access token the user presented to this MCP server (see
+    /// `POST /v1/tokens`).
+    #[schema(max_length = 8192)]
+    pub subject_token: Option<String>,
     /// A provider this API client may use (`forbidden_provider` otherwise; `not_found` when no
     /// such provider is configured).
     #[schema(pattern = r"^[A-Za-z0-9_-]+$")]
     pub provider: String,
-    /// Defaults to the provider's configured scopes. At most 50, each 1 to 200 characters
+    /// Defaults to the provider's configured scopes; the scopes the user already granted at this
+    /// provider are added (one grant per user and provider). At most 50, each 1 to 200 characters
     /// without whitespace, control characters or commas.
     #[schema(max_items = 50, value_type = Option<Vec<Scope>>)]
     pub scopes: Option<Vec<String>>,
@@ -80,6 +87,7 @@ pub fn validate_scopes(scopes: &Option<Vec<String>>) -> Result<()> {
 #[utoipa::path(post, path = "/v1/elicitations", request_body = CreateElicitation,
     responses((status = 201, body = ElicitationView, description = "A new elicitation, or the pending one for the same subject and provider"),
         (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: the body is not JSON, lacks a field, breaks a limit, or gives an unknown or invalid parameter"),
+        (status = 401, body = crate::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`"),
         (status = 403, body = crate::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
         (status = 404, body = crate::error::ErrorBody, description = "`not_found`: no such provider is configured"),
         (status = 413, body = crate::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB")),
@@ -90,8 +98,16 @@ pub async fn create(
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateElicitation>,
 ) -> Result<(StatusCode, Json<ElicitationView>)> {
-    validate_subject(&body.subject)?;
     validate_scopes(&body.scopes)?;
+    let rid = request_id(&headers);
+    let subject = state
+        .resolve_subject(
+            &client.0,
+            body.subject.as_deref(),
+            body.subject_token.as_deref(),
+            rid.as_deref(),
+        )
+        .await?;
     let provider = client.provider(&state, &body.provider)?;
     let params = body.params.unwrap_or_default();
     crate::providers::params::check_given(provider, &params)
@@ -99,11 +115,11 @@ pub async fn create(
     let e = state
         .create_or_reuse_elicitation_with(
             &client.0,
-            &body.subject,
+            &subject,
             provider,
             body.scopes,
             params,
-            request_id(&headers).as_deref(),
+            rid.as_deref(),
         )
         .await?;
     Ok((

@@ -9,7 +9,7 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 
 use super::elicitations::MAX_WAIT_SECONDS;
-use super::{ApiClient, ApiJson, validate_subject};
+use super::{ApiClient, ApiJson};
 use crate::AppState;
 use crate::db::connections::ConnectionStatus;
 use crate::db::elicitations::ElicitationStatus;
@@ -21,13 +21,26 @@ use crate::middleware::request_id;
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
     /// The `sub` of the user's validated MCP access token: 1 to 255 characters, not only
-    /// whitespace, without control characters.
+    /// whitespace, without control characters. Required unless `subject_token` is given (then
+    /// it must be the token's `sub`).
     #[schema(
         min_length = 1,
         max_length = 255,
         pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$"
     )]
-    pub subject: String,
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// Proof of subject: the MCP access token the user presented to this MCP server, checked at
+    /// the identity issuer (JWT with this client's `subject_token_audience`, or introspection);
+    /// its `sub` is the subject. Required when the client has `require_subject_token`.
+    #[schema(max_length = 8192)]
+    pub subject_token: Option<String>,
+    /// Scopes this call needs. When the stored grant lacks any of them, the answer is
+    /// `authorization_required` with an elicitation for the union of the stored and the asked
+    /// scopes (the stored grant keeps working until the user approves). Same limits as on
+    /// `/v1/elicitations`.
+    #[schema(max_items = 50, value_type = Option<Vec<super::elicitations::Scope>>)]
+    pub scopes: Option<Vec<String>>,
     /// A provider this API client may use (a configured provider name: letters, digits, - and _).
     #[schema(pattern = r"^[A-Za-z0-9_-]+$")]
     pub provider: String,
@@ -137,9 +150,10 @@ impl TokenResponse {
 #[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest,
     responses((status = 200, body = TokenResponse),
         (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`, or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
+        (status = 401, body = crate::error::ErrorBody, description = "`unauthorized` (API key), or `invalid_subject_token`: the subject_token is expired, for another audience, not signed by the identity issuer, or for another subject; or missing where this client must send one"),
         (status = 403, body = crate::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
         (status = 404, body = crate::error::ErrorBody, description = "`not_connected`; `not_found` when no such provider is configured or the awaited elicitation does not exist"),
-        (status = 409, body = crate::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set; `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected"),
+        (status = 409, body = crate::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set (always when `scopes` asks for more than the grant holds: an elicitation for the union); `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected"),
         (status = 413, body = crate::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB"),
         (status = 502, body = crate::error::ErrorBody, description = "`upstream_error`: the provider failed while refreshing; try again")),
     security(("api_key" = [])))]
@@ -149,7 +163,16 @@ pub async fn fetch(
     headers: HeaderMap,
     ApiJson(req): ApiJson<TokenRequest>,
 ) -> Result<Json<TokenResponse>> {
-    validate_subject(&req.subject)?;
+    let rid = request_id(&headers);
+    super::elicitations::validate_scopes(&req.scopes)?;
+    let subject = state
+        .resolve_subject(
+            &client.0,
+            req.subject.as_deref(),
+            req.subject_token.as_deref(),
+            rid.as_deref(),
+        )
+        .await?;
     let provider = client.provider(&state, &req.provider)?.clone();
     let min_ttl = req.min_ttl_seconds.unwrap_or(60);
     if !(0..=86_400).contains(&min_ttl) {
@@ -157,7 +180,6 @@ pub async fn fetch(
             "min_ttl_seconds must be between 0 and 86400",
         ));
     }
-    let rid = request_id(&headers);
 
     let awaited = match (&req.elicitation_id, &req.request_state) {
         (Some(_), Some(_)) => {
@@ -173,7 +195,7 @@ pub async fn fetch(
                 &crate::request_state::Expected {
                     client_id: &client.0.id,
                     issuer: state.identity.issuer(),
-                    subject: &req.subject,
+                    subject: &subject,
                     provider: &req.provider,
                     now: crate::db::now(),
                 },
@@ -186,7 +208,7 @@ pub async fn fetch(
     let mut declined = None;
     if let Some(eid) = &awaited {
         let mut e = state.client_elicitation(&client.0, eid).await?;
-        if e.subject != req.subject || e.provider != req.provider {
+        if e.subject != subject || e.provider != req.provider {
             return Err(Error::invalid(
                 "the elicitation was made for another subject or provider",
             ));
@@ -218,11 +240,17 @@ pub async fn fetch(
         ));
     }
 
-    let connection = state
+    let mut connection = state
         .db
-        .find_connection(state.identity.issuer(), &req.subject, &req.provider)
+        .find_connection(state.identity.issuer(), &subject, &req.provider)
         .await?
         .filter(|c| c.status != ConnectionStatus::Revoked);
+    // Another app's grant is, for this client, no grant at all (and says nothing about it).
+    if let Some(c) = &connection {
+        if !state.may_use(&client.0, c).await? {
+            connection = None;
+        }
+    }
     let Some(connection) = connection else {
         // The user said no to this very request: tell the caller, rather than hand out a new
         // elicitation it would show again.
@@ -236,8 +264,9 @@ pub async fn fetch(
             let view = offer_elicitation(
                 &state,
                 &client,
-                &req.subject,
+                &subject,
                 &provider,
+                req.scopes.clone(),
                 rid.as_deref(),
                 crate::i18n::api_lang(&headers),
             )
@@ -248,10 +277,39 @@ pub async fn fetch(
             });
         }
         return Err(Error::NotConnected {
-            subject: req.subject,
+            subject,
             provider: req.provider,
         });
     };
+    // Incremental authorization: scopes the grant lacks need the user's approval of the union.
+    // The stored grant keeps serving requests within its scopes meanwhile.
+    if let Some(asked) = &req.scopes {
+        if asked.iter().any(|s| !connection.scopes.contains(s)) {
+            if let Some(id) = declined {
+                return Err(Error::AuthorizationDeclined {
+                    provider: provider.name.clone(),
+                    elicitation_id: id,
+                });
+            }
+            // What this client asks for by default, what is granted, and what is new.
+            let mut union = provider.scopes.clone();
+            union.extend(asked.iter().cloned());
+            let view = offer_elicitation(
+                &state,
+                &client,
+                &subject,
+                &provider,
+                Some(union),
+                rid.as_deref(),
+                crate::i18n::api_lang(&headers),
+            )
+            .await?;
+            return Err(Error::AuthorizationRequired {
+                provider: provider.name.clone(),
+                elicitation: Box::new(view),
+            });
+        }
+    }
     match state
         .fresh_token(
             connection,
@@ -273,8 +331,9 @@ pub async fn fetch(
             let view = offer_elicitation(
                 &state,
                 &client,
-                &req.subject,
+                &subject,
                 &provider,
+                req.scopes.clone(),
                 rid.as_deref(),
                 crate::i18n::api_lang(&headers),
             )
@@ -294,11 +353,12 @@ async fn offer_elicitation(
     client: &ApiClient,
     subject: &str,
     provider: &crate::providers::Provider,
+    scopes: Option<Vec<String>>,
     request_id: Option<&str>,
     lang: crate::i18n::Lang,
 ) -> Result<serde_json::Value> {
     let e = state
-        .create_or_reuse_elicitation(&client.0, subject, provider, None, request_id)
+        .create_or_reuse_elicitation(&client.0, subject, provider, scopes, request_id)
         .await?;
     serde_json::to_value(state.elicitation_view_in(&e, lang)?).map_err(Error::internal)
 }

@@ -486,7 +486,8 @@ pub async fn record_refresh_failure(
     Ok(())
 }
 
-/// Removes the tokens and marks the connection revoked (the row stays for its history).
+/// Removes the tokens and marks the connection revoked (the row stays for its history, listed
+/// to the apps that held it; a later connect replaces them with the apps it names).
 pub async fn mark_revoked(
     conn: &mut AnyConnection,
     id: &str,

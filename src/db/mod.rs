@@ -7,6 +7,7 @@ pub mod connections;
 pub mod elicitations;
 pub mod events;
 pub mod flows;
+pub mod grants;
 pub mod refresh_lock;
 pub mod sessions;
 

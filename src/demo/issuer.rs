@@ -32,6 +32,11 @@ use crate::db::now;
 const SERVER: &str = "Development identity issuer";
 const SCOPES: &[&str] = &["openid", "profile"];
 const ID_TOKEN_TTL: i64 = 600;
+/// Lifetime of the MCP access tokens `/mcp-token` issues.
+const MCP_TOKEN_TTL: i64 = 3600;
+/// The MCP resource (audience) the demo's MCP access tokens are for by default: the examples'
+/// MCP endpoint on their default port, and the demo client's `subject_token_audience`.
+pub const MCP_RESOURCE: &str = "http://127.0.0.1:8765/mcp";
 
 /// The signing key, made at start and never written anywhere.
 struct SigningKey {
@@ -150,6 +155,27 @@ impl Issuer {
         )
     }
 
+    /// An MCP access token (RFC 9068 JWT) for `subject` at `resource`: what an MCP client holds
+    /// after signing its user in at the MCP authorization server, and what an MCP server
+    /// forwards to mcp-connect as `subject_token`.
+    fn mcp_access_token(&self, subject: &str, resource: &str) -> anyhow::Result<String> {
+        let now = now();
+        let claims = json!({
+            "iss": self.issuer,
+            "sub": subject,
+            "aud": resource,
+            "client_id": "demo-mcp-client",
+            "scope": "mcp",
+            "iat": now,
+            "exp": now + MCP_TOKEN_TTL,
+            "jti": random_token(12),
+        });
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(self.key.kid.clone());
+        header.typ = Some("at+jwt".into());
+        jsonwebtoken::encode(&header, &claims, &self.key.key).context("signing the access token")
+    }
+
     fn id_token(&self, subject: &str, nonce: Option<&str>) -> anyhow::Result<String> {
         let now = now();
         let mut claims = json!({
@@ -179,6 +205,7 @@ pub fn router(issuer: Arc<Issuer>) -> Router {
         .route("/jwks", get(jwks))
         .route("/authorize", get(authorize).post(sign_in))
         .route("/token", post(token))
+        .route("/mcp-token", post(mcp_token))
         .with_state(issuer)
 }
 
@@ -193,6 +220,10 @@ async fn index(State(s): State<Arc<Issuer>>) -> Response {
                 ("authorize", s.endpoint("/authorize")),
                 ("token", s.endpoint("/token")),
                 ("jwks", s.endpoint("/jwks")),
+                (
+                    "MCP access tokens (POST user=NAME)",
+                    s.endpoint("/mcp-token"),
+                ),
             ],
         },
         StatusCode::OK,
@@ -393,6 +424,53 @@ async fn token(
     })))
 }
 
+#[derive(Deserialize)]
+struct McpTokenForm {
+    user: Option<String>,
+    resource: Option<String>,
+}
+
+/// `POST /mcp-token` (`user=NAME`, optional `resource=URL`): an MCP access token for that user,
+/// as if an MCP client had signed them in. Development only, like everything here: it asks for
+/// no password. The examples' users present it to the example MCP servers, which validate it
+/// against the JWKS and forward it to mcp-connect as `subject_token`.
+async fn mcp_token(
+    State(s): State<Arc<Issuer>>,
+    form: Result<Form<McpTokenForm>, FormRejection>,
+) -> Result<Response, OAuthError> {
+    let f = form_body(form)?;
+    let user = f.user.as_deref().and_then(valid_login).ok_or_else(|| {
+        OAuthError::new(
+            "invalid_request",
+            "user=NAME is required (1 to 64 characters)",
+        )
+    })?;
+    let resource = f.resource.as_deref().unwrap_or(MCP_RESOURCE);
+    if url::Url::parse(resource).is_err() || resource.contains('#') {
+        return Err(OAuthError::new(
+            "invalid_target",
+            "resource must be an absolute URL without a fragment",
+        ));
+    }
+    let token = s.mcp_access_token(&user, resource).map_err(|e| {
+        tracing::error!(
+            error = format!("{e:#}"),
+            "development issuer could not sign"
+        );
+        OAuthError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            error: "server_error",
+            description: "could not sign the access token".into(),
+        }
+    })?;
+    Ok(token_json(json!({
+        "access_token": token,
+        "token_type": "Bearer",
+        "expires_in": MCP_TOKEN_TTL,
+        "scope": "mcp",
+    })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,5 +499,29 @@ mod tests {
         assert_eq!(data.claims["sub"], "alice");
         assert_eq!(data.claims["nonce"], "n-1");
         assert_eq!(data.header.kid.as_deref(), Some(issuer.key.kid.as_str()));
+    }
+
+    #[test]
+    fn mcp_access_tokens_are_for_the_resource_and_verify_with_the_published_jwk() {
+        let issuer = Issuer::new(
+            "http://127.0.0.1:1/dev/issuer".into(),
+            RegisteredClient {
+                client_id: "mcp-connect".into(),
+                client_secret: SecretString::from("x".to_owned()),
+                redirect_uri: "http://127.0.0.1:1/auth/callback".into(),
+            },
+        )
+        .unwrap();
+        let token = issuer.mcp_access_token("alice", MCP_RESOURCE).unwrap();
+        let jwk: Jwk = serde_json::from_value(issuer.key.jwk.clone()).unwrap();
+        let key = DecodingKey::from_jwk(&jwk).unwrap();
+        let mut v = Validation::new(Algorithm::ES256);
+        v.set_audience(&[MCP_RESOURCE]);
+        v.set_issuer(&["http://127.0.0.1:1/dev/issuer"]);
+        let data = jsonwebtoken::decode::<Value>(&token, &key, &v).unwrap();
+        assert_eq!(data.claims["sub"], "alice");
+        assert_eq!(data.header.typ.as_deref(), Some("at+jwt"));
+        v.set_audience(&["https://elsewhere.example/mcp"]);
+        assert!(jsonwebtoken::decode::<Value>(&token, &key, &v).is_err());
     }
 }

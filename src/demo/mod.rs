@@ -328,6 +328,8 @@ id = {client}
 name = "Demo MCP server"
 api_key_file = {ak}
 providers = [{provider}]
+# Proof of subject: the MCP access tokens the development issuer makes at /dev/issuer/mcp-token.
+subject_token_audience = {mcp_resource}
 
 # A generic provider found by discovery: here the sandbox.
 [providers.{provider_key}]
@@ -351,6 +353,7 @@ scopes = ["profile", "api"]
         provider_key = PROVIDER,
         sandbox_issuer = q(&format!("{public_url}/dev/sandbox")),
         scs = file("sandbox-client-secret"),
+        mcp_resource = q(issuer::MCP_RESOURCE),
     )
 }
 
@@ -452,6 +455,17 @@ API key of the MCP server "{CLIENT_ID}": {key}
 4. Call the sandbox's whoami with it; it answers for {USER}:
 
      {whoami}
+
+5. Proof of subject: an MCP server forwards its user's MCP access token as subject_token. The
+   development issuer makes one for any user (as an MCP client would get it by signing in):
+
+     MCP_TOKEN=$(curl -sS -X POST {base}/dev/issuer/mcp-token -d user={USER} | sed -E 's/.*"access_token":"([^"]*)".*/\1/')
+     TOKEN_BODY="{{\"subject_token\":\"$MCP_TOKEN\",\"provider\":\"{PROVIDER}\"}}"; curl -sS -X POST {base}/v1/tokens -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' -d "$TOKEN_BODY"
+
+6. The example MCP servers (examples/python, examples/typescript) against this demo: see
+   docs/mcp-integration.md, "Run it against the demo". In short:
+
+     MCP_CONNECT_URL={base} MCP_CONNECT_API_KEY={key} PROVIDER={PROVIDER} PROVIDER_API={base}/dev/sandbox/api/whoami MCP_ISSUER={base}/dev/issuer python examples/python/server.py --port 8765
 
 Ctrl-C stops the demo; run it again with the same data folder to continue.
 "#,

@@ -45,6 +45,8 @@ pub struct Row {
     pub revocation: Option<String>,
     /// An API key or password (replaced by typing a new one, not by signing in again).
     pub is_credential: bool,
+    /// The names of the apps that may use this grant (the ones named when it was approved).
+    pub apps: Vec<String>,
 }
 
 #[derive(Template)]
@@ -73,15 +75,29 @@ pub async fn show(
     let Some(user) = session.user().await? else {
         return start_sign_in(&state, &headers, "/account").await;
     };
-    let rows = state
+    let connections = state
         .db
         .list_connections(&user.issuer, &user.subject)
-        .await?
+        .await?;
+    let mut apps = Vec::with_capacity(connections.len());
+    for c in &connections {
+        apps.push(
+            state
+                .connection_apps(c)
+                .await?
+                .iter()
+                .map(|id| state.client_name(id).to_owned())
+                .collect::<Vec<_>>(),
+        );
+    }
+    let rows = connections
         .into_iter()
-        .map(|c| {
+        .zip(apps)
+        .map(|(c, apps)| {
             let p = state.providers.get(&c.provider);
             let is_credential = crate::credentials::is_credential_type(&c.token_type);
             Row {
+                apps,
                 revocation: p.map(|p| p.revocation_summary()),
                 provider: p
                     .map(|p| p.display_name.clone())

@@ -234,6 +234,32 @@ async fn consent_page(
         })
         .unwrap_or_default();
     let csrf = session.csrf_token().await?;
+    let app_ids = super::provider_callback::grant_apps(state, &e.client_id);
+    let apps: Vec<String> = app_ids
+        .iter()
+        .map(|id| state.client_name(id).to_owned())
+        .collect();
+    let (mut new_scopes, mut shared_with) = (Vec::new(), Vec::new());
+    if let Some(c) = state
+        .db
+        .find_connection(&e.issuer, &e.subject, &e.provider)
+        .await?
+        .filter(|c| c.status != crate::db::connections::ConnectionStatus::Revoked)
+    {
+        new_scopes = e
+            .scopes
+            .iter()
+            .filter(|s| !c.scopes.contains(s))
+            .cloned()
+            .collect();
+        shared_with = state
+            .connection_apps(&c)
+            .await?
+            .iter()
+            .filter(|id| !app_ids.contains(id))
+            .map(|id| state.client_name(id).to_owned())
+            .collect();
+    }
     let status = if error.is_some() {
         StatusCode::BAD_REQUEST
     } else {
@@ -242,6 +268,9 @@ async fn consent_page(
     Ok(render(
         &ConsentPage {
             ui,
+            apps: &apps,
+            new_scopes: &new_scopes,
+            shared_with: &shared_with,
             signed_in_as: Some(shown_name(user)),
             id: &e.id,
             client: &client,

@@ -233,6 +233,9 @@ pub async fn submit(
     // The sealed credential, its audit row, the elicitation's completion and its event commit
     // together, exactly as tokens from an OAuth callback.
     let mut change = Change::begin(&state.db).await?;
+    let before =
+        crate::db::grants::existing_status(change.conn(), &e.issuer, &e.subject, &e.provider)
+            .await?;
     let (connection_id, reconnected) = save_connected_tokens(
         change.conn(),
         &state.config.keys,
@@ -249,6 +252,12 @@ pub async fn submit(
         },
     )
     .await?;
+    // The apps named on the page may use the key from now on (as after an OAuth callback).
+    if before.is_some_and(|(_, status)| status == "revoked") {
+        crate::db::grants::clear_clients(change.conn(), &connection_id).await?;
+    }
+    let apps = super::provider_callback::grant_apps(&state, &e.client_id);
+    crate::db::grants::grant_clients(change.conn(), &connection_id, &apps, Some(&e.id)).await?;
     change
         .audit(AuditEvent {
             event: if reconnected {

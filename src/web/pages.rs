@@ -27,6 +27,12 @@ pub struct ConsentPage<'a> {
     pub scopes: &'a [ScopeView],
     pub csrf: &'a str,
     pub expires_at: &'a str,
+    /// The apps that may use the grant once approved (the client's grant group, or itself).
+    pub apps: &'a [String],
+    /// Scopes the user's current grant at this provider lacks (what approving adds).
+    pub new_scopes: &'a [String],
+    /// Other apps that already use the user's grant at this provider (they keep it).
+    pub shared_with: &'a [String],
     /// Per-connection parameters to ask for (tenant, subdomain, ...).
     pub params: Vec<ParamField>,
     /// What the user must fix in `params`, after a refused answer.

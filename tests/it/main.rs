@@ -15,6 +15,7 @@ mod connect_flow;
 #[cfg(feature = "demo")]
 mod demo;
 mod edges;
+mod grants;
 mod invariants;
 mod lifecycle;
 mod mcp_upstream;

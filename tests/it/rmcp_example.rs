@@ -105,6 +105,7 @@ async fn connect(
         provider: "acme".into(),
         provider_api: format!("{}/api/whoami", app.peers.upstream),
         subject: subject.into(),
+        subject_token: None,
         http: reqwest::Client::new(),
     };
     let (a, b) = tokio::io::duplex(1 << 16);

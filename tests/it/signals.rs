@@ -472,14 +472,19 @@ on_both_databases!(
         assert_eq!(data["data"]["provider"], "acme");
         assert!(data["data"]["connection_id"].is_string());
 
-        // The other client hears nothing of demo-mcp's elicitation: the first thing it gets is
-        // the revocation of the connection (its provider is one it may use).
+        // The other client hears nothing of demo-mcp's elicitation, nor of its grant's
+        // revocation: the user approved demo-mcp only (issue 12), so other-mcp must not learn
+        // that the grant exists.
         let cid = data["data"]["connection_id"].as_str().unwrap().to_owned();
         let (s, _) = app.delete(&format!("/v1/connections/{cid}")).await;
         assert_eq!(s, StatusCode::OK);
-        let (got_theirs, _) = read_events(theirs, "connection.revoked").await;
-        assert_eq!(got_theirs.len(), 1, "{got_theirs:?}");
-        assert_eq!(got_theirs[0].1["data"]["client_id"], "other-mcp");
+        drop(theirs);
+        let (theirs_stored,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM events WHERE client_id = 'other-mcp'")
+                .fetch_one(&app.db().pool)
+                .await
+                .unwrap();
+        assert_eq!(theirs_stored, 0);
 
         // Resuming from before the completion replays it, then the revocation.
         let before: i64 = id.parse::<i64>().unwrap() - 1;

@@ -274,6 +274,26 @@ function baseConfig({ cookiePrefix, log }) {
   };
 }
 
+// The identity peer also issues MCP access tokens (resource indicators) and lets mcp-connect
+// introspect the tokens of its users (proof of subject).
+function identityConfig(base) {
+  return {
+    ...base,
+    ttl: {
+      ...base.ttl,
+      AccessToken: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? 3600,
+    },
+    features: {
+      ...base.features,
+      resourceIndicators: mcpResources(3600),
+      introspection: {
+        enabled: true,
+        allowedPolicy: async (_ctx, client, token) => client.clientId === token.clientId || client.clientId === 'mcp-connect',
+      },
+    },
+  };
+}
+
 function newStats() {
   return {
     authorization_code: 0,
@@ -384,6 +404,30 @@ function tokenFaults(faults, stats, log) {
   };
 }
 
+// The MCP client's redirect URI at the identity peer (never served: a test reads the code off it).
+export const MCP_CLIENT_REDIRECT = 'http://127.0.0.1:9/mcp-client/callback';
+
+// Access tokens for MCP resources (RFC 8707 `resource`): any https resource; a JWT (audience =
+// the resource) unless the resource ends in `/opaque`, which gets an opaque token (introspection).
+// A resource with `/short` in its path gets tokens that expire after 2 seconds.
+function mcpResources(accessTokenTtl) {
+  return {
+    enabled: true,
+    defaultResource: async () => undefined,
+    useGrantedResource: async () => true,
+    getResourceServerInfo: async (_ctx, resource) => {
+      if (!resource.startsWith('https://')) throw new Error('resource must be https');
+      return {
+        scope: 'mcp',
+        audience: resource,
+        accessTokenTTL: resource.includes('/short') ? 2 : accessTokenTtl,
+        accessTokenFormat: resource.endsWith('/opaque') ? 'opaque' : 'jwt',
+        jwt: { sign: { alg: 'RS256' } },
+      };
+    },
+  };
+}
+
 async function startIdentity({ connectUrl, log }) {
   const server = http.createServer();
   const port = await listen(server);
@@ -391,7 +435,7 @@ async function startIdentity({ connectUrl, log }) {
   const stats = newStats();
   const issued = newIssued();
   const provider = new Provider(issuer, {
-    ...baseConfig({ cookiePrefix: `identity${port}`, log }),
+    ...identityConfig(baseConfig({ cookiePrefix: `identity${port}`, log })),
     clients: [{
       client_id: 'mcp-connect',
       client_secret: 'identity-secret',
@@ -400,8 +444,16 @@ async function startIdentity({ connectUrl, log }) {
       response_types: ['code'],
       token_endpoint_auth_method: 'client_secret_basic',
       id_token_signed_response_alg: 'RS256',
+    }, {
+      // An MCP client (public, PKCE): gets the user's access tokens for MCP resources, which MCP
+      // servers forward to mcp-connect as `subject_token`.
+      client_id: 'mcp-client',
+      redirect_uris: [MCP_CLIENT_REDIRECT],
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none',
     }],
-    scopes: ['openid', 'profile'],
+    scopes: ['openid', 'profile', 'mcp'],
   });
   instrument(provider, stats, log);
   trackIssued(provider, issued);
@@ -449,7 +501,7 @@ async function startUpstream({ connectUrl, providerName, accessTokenTtl, authMet
       token_endpoint_auth_method: authMethod,
       id_token_signed_response_alg: 'RS256',
     }],
-    scopes: ['openid', 'offline_access', 'api'],
+    scopes: ['openid', 'offline_access', 'api', 'files'],
     ttl: {
       ...baseTtl,
       AccessToken: accessTokenTtl,

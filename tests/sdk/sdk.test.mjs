@@ -25,7 +25,7 @@ import { createRequire } from 'node:module';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { startPeers } from '../peers/peers.mjs';
+import { MCP_CLIENT_REDIRECT, startPeers } from '../peers/peers.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BIN = path.resolve(ROOT, process.env.MCP_CONNECT_BIN || 'target/debug/mcp-connect');
@@ -39,10 +39,45 @@ const STEP = { timeout: 120_000 };
 const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 const toml = (v) => JSON.stringify(v);
 
-// Each user's MCP access token at the example servers (their stand-in for MCP authorization).
+// Each user's MCP access token at the example servers: a real JWT from the identity peer for the
+// examples' MCP resource (what an MCP client gets by signing its user in). The examples validate
+// it against the peer's JWKS and forward it to mcp-connect as `subject_token`, which mcp-connect
+// requires from them (`require_subject_token`).
 const USERS = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'gina', 'hank', 'ivan', 'judy'];
-const tokenOf = (user) => `mcp-token-of-${user}`;
-const DEMO_USERS = USERS.map((u) => `${tokenOf(u)}=${u}`).join(',');
+const MCP_RESOURCE = 'https://mcp.example.test/';
+const TOKENS = new Map();
+const tokenOf = (user) => TOKENS.get(user) ?? assert.fail(`no MCP access token for ${user}`);
+
+// Authorization code + PKCE at the identity peer as client `mcp-client`, with `resource`.
+async function mcpAccessToken(issuer, user) {
+  const jar = new Map();
+  const go = async (url, opts = {}) => {
+    const r = await fetch(url, { ...opts, redirect: 'manual', headers: { ...(opts.headers ?? {}), cookie: [...jar].map(([k, v]) => `${k}=${v}`).join('; ') } });
+    for (const c of r.headers.getSetCookie()) { const [kv] = c.split(';'); const i = kv.indexOf('='); jar.set(kv.slice(0, i), kv.slice(i + 1)); }
+    return r;
+  };
+  const verifier = crypto.randomBytes(32).toString('base64url');
+  const auth = new URL(`${issuer}/auth`);
+  for (const [k, v] of Object.entries({
+    response_type: 'code', client_id: 'mcp-client', redirect_uri: MCP_CLIENT_REDIRECT, scope: 'openid mcp', state: 's',
+    code_challenge: crypto.createHash('sha256').update(verifier).digest('base64url'), code_challenge_method: 'S256', resource: MCP_RESOURCE,
+  })) auth.searchParams.set(k, v);
+  let r = await go(new URL((await go(auth)).headers.get('location'), issuer));
+  const action = (await r.text()).match(/action="([^"]+)"/)[1];
+  r = await go(new URL(action, issuer), { method: 'POST', body: new URLSearchParams({ login: user }), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+  let loc = new URL(r.headers.get('location'), issuer);
+  for (let i = 0; i < 6 && !loc.href.startsWith(MCP_CLIENT_REDIRECT); i += 1) {
+    r = await go(loc);
+    loc = new URL(r.headers.get('location'), issuer);
+  }
+  const t = await (await fetch(`${issuer}/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ grant_type: 'authorization_code', code: loc.searchParams.get('code'), redirect_uri: MCP_CLIENT_REDIRECT, code_verifier: verifier, client_id: 'mcp-client', resource: MCP_RESOURCE }),
+  })).json();
+  assert.ok(t.access_token, JSON.stringify(t));
+  return t.access_token;
+}
 
 function missing() {
   const why = {};
@@ -135,6 +170,8 @@ id = "demo-mcp"
 name = "Demo MCP"
 api_key = ${toml(apiKey)}
 providers = ["acme"]
+subject_token_audience = ${toml(MCP_RESOURCE)}
+require_subject_token = true
 
 [providers.acme]
 display_name = "Acme"
@@ -154,10 +191,13 @@ scopes = ["openid", "offline_access", "api"]
     MCP_CONNECT_API_KEY: apiKey,
     PROVIDER: 'acme',
     PROVIDER_API: `${peers.upstream}/api/whoami`,
-    DEMO_USERS,
+    MCP_ISSUER: peers.identity,
+    MCP_AUDIENCE: MCP_RESOURCE,
   };
-  const api = async (method, p) => {
-    const r = await fetch(`${base}${p}`, { method, headers: { authorization: `Bearer ${apiKey}` } });
+  for (const user of USERS) TOKENS.set(user, await mcpAccessToken(peers.identity, user));
+  // As the example server would call it for `user`: with the user's token as proof of subject.
+  const api = async (method, p, user) => {
+    const r = await fetch(`${base}${p}`, { method, headers: { authorization: `Bearer ${apiKey}`, 'subject-token': tokenOf(user) } });
     return { status: r.status, json: await r.json().catch(() => undefined) };
   };
   return { base, peers, peerLogs, service, exampleEnv, api };
@@ -297,7 +337,7 @@ describe('Python SDK client and the Python example server (2026-07-28)', { skip:
       assert.equal(result.event, 'result', JSON.stringify(events));
       assert.equal(result.is_error, false);
       assert.equal(result.text, `Not connected to acme: you chose to ${action}.`);
-      const list = await stack.api('GET', `/v1/connections?subject=${user}`);
+      const list = await stack.api('GET', `/v1/connections?subject=${user}`, user);
       assert.deepEqual(list.json.connections, []);
     }));
   }
@@ -320,7 +360,7 @@ describe('Python SDK client and the Python example server (2026-07-28)', { skip:
       assert.notEqual(r[kind].kind, 'InputRequiredResult', `${kind}: no new round on a bad state`);
     }
     for (const user of ['erin', 'frank']) {
-      const list = await stack.api('GET', `/v1/connections?subject=${user}`);
+      const list = await stack.api('GET', `/v1/connections?subject=${user}`, user);
       assert.deepEqual(list.json.connections, [], `${user} is not connected`);
     }
   }));

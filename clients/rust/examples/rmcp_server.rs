@@ -39,6 +39,8 @@ pub struct Whoami {
     pub provider: String,
     pub provider_api: String,
     pub subject: String,
+    /// The user's MCP access token, forwarded as proof of subject (`subject_token`).
+    pub subject_token: Option<String>,
     pub http: reqwest::Client,
 }
 
@@ -47,6 +49,15 @@ fn text(s: impl Into<String>) -> CallToolResponse {
 }
 
 impl Whoami {
+    /// A token request for this user, with the proof of subject when there is one.
+    fn ask(&self) -> TokenRequest {
+        let ask = TokenRequest::new(&self.subject, &self.provider);
+        match &self.subject_token {
+            Some(t) => ask.subject_token(t),
+            None => ask,
+        }
+    }
+
     /// What the tool is for: call the provider's API with the user's token.
     async fn call_provider(&self, token: &str) -> Result<CallToolResponse, McpError> {
         let r = self
@@ -80,7 +91,7 @@ impl Whoami {
                 self.provider
             )));
         }
-        let mut ask = TokenRequest::new(&self.subject, &self.provider).elicit();
+        let mut ask = self.ask().elicit();
         if let Some(state) = &req.request_state {
             ask = ask.request_state(state).wait(Duration::from_secs(20));
         }
@@ -133,7 +144,8 @@ impl Whoami {
         }
         // `accept` only means the user opened the URL: wait for mcp-connect to say it is done.
         for _ in 0..5 {
-            let ask = TokenRequest::new(&self.subject, &self.provider)
+            let ask = self
+                .ask()
                 .elicitation_id(&el.id)
                 .wait(Duration::from_secs(60));
             match self.connect.token(&ask).await {
@@ -206,6 +218,8 @@ async fn main() -> anyhow::Result<()> {
         provider: env("PROVIDER")?,
         provider_api: env("PROVIDER_API")?,
         subject: env("MCP_SUBJECT")?,
+        // Over stdio the MCP client hands over the user's access token out of band.
+        subject_token: std::env::var("MCP_SUBJECT_TOKEN").ok(),
         http: reqwest::Client::new(),
     };
     let running = server.serve(rmcp::transport::stdio()).await?;

@@ -163,10 +163,16 @@ impl std::fmt::Debug for Token {
 }
 
 /// `POST /v1/tokens`.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Clone, Default, Serialize)]
 pub struct TokenRequest {
     pub subject: String,
+    /// Proof of subject: the MCP access token the user presented to this MCP server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject_token: Option<String>,
     pub provider: String,
+    /// Scopes this call needs (more than the grant holds: `authorization_required`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_ttl_seconds: Option<i64>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -181,6 +187,23 @@ pub struct TokenRequest {
     pub wait_seconds: Option<u64>,
 }
 
+impl std::fmt::Debug for TokenRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenRequest")
+            .field("subject", &self.subject)
+            .field(
+                "subject_token",
+                &self.subject_token.as_ref().map(|_| "[redacted]"),
+            )
+            .field("provider", &self.provider)
+            .field("scopes", &self.scopes)
+            .field("elicit", &self.elicit)
+            .field("elicitation_id", &self.elicitation_id)
+            .field("wait_seconds", &self.wait_seconds)
+            .finish_non_exhaustive()
+    }
+}
+
 impl TokenRequest {
     pub fn new(subject: impl Into<String>, provider: impl Into<String>) -> Self {
         Self {
@@ -188,6 +211,19 @@ impl TokenRequest {
             provider: provider.into(),
             ..Self::default()
         }
+    }
+
+    /// Proves the subject with the user's MCP access token (checked by mcp-connect at the
+    /// identity issuer; required for clients with `require_subject_token`).
+    pub fn subject_token(mut self, token: impl Into<String>) -> Self {
+        self.subject_token = Some(token.into());
+        self
+    }
+
+    /// The scopes this call needs; more than the grant holds asks the user for the union.
+    pub fn scopes<S: Into<String>>(mut self, scopes: impl IntoIterator<Item = S>) -> Self {
+        self.scopes = Some(scopes.into_iter().map(Into::into).collect());
+        self
     }
 
     /// When not connected, answer `authorization_required` with a ready elicitation.

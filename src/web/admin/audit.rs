@@ -34,6 +34,8 @@ pub const EVENTS: &[&str] = &[
     "connection.refreshed",
     "connection.needs_reauth",
     "connection.revoked",
+    "connection.client_removed",
+    "subject_token.refused",
     "admin.",
     "admin.connection_revoked",
     "admin.access_refused",

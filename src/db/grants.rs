@@ -1,0 +1,152 @@
+//! Which API clients may use a connection (`connection_clients`): the apps the user named when
+//! approving it. A connection is one provider grant per user and provider (what the provider
+//! itself holds for our OAuth client); the apps that share it are rows here.
+
+use sqlx::AnyConnection;
+
+use super::{Db, now};
+
+/// Lets `clients` use connection `id` (recording the elicitation that the user approved).
+pub async fn grant_clients(
+    conn: &mut AnyConnection,
+    id: &str,
+    clients: &[String],
+    elicitation_id: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    let at = now();
+    for client in clients {
+        sqlx::query(
+            "INSERT INTO connection_clients (connection_id, client_id, elicitation_id, granted_at) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (connection_id, client_id) \
+             DO UPDATE SET elicitation_id = excluded.elicitation_id, granted_at = excluded.granted_at",
+        )
+        .bind(id)
+        .bind(client)
+        .bind(elicitation_id)
+        .bind(at)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Forgets every client of connection `id` (it was revoked: a later grant names its own apps).
+pub async fn clear_clients(conn: &mut AnyConnection, id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM connection_clients WHERE connection_id = $1")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Takes `client`'s use of connection `id` away; returns how many clients still use it.
+pub async fn remove_client(
+    conn: &mut AnyConnection,
+    id: &str,
+    client: &str,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query("DELETE FROM connection_clients WHERE connection_id = $1 AND client_id = $2")
+        .bind(id)
+        .bind(client)
+        .execute(&mut *conn)
+        .await?;
+    let (n,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM connection_clients WHERE connection_id = $1")
+            .bind(id)
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(n)
+}
+
+/// The status of connection `(issuer, subject, provider)` before a connect flow stores its
+/// tokens, if the row exists.
+pub async fn existing_status(
+    conn: &mut AnyConnection,
+    issuer: &str,
+    subject: &str,
+    provider: &str,
+) -> Result<Option<(String, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, status FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3",
+    )
+    .bind(issuer)
+    .bind(subject)
+    .bind(provider)
+    .fetch_optional(&mut *conn)
+    .await
+}
+
+impl Db {
+    /// The clients that may use connection `id`, sorted.
+    pub async fn connection_clients(&self, id: &str) -> Result<Vec<String>, sqlx::Error> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT client_id FROM connection_clients WHERE connection_id = $1 ORDER BY client_id",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(c,)| c).collect())
+    }
+
+    /// Whether `client` may use connection `id` (one indexed read on the token path).
+    pub async fn client_may_use(&self, id: &str, client: &str) -> Result<bool, sqlx::Error> {
+        let read = || {
+            sqlx::query_as::<_, (i64,)>(
+                "SELECT 1 FROM connection_clients WHERE connection_id = $1 AND client_id = $2",
+            )
+            .bind(id)
+            .bind(client)
+            .fetch_optional(&self.pool)
+        };
+        // On the token hot path like `find_connection`: a pooled connection the server dropped
+        // since its last use fails here and leaves the pool; a read is safe to repeat.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match read().await {
+                Err(e) if attempt < 4 && super::is_dropped_connection(&e) => continue,
+                r => return Ok(r?.is_some()),
+            }
+        }
+    }
+
+    /// A live connection that no client holds (written before this table existed, or by an
+    /// older replica during a rolling upgrade) is adopted by the clients the user approved
+    /// (completed elicitations for it since its last revocation) or, when none is known, by
+    /// `fallback` (every client whose `providers` lists the provider: the rule before grants
+    /// belonged to apps), so no grant is lost. Returns the clients it has now.
+    pub async fn adopt_orphan(
+        &self,
+        id: &str,
+        fallback: &[String],
+    ) -> Result<Vec<String>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let (held,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM connection_clients WHERE connection_id = $1")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if held == 0 {
+            let approved: Vec<(String, String)> = sqlx::query_as(
+                "SELECT e.client_id, MAX(e.id) FROM elicitations e \
+                 WHERE e.connection_id = $1 AND e.status = 'completed' \
+                 AND COALESCE(e.finished_at, 0) >= COALESCE((SELECT MAX(a.at) FROM audit_events a \
+                     WHERE a.connection_id = $1 AND a.event = 'connection.revoked'), 0) \
+                 GROUP BY e.client_id",
+            )
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+            if approved.is_empty() {
+                grant_clients(&mut tx, id, fallback, None).await?;
+            } else {
+                for (client, eid) in &approved {
+                    grant_clients(&mut tx, id, std::slice::from_ref(client), Some(eid)).await?;
+                }
+            }
+            tracing::info!(connection_id = %id, "connection without clients adopted");
+        }
+        tx.commit().await?;
+        self.connection_clients(id).await
+    }
+}

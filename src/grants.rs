@@ -1,0 +1,238 @@
+//! Whose grant is it: the apps a user named when approving a connection (the requesting client,
+//! or every member of its `grant_group`), and proof of the subject an API client asks for (a
+//! `subject_token`: the MCP access token its user presented to it).
+
+use crate::AppState;
+use crate::config::ClientConfig;
+use crate::db::audit::AuditEvent;
+use crate::db::change::Change;
+use crate::db::connections::{Connection, ConnectionStatus};
+use crate::error::{Error, Result};
+use crate::identity::SubjectTokenError;
+use crate::tokens::RevocationReport;
+
+/// The longest `subject_token` accepted, in bytes.
+pub const MAX_SUBJECT_TOKEN_BYTES: usize = 8192;
+
+/// The header that carries a `subject_token` where there is no JSON body (`GET` and `DELETE
+/// /v1/connections`).
+pub const SUBJECT_TOKEN_HEADER: &str = "subject-token";
+
+impl AppState {
+    /// The clients a grant approved for `client` is for: its `grant_group`'s members (in
+    /// configuration order), or the client alone.
+    pub fn grant_members<'a>(&'a self, client: &'a ClientConfig) -> Vec<&'a ClientConfig> {
+        match &client.grant_group {
+            Some(g) => self
+                .clients
+                .iter()
+                .filter(|c| c.grant_group.as_ref() == Some(g))
+                .collect(),
+            None => vec![client],
+        }
+    }
+
+    /// A client's display name (its id when it is no longer configured).
+    pub fn client_name<'a>(&'a self, id: &'a str) -> &'a str {
+        self.clients
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| c.name.as_str())
+            .unwrap_or(id)
+    }
+
+    /// Whether `client` may use connection `c`: the user named it when approving the grant.
+    /// A live connection that no client holds yet is adopted first (see `Db::adopt_orphan`).
+    pub async fn may_use(&self, client: &ClientConfig, c: &Connection) -> Result<bool> {
+        if self.db.client_may_use(&c.id, &client.id).await? {
+            return Ok(true);
+        }
+        if c.status == ConnectionStatus::Revoked {
+            return Ok(false);
+        }
+        Ok(self.connection_apps(c).await?.contains(&client.id))
+    }
+
+    /// The ids of the clients that may use connection `c` (adopting an orphan, see `may_use`).
+    pub async fn connection_apps(&self, c: &Connection) -> Result<Vec<String>> {
+        let held = self.db.connection_clients(&c.id).await?;
+        if !held.is_empty() || c.status == ConnectionStatus::Revoked {
+            return Ok(held);
+        }
+        let fallback: Vec<String> = self
+            .clients
+            .iter()
+            .filter(|x| x.providers.contains(&c.provider))
+            .map(|x| x.id.clone())
+            .collect();
+        Ok(self.db.adopt_orphan(&c.id, &fallback).await?)
+    }
+
+    /// `DELETE /v1/connections/{id}` by `client`: it (and its grant group) can no longer use
+    /// the grant. When no other app the user approved uses it, the grant is revoked.
+    pub async fn disconnect_client(
+        &self,
+        c: &Connection,
+        client: &ClientConfig,
+        request_id: Option<&str>,
+    ) -> Result<RevocationReport> {
+        let apps = self.connection_apps(c).await?;
+        let members: Vec<&str> = self
+            .grant_members(client)
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect();
+        if apps.iter().all(|a| members.contains(&a.as_str())) {
+            return self.revoke_connection(c, &client.id, request_id).await;
+        }
+        let mut change = Change::begin(&self.db).await?;
+        let mut remaining = 0;
+        for m in &members {
+            remaining = crate::db::grants::remove_client(change.conn(), &c.id, m).await?;
+        }
+        if remaining == 0 {
+            // The other apps left meanwhile: this was the last one, so the grant goes.
+            drop(change);
+            return self.revoke_connection(c, &client.id, request_id).await;
+        }
+        let detail = members.join(" ");
+        change
+            .audit(AuditEvent {
+                event: "connection.client_removed",
+                actor: Some(&client.id),
+                issuer: Some(&c.issuer),
+                subject: Some(&c.subject),
+                provider: Some(&c.provider),
+                client_id: Some(&client.id),
+                connection_id: Some(&c.id),
+                request_id,
+                detail: Some(&detail),
+                ..Default::default()
+            })
+            .await?;
+        self.commit(change).await?;
+        Ok(RevocationReport {
+            connection_id: c.id.clone(),
+            refresh_token: "kept",
+            access_token: "kept",
+            tokens_deleted: false,
+            message: "This app can no longer use the grant. Other apps the user approved still use it, so the tokens were kept; the user can disconnect it entirely on their connections page.".into(),
+        })
+    }
+
+    /// The subject an API request is about. With a `subject_token`, the token proves it (its
+    /// `sub`, checked at the identity issuer) and an asserted `subject` must be the same; without
+    /// one, the asserted `subject` is taken as is, unless the client must send a token. Every
+    /// refusal is a 401 `invalid_subject_token` with an audit row.
+    pub async fn resolve_subject(
+        &self,
+        client: &ClientConfig,
+        subject: Option<&str>,
+        token: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<String> {
+        let Some(token) = token else {
+            if client.require_subject_token {
+                return Err(self
+                    .refuse_subject_token(
+                        client,
+                        subject,
+                        "missing",
+                        "this API client must prove the subject with subject_token (the user's MCP access token)",
+                        request_id,
+                    )
+                    .await);
+            }
+            let subject = subject.ok_or_else(|| Error::invalid("give subject or subject_token"))?;
+            crate::api::validate_subject(subject)?;
+            return Ok(subject.to_owned());
+        };
+        if let Some(s) = subject {
+            crate::api::validate_subject(s)?;
+        }
+        if token.is_empty() || token.len() > MAX_SUBJECT_TOKEN_BYTES || !token.is_ascii() {
+            return Err(self
+                .refuse_subject_token(
+                    client,
+                    subject,
+                    "malformed",
+                    "the subject_token must be 1 to 8192 ASCII characters",
+                    request_id,
+                )
+                .await);
+        }
+        let looks_like_jwt = token.split('.').count() == 3;
+        let checked = match (
+            &client.subject_token_audience,
+            client.subject_token_introspection,
+        ) {
+            (Some(aud), false) => self.identity.verify_access_token(token, aud).await,
+            (Some(aud), true) if looks_like_jwt => {
+                self.identity.verify_access_token(token, aud).await
+            }
+            (aud, true) => {
+                self.identity
+                    .introspect_access_token(token, aud.as_deref())
+                    .await
+            }
+            (None, false) => {
+                return Err(Error::invalid(
+                    "this API client accepts no subject_token: its operator sets subject_token_audience or subject_token_introspection",
+                ));
+            }
+        };
+        let proven = match checked {
+            Ok(sub) => sub,
+            Err(SubjectTokenError::Refused(reason, message)) => {
+                return Err(self
+                    .refuse_subject_token(client, subject, reason, message, request_id)
+                    .await);
+            }
+            Err(SubjectTokenError::Unavailable(e)) => {
+                tracing::warn!(error = format!("{e:#}"), "cannot check a subject_token");
+                return Err(Error::Unavailable(e));
+            }
+        };
+        crate::api::validate_subject(&proven).map_err(|_| {
+            Error::InvalidSubjectToken("the subject_token's sub is not a usable subject".into())
+        })?;
+        if let Some(s) = subject {
+            if s != proven {
+                return Err(self
+                    .refuse_subject_token(
+                        client,
+                        subject,
+                        "other_subject",
+                        "the subject_token belongs to another subject than the one asked for",
+                        request_id,
+                    )
+                    .await);
+            }
+        }
+        Ok(proven)
+    }
+
+    async fn refuse_subject_token(
+        &self,
+        client: &ClientConfig,
+        subject: Option<&str>,
+        reason: &str,
+        message: &str,
+        request_id: Option<&str>,
+    ) -> Error {
+        tracing::warn!(target: "security", client_id = %client.id, reason, "subject_token refused");
+        self.db
+            .audit(AuditEvent {
+                event: "subject_token.refused",
+                actor: Some(&client.id),
+                issuer: Some(self.identity.issuer()),
+                subject,
+                client_id: Some(&client.id),
+                request_id,
+                detail: Some(reason),
+                ..Default::default()
+            })
+            .await;
+        Error::InvalidSubjectToken(message.to_owned())
+    }
+}
