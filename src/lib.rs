@@ -20,6 +20,7 @@ pub mod events;
 pub mod http_client;
 pub mod identity;
 pub mod limits;
+pub mod listener;
 pub mod metrics;
 pub mod middleware;
 pub mod ops;
@@ -28,6 +29,7 @@ pub mod refresh_ahead;
 pub mod request_state;
 pub mod rotation;
 pub mod telemetry;
+pub mod token_cache;
 pub mod tokens;
 pub mod waiters;
 pub mod web;
@@ -59,6 +61,10 @@ pub struct AppInner {
     pub waiters: Waiters,
     pub events: events::Hub,
     pub refresh: tokens::RefreshCoordinator,
+    /// Recently used connection rows, sealed (`token_cache`).
+    pub token_cache: token_cache::TokenCache,
+    /// This process's name for other processes (`listener`).
+    pub process_tag: String,
     pub metrics: metrics::Metrics,
     pub limits: limits::Limits,
     pub shutdown: watch::Receiver<bool>,
@@ -90,6 +96,8 @@ impl AppState {
             providers: Providers::from_config(&config.providers),
             clients: config.clients.clone(),
             refresh: tokens::RefreshCoordinator::new(db.pool.options().get_max_connections()),
+            token_cache: token_cache::TokenCache::new(&config.cache),
+            process_tag: listener::process_tag(),
             metrics: metrics::Metrics::new(),
             config,
             db,
@@ -141,13 +149,7 @@ impl Application {
         let (shutdown_tx, shutdown) = watch::channel(false);
         let state = AppState::new(config, db, shutdown)?;
         let mut tasks = Vec::new();
-        if state.db.engine == db::Engine::Postgres {
-            tasks.push(
-                state
-                    .waiters
-                    .spawn_listener(state.config.database_url.clone()),
-            );
-        }
+        tasks.extend(listener::spawn(state.clone()));
         tasks.push(state.waiters.spawn_sweeper(state.db.clone()));
         tasks.push(spawn_cleanup(state.clone()));
         tasks.push(events::spawn_delivery(state.clone()));

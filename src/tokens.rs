@@ -95,7 +95,7 @@ impl AppState {
     /// (or regardless, with `force`).
     pub async fn fresh_token(
         &self,
-        c: Connection,
+        c: Arc<Connection>,
         provider: Arc<Provider>,
         min_ttl: i64,
         force: bool,
@@ -307,6 +307,7 @@ impl AppState {
                 tracing::warn!(connection_id = %c.id, provider = %c.provider, error = %summary, "refresh failed");
                 let mut change = lock.change(&self.db).await?;
                 record_refresh_failure(change.conn(), &c.id, &summary, false).await?;
+                change.connection_changed(&c.id);
                 self.commit(change).await?;
                 if !is_expired(&c) {
                     // The current token still works; hand it out rather than fail.
@@ -381,6 +382,7 @@ impl AppState {
         )
         .await?;
         if stored {
+            change.connection_changed(&c.id);
             change
                 .audit(conn_audit("connection.refreshed", c, request_id, None))
                 .await?;
@@ -401,6 +403,7 @@ impl AppState {
     ) -> Result<()> {
         let mut change = lock.change(&self.db).await?;
         record_refresh_failure(change.conn(), &c.id, error, true).await?;
+        change.connection_changed(&c.id);
         change
             .audit(conn_audit(
                 "connection.needs_reauth",
@@ -514,6 +517,7 @@ impl AppState {
         );
         let mut change = Change::begin(&self.db).await?;
         mark_revoked(change.conn(), &c.id, problems.first().map(String::as_str)).await?;
+        change.connection_changed(&c.id);
         change
             .audit(AuditEvent {
                 event: "connection.revoked",
@@ -531,6 +535,8 @@ impl AppState {
             .events(self.connection_event_rows(EventType::ConnectionRevoked, c)?)
             .await?;
         self.commit(change).await?;
+        // Every replica's token cache has dropped the row once this returns (`token_cache`).
+        self.token_cache.wait_for_replicas().await;
         Ok(report)
     }
 }

@@ -152,8 +152,7 @@ pub async fn fetch(
     }
 
     let connection = state
-        .db
-        .find_connection(state.identity.issuer(), &req.subject, &req.provider)
+        .connection_for_token(&req.subject, &req.provider)
         .await?
         .filter(|c| c.status != ConnectionStatus::Revoked);
     let Some(connection) = connection else {

@@ -59,7 +59,9 @@ struct Row {
     token_version: i64,
 }
 
-/// A connection as stored: token fields are still sealed.
+/// A connection as stored: token fields are still sealed, and stay so. No field holds a token
+/// in clear (`access_token`/`refresh_token` open one into a `SecretString` for the caller), so
+/// a `Connection` may be kept and shared (`token_cache`) without keeping a token in clear.
 #[derive(Debug, Clone)]
 pub struct Connection {
     pub id: String,
@@ -127,6 +129,16 @@ impl Connection {
 
     pub fn has_refresh_token(&self) -> bool {
         self.sealed_refresh_token.is_some()
+    }
+
+    pub fn has_access_token(&self) -> bool {
+        self.sealed_access_token.is_some()
+    }
+
+    /// Bytes of the sealed token fields (for the cache's size bound).
+    pub fn sealed_len(&self) -> usize {
+        self.sealed_access_token.as_ref().map_or(0, String::len)
+            + self.sealed_refresh_token.as_ref().map_or(0, String::len)
     }
 
     /// The ids of the keys that sealed this row's values.

@@ -216,6 +216,7 @@ pub async fn callback(
         },
     )
     .await?;
+    change.connection_changed(&connection_id);
     change
         .audit(AuditEvent {
             event: if reconnected {

@@ -19,4 +19,5 @@ mod rmcp_example;
 mod rotating_provider;
 mod signals;
 mod signin_hardening;
+mod token_cache;
 mod topology;
