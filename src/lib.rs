@@ -58,6 +58,8 @@ pub struct AppInner {
     pub identity: Identity,
     pub providers: Providers,
     pub clients: Vec<ClientConfig>,
+    /// The API clients by the SHA-256 of their key, built once (`api::ApiClient`).
+    pub clients_by_key: std::collections::HashMap<[u8; 32], Arc<ClientConfig>>,
     pub waiters: Waiters,
     pub events: events::Hub,
     pub refresh: tokens::RefreshCoordinator,
@@ -95,6 +97,11 @@ impl AppState {
             limits: limits::Limits::new(&config.limits),
             providers: Providers::from_config(&config.providers),
             clients: config.clients.clone(),
+            clients_by_key: config
+                .clients
+                .iter()
+                .map(|c| (c.api_key_sha256, Arc::new(c.clone())))
+                .collect(),
             refresh: tokens::RefreshCoordinator::new(db.pool.options().get_max_connections()),
             token_cache: token_cache::TokenCache::new(&config.cache),
             process_tag: listener::process_tag(),
