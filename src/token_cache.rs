@@ -415,3 +415,111 @@ impl crate::AppState {
         Ok(row)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(max_entries: usize, max_bytes: usize) -> TokenCache {
+        let c = TokenCache::new(&CacheConfig {
+            max_entries,
+            max_bytes,
+            ..CacheConfig::default()
+        });
+        c.synced(Instant::now());
+        c
+    }
+
+    fn row(n: usize) -> Arc<Connection> {
+        Arc::new(Connection::for_tests(
+            &format!("c{n}"),
+            &format!("user{n}"),
+            "acme",
+            "k1.sealed",
+        ))
+    }
+
+    fn ticket(c: &TokenCache, n: usize) -> Ticket {
+        match c.get(&format!("user{n}"), "acme") {
+            Lookup::Miss(t) => t,
+            Lookup::Hit(_) => panic!("user{n} is cached"),
+            Lookup::Bypass => panic!("bypass"),
+        }
+    }
+
+    fn is_hit(c: &TokenCache, n: usize) -> bool {
+        matches!(c.get(&format!("user{n}"), "acme"), Lookup::Hit(_))
+    }
+
+    #[test]
+    fn bounded_by_entries_and_bytes_oldest_out_first() {
+        let c = cache(3, 1 << 20);
+        for n in 0..5 {
+            let t = ticket(&c, n);
+            c.fill(t, &row(n));
+        }
+        let s = c.stats();
+        assert_eq!(s.entries, 3);
+        assert!(!is_hit(&c, 0) && !is_hit(&c, 1));
+        assert!(is_hit(&c, 2) && is_hit(&c, 3) && is_hit(&c, 4));
+
+        let one = size_of_row(&row(0));
+        let c = cache(100, 2 * one + one / 2);
+        for n in 0..4 {
+            let t = ticket(&c, n);
+            c.fill(t, &row(n));
+        }
+        assert_eq!(c.stats().entries, 2);
+        assert!(c.stats().bytes <= (2 * one + one / 2) as u64);
+    }
+
+    #[test]
+    fn a_change_applied_during_a_read_keeps_the_read_row_out() {
+        let c = cache(10, 1 << 20);
+        let t = ticket(&c, 1);
+        // The row was read, then a change to some connection was applied before the fill.
+        c.invalidate("c-anything");
+        c.fill(t, &row(1));
+        assert!(!c.holds("c1"));
+        let t = ticket(&c, 1);
+        c.fill(t, &row(1));
+        assert!(c.holds("c1"));
+        c.invalidate("c1");
+        assert!(!c.holds("c1") && !is_hit(&c, 1));
+    }
+
+    #[test]
+    fn without_a_current_feed_the_cache_is_bypassed_and_starts_empty() {
+        let c = cache(10, 1 << 20);
+        let t = ticket(&c, 1);
+        c.fill(t, &row(1));
+        assert!(is_hit(&c, 1));
+        c.lost_sync();
+        assert!(matches!(c.get("user1", "acme"), Lookup::Bypass));
+        assert_eq!(c.stats().entries, 0);
+        // Confirmed, but longer ago than the window: still bypassed.
+        c.synced(Instant::now() - c.window() - Duration::from_millis(1));
+        assert!(matches!(c.get("user1", "acme"), Lookup::Bypass));
+        c.synced(Instant::now());
+        assert!(matches!(c.get("user1", "acme"), Lookup::Miss(_)));
+    }
+
+    #[test]
+    fn rows_not_worth_keeping_are_not_kept() {
+        let c = cache(10, 1 << 20);
+        let mut expired = Connection::for_tests("c1", "user1", "acme", "k1.x");
+        expired.expires_at = Some(crate::db::now() - 1);
+        let t = ticket(&c, 1);
+        c.fill(t, &Arc::new(expired));
+        let mut revoked = Connection::for_tests("c1", "user1", "acme", "k1.x");
+        revoked.status = ConnectionStatus::Revoked;
+        c.fill(t, &Arc::new(revoked));
+        assert_eq!(c.stats().entries, 0);
+        let off = TokenCache::new(&CacheConfig {
+            max_entries: 0,
+            ..CacheConfig::default()
+        });
+        off.synced(Instant::now());
+        assert!(matches!(off.get("user1", "acme"), Lookup::Bypass));
+    }
+}

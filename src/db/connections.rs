@@ -482,6 +482,31 @@ pub async fn mark_revoked(
 }
 
 #[cfg(test)]
+impl Connection {
+    /// An active row with a sealed-looking access token, for unit tests.
+    pub(crate) fn for_tests(id: &str, subject: &str, provider: &str, sealed: &str) -> Self {
+        Self {
+            id: id.into(),
+            issuer: "https://issuer.test".into(),
+            subject: subject.into(),
+            provider: provider.into(),
+            status: ConnectionStatus::Active,
+            scopes: vec!["read".into()],
+            token_type: "Bearer".into(),
+            sealed_access_token: Some(sealed.into()),
+            sealed_refresh_token: None,
+            expires_at: Some(now() + 3600),
+            account_label: None,
+            created_at: now(),
+            updated_at: now(),
+            last_refresh_at: None,
+            last_error: None,
+            token_version: 0,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
