@@ -90,6 +90,8 @@ struct RawConfig {
     outbound_allow_cidrs: Vec<String>,
     #[serde(default)]
     limits: RawLimits,
+    #[serde(default)]
+    cache: RawCache,
     identity: Option<RawIdentity>,
     #[serde(default)]
     clients: Vec<RawClient>,
@@ -148,6 +150,43 @@ struct RawLimits {
     tracked_addresses: Option<u64>,
     #[serde(default)]
     trusted_proxies: Vec<String>,
+}
+
+/// `[cache]` as written; every key is optional.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    max_entries: Option<u64>,
+    max_bytes: Option<u64>,
+    max_age_seconds: Option<u64>,
+    sync_window_ms: Option<u64>,
+}
+
+/// The per-process cache of connection rows used by `POST /v1/tokens` (`[cache]`; see
+/// `token_cache`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Rows kept at most (0 turns the cache off).
+    pub max_entries: usize,
+    /// Bytes of rows kept at most (an estimate of each row's heap size).
+    pub max_bytes: usize,
+    /// A row is kept at most this long (and never past its token's expiry).
+    pub max_age_seconds: u64,
+    /// Every replica applies every committed change to a connection within this window, or
+    /// stops using its cache; a revocation waits this long before it answers, so no replica
+    /// hands the revoked token out afterwards.
+    pub sync_window_ms: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            max_entries: 50_000,
+            max_bytes: 64 * 1024 * 1024,
+            max_age_seconds: 300,
+            sync_window_ms: 100,
+        }
+    }
 }
 
 /// Timeouts, caps and rate limits at the service's edge (`[limits]`). The defaults are aimed at
@@ -497,6 +536,7 @@ pub struct Config {
     /// The SSRF guard's policy (`outbound_allow_cidrs`): ranges outbound calls may reach although
     /// their class (loopback, private, ...) is refused.
     pub outbound: crate::outbound::Policy,
+    pub cache: CacheConfig,
     pub identity: IdentityConfig,
     pub clients: Vec<ClientConfig>,
     pub admin: AdminConfig,
@@ -525,6 +565,7 @@ impl fmt::Debug for Config {
             )
             .field("limits", &self.limits)
             .field("outbound", &self.outbound)
+            .field("cache", &self.cache)
             .field("identity", &self.identity)
             .field("clients", &self.clients)
             .field("providers", &self.providers)
@@ -911,6 +952,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     // URLs we call, known now: checked against the SSRF guard's address rules below.
     let mut called: Vec<(String, Url)> = Vec::new();
     let branding = crate::branding::validate(raw.branding, &mut err);
+    let cache = validate_cache(raw.cache, &mut err);
     match (&raw.admin.claim, raw.admin.claim_values.is_empty()) {
         (Some(c), true) => err(
             "admin.claim_values",
@@ -1318,6 +1360,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             metrics_token: raw.metrics_token,
             limits,
             outbound,
+            cache,
             identity,
             clients,
             admin: raw.admin,
@@ -1328,6 +1371,51 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             "(config)",
             "incomplete",
         )])),
+    }
+}
+
+fn validate_cache(raw: RawCache, err: &mut impl FnMut(&str, String)) -> CacheConfig {
+    let d = CacheConfig::default();
+    let mut bounded = |key: &str, v: Option<u64>, default: u64, min: u64, max: u64| -> u64 {
+        let v = v.unwrap_or(default);
+        if !(min..=max).contains(&v) {
+            err(
+                &format!("cache.{key}"),
+                format!("must be between {min} and {max}"),
+            );
+            return default;
+        }
+        v
+    };
+    CacheConfig {
+        max_entries: bounded(
+            "max_entries",
+            raw.max_entries,
+            d.max_entries as u64,
+            0,
+            10_000_000,
+        ) as usize,
+        max_bytes: bounded(
+            "max_bytes",
+            raw.max_bytes,
+            d.max_bytes as u64,
+            4096,
+            1 << 36,
+        ) as usize,
+        max_age_seconds: bounded(
+            "max_age_seconds",
+            raw.max_age_seconds,
+            d.max_age_seconds,
+            1,
+            86_400,
+        ),
+        sync_window_ms: bounded(
+            "sync_window_ms",
+            raw.sync_window_ms,
+            d.sync_window_ms,
+            20,
+            10_000,
+        ),
     }
 }
 
@@ -1791,6 +1879,44 @@ client_secret = "gh-super-secret"
         )
         .unwrap();
         assert!(!format!("{c:?}").contains("metrics-token-0123456789"));
+    }
+
+    #[test]
+    fn cache_settings_have_defaults_and_are_validated() {
+        let c = Config::from_parts(&base(), &[]).unwrap();
+        assert_eq!(c.cache, CacheConfig::default());
+        let c = Config::from_parts(
+            &format!(
+                "{}\n[cache]\nmax_entries = 0\nsync_window_ms = 250\n",
+                base()
+            ),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.cache.max_entries, 0);
+        assert_eq!(c.cache.sync_window_ms, 250);
+        let e = Config::from_parts(
+            &format!(
+                "{}\n[cache]\nsync_window_ms = 5\nmax_age_seconds = 0\nttl = 3\n",
+                base()
+            ),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("ttl"), "{e}");
+        let e = Config::from_parts(
+            &format!(
+                "{}\n[cache]\nsync_window_ms = 5\nmax_age_seconds = 0\n",
+                base()
+            ),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        for key in ["`cache.sync_window_ms`", "`cache.max_age_seconds`"] {
+            assert!(e.contains(key), "{key} not named: {e}");
+        }
     }
 
     #[test]

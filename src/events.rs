@@ -246,6 +246,16 @@ impl AppState {
         for id in &a.elicitations {
             self.waiters.wake_local(id);
         }
+        for id in &a.connections {
+            self.token_cache.invalidate(id);
+        }
+    }
+
+    /// Another process recorded events for `client_id` (`*`: perhaps for anyone): wake the
+    /// event streams and the webhook deliverer here.
+    pub fn events_arrived(&self, client_id: &str) {
+        let _ = self.events.tx.send(client_id.to_owned());
+        self.events.outbox.notify_one();
     }
 }
 

@@ -24,6 +24,7 @@ pub mod http_client;
 pub mod i18n;
 pub mod identity;
 pub mod limits;
+pub mod listener;
 pub mod metrics;
 pub mod middleware;
 pub mod ops;
@@ -34,6 +35,7 @@ pub mod request_state;
 pub mod rotation;
 pub mod scopes;
 pub mod telemetry;
+pub mod token_cache;
 pub mod tokens;
 pub mod waiters;
 pub mod web;
@@ -62,9 +64,15 @@ pub struct AppInner {
     pub identity: Identity,
     pub providers: Providers,
     pub clients: Vec<ClientConfig>,
+    /// The API clients by the SHA-256 of their key, built once (`api::ApiClient`).
+    pub clients_by_key: std::collections::HashMap<[u8; 32], Arc<ClientConfig>>,
     pub waiters: Waiters,
     pub events: events::Hub,
     pub refresh: tokens::RefreshCoordinator,
+    /// Recently used connection rows, sealed (`token_cache`).
+    pub token_cache: token_cache::TokenCache,
+    /// This process's name for other processes (`listener`).
+    pub process_tag: String,
     pub metrics: metrics::Metrics,
     pub limits: limits::Limits,
     pub shutdown: watch::Receiver<bool>,
@@ -104,7 +112,14 @@ impl AppState {
             limits: limits::Limits::new(&config.limits),
             providers,
             clients: config.clients.clone(),
+            clients_by_key: config
+                .clients
+                .iter()
+                .map(|c| (c.api_key_sha256, Arc::new(c.clone())))
+                .collect(),
             refresh: tokens::RefreshCoordinator::new(db.pool.options().get_max_connections()),
+            token_cache: token_cache::TokenCache::new(&config.cache),
+            process_tag: listener::process_tag(),
             metrics: metrics::Metrics::new(),
             config,
             db,
@@ -156,13 +171,7 @@ impl Application {
         let (shutdown_tx, shutdown) = watch::channel(false);
         let state = AppState::new(config, db, shutdown)?;
         let mut tasks = Vec::new();
-        if state.db.engine == db::Engine::Postgres {
-            tasks.push(
-                state
-                    .waiters
-                    .spawn_listener(state.config.database_url.clone()),
-            );
-        }
+        tasks.extend(listener::spawn(state.clone()));
         tasks.push(state.waiters.spawn_sweeper(state.db.clone()));
         tasks.push(spawn_cleanup(state.clone()));
         tasks.push(events::spawn_delivery(state.clone()));

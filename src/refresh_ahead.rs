@@ -63,7 +63,13 @@ async fn scan(state: &AppState) {
         let id = c.id.clone();
         // Expiring: refresh to get `margin` of validity. Idle: refresh regardless.
         let r = state
-            .fresh_token(c, provider, cfg.margin_seconds as i64, !expiring, None)
+            .fresh_token(
+                std::sync::Arc::new(c),
+                provider,
+                cfg.margin_seconds as i64,
+                !expiring,
+                None,
+            )
             .await;
         match r {
             Ok(_) => tracing::debug!(connection_id = %id, expiring, "refreshed ahead"),

@@ -98,7 +98,7 @@ impl AppState {
     /// (or regardless, with `force`).
     pub async fn fresh_token(
         &self,
-        c: Connection,
+        c: Arc<Connection>,
         provider: Arc<Provider>,
         min_ttl: i64,
         force: bool,
@@ -316,6 +316,7 @@ impl AppState {
                 tracing::warn!(connection_id = %c.id, provider = %c.provider, error = %summary, "refresh failed");
                 let mut change = lock.change(&self.db).await?;
                 record_refresh_failure(change.conn(), &c.id, &summary, false).await?;
+                change.connection_changed(&c.id);
                 self.commit(change).await?;
                 if !is_expired(&c) {
                     // The current token still works; hand it out rather than fail.
@@ -390,6 +391,7 @@ impl AppState {
         )
         .await?;
         if stored {
+            change.connection_changed(&c.id);
             change
                 .audit(conn_audit("connection.refreshed", c, request_id, None))
                 .await?;
@@ -411,6 +413,7 @@ impl AppState {
         let apps = self.connection_apps(c).await?;
         let mut change = lock.change(&self.db).await?;
         record_refresh_failure(change.conn(), &c.id, error, true).await?;
+        change.connection_changed(&c.id);
         change
             .audit(conn_audit(
                 "connection.needs_reauth",
@@ -554,6 +557,7 @@ impl AppState {
         let apps = self.connection_apps(c).await?;
         let mut change = Change::begin(&self.db).await?;
         mark_revoked(change.conn(), &c.id, problems.first().map(String::as_str)).await?;
+        change.connection_changed(&c.id);
         change
             .audit(AuditEvent {
                 event: "connection.revoked",
@@ -571,6 +575,8 @@ impl AppState {
             .events(self.connection_event_rows(EventType::ConnectionRevoked, c, &apps)?)
             .await?;
         self.commit(change).await?;
+        // Every replica's token cache has dropped the row once this returns (`token_cache`).
+        self.token_cache.wait_for_replicas().await;
         Ok(report)
     }
 }

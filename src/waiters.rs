@@ -19,7 +19,6 @@ use crate::db::elicitations::{Elicitation, ElicitationStatus};
 use crate::db::{Db, now};
 use crate::error::Result;
 
-use crate::db::change::ELICITATION_CHANNEL as CHANNEL;
 /// How often the sweep looks up the elicitations being waited on.
 const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// Elicitation ids per sweep query.
@@ -100,39 +99,10 @@ impl Waiters {
     }
 
     /// Wakes the waiters of `id` in this process. Other replicas learn of the change from the
-    /// notification sent in its transaction (`Change::elicitation_changed`).
+    /// notification sent in its transaction (`Change::elicitation_changed`), which their
+    /// listener (`listener.rs`) hands here.
     pub fn wake_local(&self, id: &str) {
         self.registry.wake(id);
-    }
-
-    /// Forwards Postgres notifications from other replicas until shutdown.
-    pub fn spawn_listener(&self, database_url: String) -> tokio::task::JoinHandle<()> {
-        let registry = self.registry.clone();
-        let mut shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            loop {
-                let listen = async {
-                    let mut l = sqlx::postgres::PgListener::connect(&database_url).await?;
-                    l.listen(CHANNEL).await?;
-                    loop {
-                        let n = l.recv().await?;
-                        registry.wake(n.payload());
-                    }
-                    #[allow(unreachable_code)]
-                    Ok::<(), sqlx::Error>(())
-                };
-                tokio::select! {
-                    r = listen => if let Err(e) = r {
-                        tracing::warn!(error = %e, "elicitation listener lost its connection; retrying");
-                    },
-                    _ = shutdown.changed() => return,
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = shutdown.changed() => return,
-                }
-            }
-        })
     }
 
     /// Looks up the elicitations being waited on every `SWEEP_EVERY` and wakes the waiters of

@@ -117,7 +117,11 @@ pub fn config_toml(
         .refresh_ahead_seconds
         .map(|s| format!("refresh_ahead_seconds = {s}"))
         .unwrap_or_default();
-    format!(
+    // `BENCH_CACHE_MAX_ENTRIES=0` runs the app without its token cache (an A/B in one build).
+    let cache = std::env::var("BENCH_CACHE_MAX_ENTRIES")
+        .map(|n| format!("\n[cache]\nmax_entries = {n}\n"))
+        .unwrap_or_default();
+    let toml = format!(
         r#"
 public_url = "{public}"
 listen = "{listen}"
@@ -146,7 +150,8 @@ scopes = ["openid", "offline_access", "api"]
 "#,
         identity = peers.identity,
         upstream = peers.upstream,
-    )
+    );
+    toml + &cache
 }
 
 pub fn keyring() -> anyhow::Result<KeyRing> {

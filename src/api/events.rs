@@ -20,8 +20,11 @@ use crate::error::Result;
 
 /// A comment line this often keeps proxies from closing an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// Events written by other replicas are noticed at least this often.
+/// Events written by other SQLite processes (which cannot notify) are noticed this often.
 const POLL_EVERY: Duration = Duration::from_secs(1);
+/// On Postgres every replica's listener is told of new events (the events trigger, migration
+/// 0016) and wakes the streams of that client; this look is only a safety net.
+const POLL_EVERY_NOTIFIED: Duration = Duration::from_secs(30);
 /// On Postgres, sequence numbers are handed out at insert but become visible at commit, so a
 /// lower one can appear after a higher one. The stream keeps looking this far back.
 const SETTLE: Duration = Duration::from_secs(5);
@@ -122,10 +125,23 @@ async fn next_event(c: &mut Cursor) -> Option<Event> {
             }
             Err(e) => tracing::warn!(error = %e, "event stream could not read events"),
         }
-        tokio::select! {
-            _ = c.rx.recv() => {}
-            _ = tokio::time::sleep(POLL_EVERY) => {}
-            r = c.shutdown.changed() => if r.is_err() { return None },
+        let poll = if c.state.db.engine == crate::db::Engine::Postgres {
+            POLL_EVERY_NOTIFIED
+        } else {
+            POLL_EVERY
+        };
+        let look_again = tokio::time::sleep(poll);
+        tokio::pin!(look_again);
+        loop {
+            tokio::select! {
+                r = c.rx.recv() => match r {
+                    // Another client's events: nothing to read for this stream.
+                    Ok(id) if id != c.client_id && id != "*" => continue,
+                    _ => break,
+                },
+                _ = &mut look_again => break,
+                r = c.shutdown.changed() => if r.is_err() { return None } else { break },
+            }
         }
     }
 }

@@ -241,8 +241,7 @@ pub async fn fetch(
     }
 
     let mut connection = state
-        .db
-        .find_connection(state.identity.issuer(), &subject, &req.provider)
+        .connection_for_token(&subject, &req.provider)
         .await?
         .filter(|c| c.status != ConnectionStatus::Revoked);
     // Another app's grant is, for this client, no grant at all (and says nothing about it).

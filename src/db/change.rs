@@ -29,6 +29,9 @@ pub struct Announce {
     pub event_clients: Vec<String>,
     /// Elicitations whose status changed.
     pub elicitations: Vec<String>,
+    /// Connections written (their cached rows here are dropped at once; other processes
+    /// learn of it from the connections trigger, see `token_cache`).
+    pub connections: Vec<String>,
 }
 
 impl Change {
@@ -74,6 +77,12 @@ impl Change {
         }
         self.announce.elicitations.push(id.to_owned());
         Ok(())
+    }
+
+    /// Marks connection `id` as written in this change: this process's cached row goes as soon
+    /// as the change commits.
+    pub fn connection_changed(&mut self, id: &str) {
+        self.announce.connections.push(id.to_owned());
     }
 
     /// Commits; returns what to announce in this process (see `AppState::commit`).

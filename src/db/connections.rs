@@ -61,7 +61,9 @@ struct Row {
     metadata: Option<String>,
 }
 
-/// A connection as stored: token fields are still sealed.
+/// A connection as stored: token fields are still sealed, and stay so. No field holds a token
+/// in clear (`access_token`/`refresh_token` open one into a `SecretString` for the caller), so
+/// a `Connection` may be kept and shared (`token_cache`) without keeping a token in clear.
 #[derive(Debug, Clone)]
 pub struct Connection {
     pub id: String,
@@ -145,6 +147,16 @@ impl Connection {
 
     pub fn has_refresh_token(&self) -> bool {
         self.sealed_refresh_token.is_some()
+    }
+
+    pub fn has_access_token(&self) -> bool {
+        self.sealed_access_token.is_some()
+    }
+
+    /// Bytes of the sealed token fields (for the cache's size bound).
+    pub fn sealed_len(&self) -> usize {
+        self.sealed_access_token.as_ref().map_or(0, String::len)
+            + self.sealed_refresh_token.as_ref().map_or(0, String::len)
     }
 
     /// The ids of the keys that sealed this row's values.
@@ -503,6 +515,33 @@ pub async fn mark_revoked(
     .execute(&mut *conn)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+#[cfg(test)]
+impl Connection {
+    /// An active row with a sealed-looking access token, for unit tests.
+    pub(crate) fn for_tests(id: &str, subject: &str, provider: &str, sealed: &str) -> Self {
+        Self {
+            id: id.into(),
+            issuer: "https://issuer.test".into(),
+            subject: subject.into(),
+            provider: provider.into(),
+            status: ConnectionStatus::Active,
+            scopes: vec!["read".into()],
+            token_type: "Bearer".into(),
+            sealed_access_token: Some(sealed.into()),
+            sealed_refresh_token: None,
+            expires_at: Some(now() + 3600),
+            account_label: None,
+            created_at: now(),
+            updated_at: now(),
+            last_refresh_at: None,
+            last_error: None,
+            token_version: 0,
+            params: Default::default(),
+            metadata: Default::default(),
+        }
+    }
 }
 
 #[cfg(test)]

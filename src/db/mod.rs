@@ -156,6 +156,14 @@ impl Db {
             .execute(&self.pool)
             .await?
             .rows_affected();
+        // The connection change log (SQLite; see `listener`): every process reads it within
+        // milliseconds, or starts over from a flushed cache.
+        if self.engine == Engine::Sqlite {
+            sqlx::query("DELETE FROM connection_changes WHERE changed_at < $1")
+                .bind(now - 600)
+                .execute(&self.pool)
+                .await?;
+        }
         Ok(n)
     }
 }

@@ -258,6 +258,7 @@ pub async fn submit(
     }
     let apps = super::provider_callback::grant_apps(&state, &e.client_id);
     crate::db::grants::grant_clients(change.conn(), &connection_id, &apps, Some(&e.id)).await?;
+    change.connection_changed(&connection_id);
     change
         .audit(AuditEvent {
             event: if reconnected {

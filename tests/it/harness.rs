@@ -456,6 +456,9 @@ impl TestApp {
         .execute(&self.state.db.pool)
         .await
         .unwrap();
+        // A write outside the app reaches token caches within their sync window.
+        tokio::time::sleep(self.state.token_cache.window() + std::time::Duration::from_millis(20))
+            .await;
     }
 
     /// Every test that shuts its app down checks this: no audit event holds a secret, a token

@@ -29,5 +29,6 @@ mod rotating_provider;
 mod signals;
 mod signin_hardening;
 mod ssrf;
+mod token_cache;
 mod topology;
 mod upgrade;
