@@ -13,9 +13,10 @@ use super::{ApiClient, ApiJson, validate_subject};
 use crate::AppState;
 use crate::db::connections::ConnectionStatus;
 use crate::db::elicitations::ElicitationStatus;
-use crate::elicitations::rfc3339;
 use crate::error::{Error, Result};
+use crate::ids::{ProviderName, Subject, UserRef};
 use crate::middleware::request_id;
+use crate::time::rfc3339;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -25,12 +26,13 @@ pub struct TokenRequest {
     #[schema(
         min_length = 1,
         max_length = 255,
-        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$"
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$",
+        value_type = String
     )]
-    pub subject: String,
+    pub subject: Subject,
     /// A provider this API client may use (a configured provider name: letters, digits, - and _).
-    #[schema(pattern = r"^[A-Za-z0-9_-]+$")]
-    pub provider: String,
+    #[schema(pattern = r"^[A-Za-z0-9_-]+$", value_type = String)]
+    pub provider: ProviderName,
     /// Refresh first when the token expires within this many seconds (default 60, at most
     /// 86400).
     #[schema(minimum = 0, maximum = 86400)]
@@ -105,10 +107,9 @@ pub async fn fetch(
                 sealed,
                 &crate::request_state::Expected {
                     client_id: &client.0.id,
-                    issuer: state.identity.issuer(),
-                    subject: &req.subject,
+                    user: UserRef::new(state.identity.issuer(), req.subject.clone()),
                     provider: &req.provider,
-                    now: crate::db::now(),
+                    now: crate::time::now(),
                 },
             )?;
             Some(rs.elicitation_id)
@@ -119,7 +120,9 @@ pub async fn fetch(
     let mut declined = None;
     if let Some(eid) = &awaited {
         let mut e = state.client_elicitation(&client.0, eid).await?;
-        if e.subject != req.subject || e.provider != req.provider {
+        if e.user_ref() != UserRef::new(state.identity.issuer(), req.subject.clone())
+            || e.provider != req.provider
+        {
             return Err(Error::invalid(
                 "the elicitation was made for another subject or provider",
             ));
@@ -142,7 +145,7 @@ pub async fn fetch(
             }
             _ => {}
         }
-        if e.effective_status(crate::db::now()) == ElicitationStatus::Declined {
+        if e.effective_status(crate::time::now()) == ElicitationStatus::Declined {
             declined = Some(e.id.clone());
         }
     } else if req.wait_seconds.is_some() {
@@ -174,8 +177,8 @@ pub async fn fetch(
             });
         }
         return Err(Error::NotConnected {
-            subject: req.subject,
-            provider: req.provider,
+            subject: req.subject.into(),
+            provider: req.provider.into(),
         });
     };
     match state

@@ -15,7 +15,7 @@ use super::flow::start_sign_in;
 use super::pages::render;
 use super::session::BrowserSession;
 use crate::AppState;
-use crate::db::audit::AuditEvent;
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::Connection;
 use crate::db::connections::ConnectionStatus;
 use crate::elicitations::is_valid_id;
@@ -162,7 +162,7 @@ async fn own_connection(
         return Err(not_yours());
     }
     let c = state.db.get_connection(id).await?.ok_or_else(not_yours)?;
-    if c.issuer != user.issuer || c.subject != user.subject {
+    if c.user_ref() != user.user_ref() {
         return Err(not_yours());
     }
     Ok((user, c))
@@ -240,7 +240,7 @@ pub async fn reconnect(
     state
         .db
         .audit(AuditEvent {
-            event: "connection.reconnect_started",
+            event: AuditAction::ConnectionReconnectStarted,
             actor: Some(&user.subject),
             issuer: Some(&c.issuer),
             subject: Some(&c.subject),

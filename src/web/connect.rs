@@ -12,13 +12,14 @@ use super::flow::{start_provider, start_sign_in};
 use super::pages::{ConsentPage, MessagePage, SignOutForm, render};
 use super::session::BrowserSession;
 use crate::AppState;
-use crate::db::audit::AuditEvent;
-use crate::db::elicitations::{Elicitation, ElicitationStatus};
-use crate::db::now;
-use crate::elicitations::{is_valid_id, rfc3339};
+use crate::db::audit::{AuditAction, AuditEvent};
+use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
+use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
 use crate::identity::SignedInUser;
 use crate::middleware::request_id;
+use crate::time::now;
+use crate::time::readable;
 
 fn invalid_link() -> Error {
     Error::page(
@@ -90,7 +91,7 @@ pub async fn own_pending_elicitation(
 }
 
 pub fn same_user(user: &SignedInUser, e: &Elicitation) -> bool {
-    user.issuer == e.issuer && user.subject == e.subject
+    user.user_ref() == e.user_ref()
 }
 
 pub fn shown_name(user: &SignedInUser) -> &str {
@@ -122,7 +123,7 @@ async fn refuse_other_user(
     state
         .db
         .audit(AuditEvent {
-            event: "elicitation.subject_mismatch_refused",
+            event: AuditAction::ElicitationSubjectMismatchRefused,
             actor: Some(&user.subject),
             issuer: Some(&user.issuer),
             subject: e.map(|e| e.subject.as_str()),
@@ -189,7 +190,7 @@ pub async fn show(
             provider,
             scopes: &e.scopes,
             csrf: &csrf,
-            expires_at: &rfc3339(e.expires_at).replace('T', " ").replace('Z', ""),
+            expires_at: &readable(e.expires_at),
         },
         StatusCode::OK,
     ))
@@ -276,7 +277,7 @@ pub async fn answer(
         "continue" => start_provider(&state, &session, &e, &provider).await,
         "decline" => {
             state
-                .finish_elicitation(&e, ElicitationStatus::Declined, None, None, rid.as_deref())
+                .finish_elicitation(&e, Ending::Declined { reason: None }, rid.as_deref())
                 .await?;
             let client = state
                 .clients

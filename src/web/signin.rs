@@ -18,9 +18,9 @@ use super::session::BrowserSession;
 use super::state_refusals::{Callback, Context, Reason};
 use crate::AppState;
 use crate::crypto::sha256_b64;
-use crate::db::now;
 use crate::error::{Error, Result};
 use crate::middleware::request_id;
+use crate::time::now;
 
 fn sign_in_failed(message: &str) -> Error {
     Error::page(

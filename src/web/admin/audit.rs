@@ -58,7 +58,7 @@ impl From<&AuditRow> for Row {
         let s = |v: &Option<String>| v.clone().unwrap_or_default();
         Self {
             at: when(r.at),
-            event: r.event.clone(),
+            event: r.event.as_str().to_owned(),
             actor: s(&r.actor),
             subject: s(&r.subject),
             provider: s(&r.provider),

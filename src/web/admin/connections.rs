@@ -12,11 +12,11 @@ use serde::Deserialize;
 use super::{Admin, PAGE_SIZE, Pager, filter_value, gate, page_number, when, when_opt};
 use crate::AppState;
 use crate::admin_or_respond;
-use crate::db::audit::{AuditEvent, AuditFilter, AuditRow};
+use crate::db::audit::{AuditAction, AuditEvent, AuditFilter, AuditRow};
 use crate::db::connections::{Connection, ConnectionFilter, ConnectionStatus};
-use crate::db::now;
 use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
+use crate::time::now;
 use crate::web::connect::check_origin;
 use crate::web::pages::render;
 use crate::web::session::BrowserSession;
@@ -188,7 +188,7 @@ impl From<&AuditRow> for HistoryRow {
     fn from(r: &AuditRow) -> Self {
         Self {
             at: when(r.at),
-            event: r.event.clone(),
+            event: r.event.as_str().to_owned(),
             actor: r.actor.clone().unwrap_or_default(),
             client: r.client_id.clone().unwrap_or_default(),
             request_id: r.request_id.clone().unwrap_or_default(),
@@ -396,7 +396,6 @@ pub async fn revoke(
     state
         .db
         .audit(AuditEvent {
-            event: "admin.connection_revoked",
             actor: Some(&admin.user.subject),
             issuer: Some(&c.issuer),
             subject: Some(&c.subject),
@@ -404,7 +403,7 @@ pub async fn revoke(
             connection_id: Some(&c.id),
             request_id: rid,
             detail: Some(&detail),
-            ..Default::default()
+            ..AuditEvent::new(AuditAction::AdminConnectionRevoked)
         })
         .await;
     Ok(Redirect::to(&format!("/admin/connections/{}?done=revoked", c.id)).into_response())

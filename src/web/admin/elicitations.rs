@@ -12,8 +12,8 @@ use super::{PAGE_SIZE, Pager, filter_value, gate, page_number, when};
 use crate::AppState;
 use crate::admin_or_respond;
 use crate::db::elicitations::Elicitation;
-use crate::db::now;
 use crate::error::Result;
+use crate::time::now;
 use crate::web::pages::render;
 use crate::web::session::BrowserSession;
 

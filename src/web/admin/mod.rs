@@ -21,11 +21,11 @@ use super::pages::{MessagePage, SignOutForm};
 use super::session::BrowserSession;
 use crate::AppState;
 use crate::config::AdminConfig;
-use crate::db::audit::AuditEvent;
-use crate::elicitations::rfc3339;
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::error::Result;
 use crate::identity::SignedInUser;
 use crate::middleware::request_id;
+use crate::time::readable;
 
 /// Rows per page in admin lists.
 pub const PAGE_SIZE: i64 = 25;
@@ -47,10 +47,11 @@ pub fn routes() -> Router<AppState> {
 /// Whether `user` may use the admin pages: a listed subject, or a listed value of the configured
 /// claim (a string claim equal to it, or an array claim containing it).
 pub fn is_admin(admin: &AdminConfig, issuer: &str, user: &SignedInUser) -> bool {
-    if user.issuer != issuer {
+    let who = user.user_ref();
+    if who.issuer != issuer {
         return false;
     }
-    if admin.subjects.iter().any(|s| s == &user.subject) {
+    if admin.subjects.iter().any(|s| who.is(issuer, s)) {
         return true;
     }
     let Some(claim) = &admin.claim else {
@@ -111,13 +112,12 @@ pub async fn gate(
         state
             .db
             .audit(AuditEvent {
-                event: "admin.access_refused",
                 actor: Some(&user.subject),
                 issuer: Some(&user.issuer),
                 subject: Some(&user.subject),
                 request_id: rid.as_deref(),
                 detail: Some(uri.path()),
-                ..Default::default()
+                ..AuditEvent::new(AuditAction::AdminAccessRefused)
             })
             .await;
         let page = MessagePage {
@@ -156,7 +156,7 @@ macro_rules! admin_or_respond {
 
 /// A Unix time as operators read it.
 pub fn when(t: i64) -> String {
-    rfc3339(t).replace('T', " ").replace('Z', " UTC")
+    format!("{} UTC", readable(t))
 }
 
 pub fn when_opt(t: Option<i64>) -> String {
