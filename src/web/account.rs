@@ -3,15 +3,12 @@
 //! right here instead of waiting for an app to send a link).
 
 use askama::Template;
-use axum::Form;
-use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::connect::shown_name;
-use super::flow::start_sign_in;
 use super::pages::render;
 use super::session::BrowserSession;
 use crate::AppState;
@@ -21,9 +18,8 @@ use crate::db::connections::ConnectionStatus;
 use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
 use crate::identity::SignedInUser;
-use crate::middleware::request_id;
 use crate::web::admin::when;
-use crate::web::connect::check_origin;
+use crate::web::extract::{CsrfForm, CsrfProtected, RequestId, SignedIn, not_signed_in};
 
 pub struct Row {
     pub id: String,
@@ -58,15 +54,11 @@ pub struct AccountQuery {
 
 pub async fn show(
     State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
+    SignedIn { user, session }: SignedIn,
+    rid: RequestId,
     q: Result<Query<AccountQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
     let q = q.map(|q| q.0).unwrap_or_default();
-    let Some(user) = session.user().await? else {
-        return start_sign_in(&state, &headers, "/account").await;
-    };
-    let rid = request_id(&headers);
     let rows = state
         .db
         .list_connections(&user.issuer, &user.subject)
@@ -124,32 +116,20 @@ pub struct ActionForm {
     csrf: String,
 }
 
-/// Checks the form and returns the signed-in user's own connection `id`, or a page saying no.
+impl CsrfProtected for ActionForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// The signed-in user's own connection `id`, or a page saying no. The form was checked already
+/// (`CsrfForm`), so a post without a session failed there first, as before.
 async fn own_connection(
     state: &AppState,
     session: &BrowserSession,
-    headers: &HeaderMap,
     id: &str,
-    form: Result<Form<ActionForm>, FormRejection>,
 ) -> Result<(SignedInUser, Connection)> {
-    check_origin(state, headers)?;
-    let Form(form) = form.map_err(|_| {
-        Error::page(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "This form is incomplete",
-            "Go back, reload the page and try again.",
-        )
-    })?;
-    session.check_csrf(&form.csrf).await?;
-    let user = session.user().await?.ok_or_else(|| {
-        Error::page(
-            StatusCode::UNAUTHORIZED,
-            "not_signed_in",
-            "You are not signed in",
-            "Open /account to sign in first.",
-        )
-    })?;
+    let user = session.user().await?.ok_or_else(not_signed_in)?;
     let not_yours = || {
         Error::page(
             StatusCode::NOT_FOUND,
@@ -171,14 +151,14 @@ async fn own_connection(
 pub async fn disconnect(
     State(state): State<AppState>,
     session: BrowserSession,
-    headers: HeaderMap,
+    rid: RequestId,
     Path(id): Path<String>,
-    form: Result<Form<ActionForm>, FormRejection>,
+    CsrfForm(_): CsrfForm<ActionForm>,
 ) -> Result<Response> {
-    let (user, c) = own_connection(&state, &session, &headers, &id, form).await?;
+    let (user, c) = own_connection(&state, &session, &id).await?;
     if c.status != ConnectionStatus::Revoked {
         state
-            .revoke_connection(&c, &user.subject, request_id(&headers).as_deref())
+            .revoke_connection(&c, &user.subject, rid.as_deref())
             .await?;
     }
     Ok(Redirect::to("/account?done=disconnected").into_response())
@@ -190,12 +170,11 @@ pub async fn disconnect(
 pub async fn reconnect(
     State(state): State<AppState>,
     session: BrowserSession,
-    headers: HeaderMap,
+    rid: RequestId,
     Path(id): Path<String>,
-    form: Result<Form<ActionForm>, FormRejection>,
+    CsrfForm(_): CsrfForm<ActionForm>,
 ) -> Result<Response> {
-    let (user, c) = own_connection(&state, &session, &headers, &id, form).await?;
-    let rid = request_id(&headers);
+    let (user, c) = own_connection(&state, &session, &id).await?;
     if c.status == ConnectionStatus::Active {
         return Ok(Redirect::to("/account").into_response());
     }

@@ -6,6 +6,7 @@
 pub mod account;
 pub mod admin;
 pub mod connect;
+pub mod extract;
 pub mod flow;
 pub mod pages;
 pub mod presignin;

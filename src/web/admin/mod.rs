@@ -88,7 +88,8 @@ pub enum Gate {
     Respond(Response),
 }
 
-/// Signs the browser in if needed, and refuses anyone who is not an admin with a 403 page.
+/// Signs the browser in if needed, and refuses anyone who is not an admin with a 403 page. Used
+/// through the `Admin` extractor (`web::extract`): a handler that takes `Admin` runs only for one.
 pub async fn gate(
     state: &AppState,
     session: &BrowserSession,
@@ -141,17 +142,6 @@ pub async fn gate(
         csrf,
         request_id: rid,
     }))
-}
-
-/// Unwraps a gate inside a handler: `let admin = admin!(gate(...).await?);`
-#[macro_export]
-macro_rules! admin_or_respond {
-    ($gate:expr) => {
-        match $gate {
-            $crate::web::admin::Gate::Admin(a) => a,
-            $crate::web::admin::Gate::Respond(r) => return Ok(r),
-        }
-    };
 }
 
 /// A Unix time as operators read it.
