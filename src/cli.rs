@@ -205,12 +205,8 @@ pub async fn connections_revoke(
         .db
         .audit(AuditEvent {
             actor: Some(actor),
-            issuer: Some(&c.issuer),
-            subject: Some(&c.subject),
-            provider: Some(&c.provider),
-            connection_id: Some(&c.id),
             detail: Some(&detail),
-            ..AuditEvent::new(AuditAction::AdminConnectionRevoked)
+            ..AuditEvent::connection(AuditAction::AdminConnectionRevoked, &c)
         })
         .await;
     writeln!(out, "{}", report.message)?;

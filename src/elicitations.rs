@@ -60,6 +60,16 @@ pub struct ElicitationView {
 }
 
 impl AppState {
+    /// The configured API client `id`, if it still is.
+    pub fn client(&self, id: &str) -> Option<&ClientConfig> {
+        self.clients.iter().find(|c| c.id == id)
+    }
+
+    /// What to call API client `id` on a page: its configured name, else the id itself.
+    pub fn client_name<'a>(&'a self, id: &'a str) -> &'a str {
+        self.client(id).map_or(id, |c| c.name.as_str())
+    }
+
     pub fn connect_url(&self, id: &str) -> String {
         self.config.url(&format!("/connect/{id}"))
     }
@@ -76,10 +86,7 @@ impl AppState {
 
     pub fn elicitation_view(&self, e: &Elicitation) -> Result<ElicitationView> {
         let url = self.connect_url(&e.id);
-        let message = match (
-            self.clients.iter().find(|c| c.id == e.client_id),
-            self.providers.get(&e.provider),
-        ) {
+        let message = match (self.client(&e.client_id), self.providers.get(&e.provider)) {
             (Some(c), Some(p)) => self.elicitation_message(c, p),
             _ => format!("Open the link to connect your {} account.", e.provider),
         };

@@ -522,13 +522,9 @@ impl AppState {
         change
             .audit(AuditEvent {
                 actor: Some(actor),
-                issuer: Some(&c.issuer),
-                subject: Some(&c.subject),
-                provider: Some(&c.provider),
-                connection_id: Some(&c.id),
                 request_id,
                 detail: Some(&detail),
-                ..AuditEvent::new(AuditAction::ConnectionRevoked)
+                ..AuditEvent::connection(AuditAction::ConnectionRevoked, c)
             })
             .await?;
         change
@@ -546,13 +542,9 @@ fn conn_audit<'a>(
     detail: Option<&'a str>,
 ) -> AuditEvent<'a> {
     AuditEvent {
-        issuer: Some(&c.issuer),
-        subject: Some(&c.subject),
-        provider: Some(&c.provider),
-        connection_id: Some(&c.id),
         request_id,
         detail,
-        ..AuditEvent::new(event)
+        ..AuditEvent::connection(event, c)
     }
 }
 

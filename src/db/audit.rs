@@ -175,6 +175,17 @@ pub struct AuditFilter {
 }
 
 impl<'a> AuditEvent<'a> {
+    /// An event about connection `c`: its user, provider and id filled in.
+    pub fn connection(event: AuditAction, c: &'a crate::db::connections::Connection) -> Self {
+        Self {
+            issuer: Some(&c.issuer),
+            subject: Some(&c.subject),
+            provider: Some(&c.provider),
+            connection_id: Some(&c.id),
+            ..Self::new(event)
+        }
+    }
+
     /// An event with no context yet; fill the rest with `..AuditEvent::new(action)`.
     pub fn new(event: AuditAction) -> Self {
         Self {

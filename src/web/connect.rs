@@ -169,12 +169,7 @@ pub async fn show(
         Own::Pending(e) => e,
         Own::Respond(r) => return Ok(r),
     };
-    let client = state
-        .clients
-        .iter()
-        .find(|c| c.id == e.client_id)
-        .map(|c| c.name.as_str())
-        .unwrap_or(&e.client_id);
+    let client = state.client_name(&e.client_id);
     let provider = state
         .providers
         .get(&e.provider)
@@ -279,12 +274,7 @@ pub async fn answer(
             state
                 .finish_elicitation(&e, Ending::Declined { reason: None }, rid.as_deref())
                 .await?;
-            let client = state
-                .clients
-                .iter()
-                .find(|c| c.id == e.client_id)
-                .map(|c| c.name.clone())
-                .unwrap_or(e.client_id.clone());
+            let client = state.client_name(&e.client_id);
             let lead = format!("Nothing was connected. {client} has been told that you said no.");
             Ok(MessagePage {
                 signed_in_as: Some(shown_name(&user)),

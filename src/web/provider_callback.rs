@@ -73,12 +73,7 @@ pub async fn callback(
         Checked::Respond(r) => return Ok(r),
     };
     let (user, e) = (&checked.user, &checked.elicitation);
-    let client = state
-        .clients
-        .iter()
-        .find(|c| c.id == e.client_id)
-        .map(|c| c.name.clone())
-        .unwrap_or(e.client_id.clone());
+    let client = state.client_name(&e.client_id);
     let pname = provider.display_name.clone();
     let endpoints = provider.endpoints(&state.http).await.map_err(|err| {
         tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");

@@ -378,13 +378,9 @@ pub async fn revoke(
         .db
         .audit(AuditEvent {
             actor: Some(&admin.user.subject),
-            issuer: Some(&c.issuer),
-            subject: Some(&c.subject),
-            provider: Some(&c.provider),
-            connection_id: Some(&c.id),
             request_id: rid,
             detail: Some(&detail),
-            ..AuditEvent::new(AuditAction::AdminConnectionRevoked)
+            ..AuditEvent::connection(AuditAction::AdminConnectionRevoked, &c)
         })
         .await;
     Ok(Redirect::to(&format!("/admin/connections/{}?done=revoked", c.id)).into_response())

@@ -34,12 +34,7 @@ impl Row {
             id: e.id.clone(),
             subject: e.subject.clone(),
             provider: provider_name(state, &e.provider),
-            client: state
-                .clients
-                .iter()
-                .find(|c| c.id == e.client_id)
-                .map(|c| c.name.clone())
-                .unwrap_or_else(|| e.client_id.clone()),
+            client: state.client_name(&e.client_id).to_owned(),
             scopes: e.scopes.join(" "),
             created: when(e.created_at),
             expires: when(e.expires_at),
