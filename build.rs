@@ -3,22 +3,21 @@
 // (providers/*.toml) is embedded the same way: this lists every file for `include_str!`.
 use std::io::Write;
 
-fn main() {
+fn main() -> std::io::Result<()> {
     println!("cargo:rerun-if-changed=migrations");
     println!("cargo:rerun-if-changed=providers");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("providers");
-    let mut files: Vec<String> = std::fs::read_dir(&dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".toml"))
-                .collect()
-        })
-        .unwrap_or_default();
+    // An unreadable catalog folder fails the build rather than embed an empty catalog.
+    let mut files: Vec<String> = std::fs::read_dir(&dir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml"))
+        .collect();
     files.sort();
-    let out = std::path::Path::new(&std::env::var("OUT_DIR").unwrap()).join("catalog_files.rs");
-    let mut f = std::fs::File::create(out).unwrap();
-    writeln!(f, "pub static FILES: &[(&str, &str)] = &[").unwrap();
+    let out_dir = std::env::var("OUT_DIR").map_err(std::io::Error::other)?;
+    let out = std::path::Path::new(&out_dir).join("catalog_files.rs");
+    let mut f = std::fs::File::create(out)?;
+    writeln!(f, "pub static FILES: &[(&str, &str)] = &[")?;
     for n in files {
         println!("cargo:rerun-if-changed=providers/{n}");
         let path = dir.join(&n);
@@ -26,8 +25,7 @@ fn main() {
             f,
             "    ({n:?}, include_str!({:?})),",
             path.display().to_string()
-        )
-        .unwrap();
+        )?;
     }
-    writeln!(f, "];").unwrap();
+    writeln!(f, "];")
 }

@@ -13,10 +13,11 @@ use crate::AppState;
 use crate::api::connections::ConnectionView;
 use crate::config::Config;
 use crate::db::Db;
-use crate::db::audit::{AuditEvent, AuditFilter, AuditRow};
+use crate::db::audit::{AuditAction, AuditEvent, AuditFilter, AuditRow};
 use crate::db::connections::ConnectionFilter;
-use crate::elicitations::{is_valid_id, rfc3339};
+use crate::elicitations::is_valid_id;
 use crate::rotation;
+use crate::time::{readable, rfc3339};
 
 /// The state the commands work with, and the sender that keeps its background parts alive.
 pub struct Cli {
@@ -203,14 +204,9 @@ pub async fn connections_revoke(
     cli.state
         .db
         .audit(AuditEvent {
-            event: "admin.connection_revoked",
             actor: Some(actor),
-            issuer: Some(&c.issuer),
-            subject: Some(&c.subject),
-            provider: Some(&c.provider),
-            connection_id: Some(&c.id),
             detail: Some(&detail),
-            ..Default::default()
+            ..AuditEvent::connection(AuditAction::AdminConnectionRevoked, &c)
         })
         .await;
     writeln!(out, "{}", report.message)?;
@@ -223,11 +219,7 @@ pub async fn connections_revoke(
 }
 
 pub fn audit_line(r: &AuditRow) -> String {
-    let mut s = format!(
-        "{} {:<38}",
-        rfc3339(r.at).replace('T', " ").replace('Z', ""),
-        r.event
-    );
+    let mut s = format!("{} {:<38}", readable(r.at), r.event);
     for (k, v) in [
         ("actor", &r.actor),
         ("subject", &r.subject),

@@ -3,15 +3,13 @@
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::AppState;
 use crate::config::ClientConfig;
 use crate::crypto::random_token;
-use crate::db::audit::AuditEvent;
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
-use crate::db::elicitations::{Elicitation, ElicitationStatus};
+use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::db::{self, now};
 use crate::error::{Error, Result};
 use crate::i18n::{Lang, tr};
@@ -32,12 +30,8 @@ pub fn is_valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-pub fn rfc3339(unix: i64) -> String {
-    OffsetDateTime::from_unix_timestamp(unix)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
-}
+/// Kept so code written against `elicitations::rfc3339` still builds; see `crate::time`.
+pub use crate::time::rfc3339;
 
 /// The elicitation as the API returns it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -74,6 +68,16 @@ pub struct ElicitationView {
 }
 
 impl AppState {
+    /// The configured API client `id`, if it still is.
+    pub fn client(&self, id: &str) -> Option<&ClientConfig> {
+        self.clients.iter().find(|c| c.id == id)
+    }
+
+    /// What to call API client `id` on a page: its configured name, else the id itself.
+    pub fn client_name<'a>(&'a self, id: &'a str) -> &'a str {
+        self.client(id).map_or(id, |c| c.name.as_str())
+    }
+
     pub fn connect_url(&self, id: &str) -> String {
         self.config.url(&format!("/connect/{id}"))
     }
@@ -109,10 +113,7 @@ impl AppState {
     /// The view with the message in `lang` (the API caller's `Accept-Language`).
     pub fn elicitation_view_in(&self, e: &Elicitation, lang: Lang) -> Result<ElicitationView> {
         let url = self.connect_url(&e.id);
-        let message = match (
-            self.clients.iter().find(|c| c.id == e.client_id),
-            self.providers.get(&e.provider),
-        ) {
+        let message = match (self.client(&e.client_id), self.providers.get(&e.provider)) {
             (Some(c), Some(p)) => self.elicitation_message(c, p, lang),
             _ => tr(
                 lang,
@@ -231,7 +232,6 @@ impl AppState {
         db::elicitations::insert_elicitation(change.conn(), &e).await?;
         change
             .audit(AuditEvent {
-                event: "elicitation.created",
                 actor: Some(&client.id),
                 issuer: Some(issuer),
                 subject: Some(subject),
@@ -239,7 +239,7 @@ impl AppState {
                 client_id: Some(&client.id),
                 elicitation_id: Some(&e.id),
                 request_id,
-                ..Default::default()
+                ..AuditEvent::new(AuditAction::ElicitationCreated)
             })
             .await?;
         self.commit(change).await?;
@@ -252,18 +252,16 @@ impl AppState {
     pub async fn finish_elicitation(
         &self,
         e: &Elicitation,
-        status: ElicitationStatus,
-        connection_id: Option<&str>,
-        failure: Option<&str>,
+        end: Ending<'_>,
         request_id: Option<&str>,
     ) -> Result<bool> {
         let mut change = Change::begin(&self.db).await?;
         let changed = self
-            .finish_elicitation_in(&mut change, e, status, connection_id, failure, request_id)
+            .finish_elicitation_in(&mut change, e, end, request_id)
             .await?;
         if changed {
             self.commit(change).await?;
-            self.metrics.elicitation(status.as_str());
+            self.metrics.elicitation(end.status().as_str());
         }
         Ok(changed)
     }
@@ -274,26 +272,21 @@ impl AppState {
         &self,
         change: &mut Change,
         e: &Elicitation,
-        status: ElicitationStatus,
-        connection_id: Option<&str>,
-        failure: Option<&str>,
+        end: Ending<'_>,
         request_id: Option<&str>,
     ) -> Result<bool> {
-        let changed = db::elicitations::finish_elicitation(
-            change.conn(),
-            &e.id,
-            status,
-            connection_id,
-            failure,
-        )
-        .await?;
+        let changed = db::elicitations::finish_elicitation(change.conn(), &e.id, end).await?;
+        let (status, connection_id, failure) = (
+            end.status(),
+            end.connection_id().map(|c| c.as_str()),
+            end.failure(),
+        );
         if !changed {
             return Ok(false);
         }
-        let event = format!("elicitation.{}", status.as_str());
         change
             .audit(AuditEvent {
-                event: &event,
+                event: AuditAction::elicitation(status),
                 actor: Some(&e.subject),
                 issuer: Some(&e.issuer),
                 subject: Some(&e.subject),
@@ -326,14 +319,13 @@ impl AppState {
         for e in &expired {
             change
                 .audit(AuditEvent {
-                    event: "elicitation.expired",
                     actor: Some("system"),
                     issuer: Some(&e.issuer),
                     subject: Some(&e.subject),
                     provider: Some(&e.provider),
                     client_id: Some(&e.client_id),
                     elicitation_id: Some(&e.id),
-                    ..Default::default()
+                    ..AuditEvent::new(AuditAction::ElicitationExpired)
                 })
                 .await?;
             change.elicitation_changed(&e.id).await?;

@@ -26,9 +26,9 @@ use crate::crypto::random_token;
 use crate::db::change::{Announce, Change};
 use crate::db::connections::Connection;
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
-use crate::db::events::{DueDelivery, NewEvent, now_ms};
-use crate::db::now;
-use crate::elicitations::rfc3339;
+use crate::db::events::{DueDelivery, NewEvent};
+use crate::time::now;
+use crate::time::{now_ms, rfc3339};
 
 /// Deliveries given up after this many attempts (about five hours of retrying).
 pub const MAX_ATTEMPTS: i64 = 16;

@@ -4,7 +4,7 @@
 
 use crate::AppState;
 use crate::config::ClientConfig;
-use crate::db::audit::AuditEvent;
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::{Connection, ConnectionStatus};
 use crate::error::{Error, Result};
@@ -30,15 +30,6 @@ impl AppState {
                 .collect(),
             None => vec![client],
         }
-    }
-
-    /// A client's display name (its id when it is no longer configured).
-    pub fn client_name<'a>(&'a self, id: &'a str) -> &'a str {
-        self.clients
-            .iter()
-            .find(|c| c.id == id)
-            .map(|c| c.name.as_str())
-            .unwrap_or(id)
     }
 
     /// Whether `client` may use connection `c`: the user named it when approving the grant.
@@ -98,7 +89,6 @@ impl AppState {
         let detail = members.join(" ");
         change
             .audit(AuditEvent {
-                event: "connection.client_removed",
                 actor: Some(&client.id),
                 issuer: Some(&c.issuer),
                 subject: Some(&c.subject),
@@ -107,7 +97,7 @@ impl AppState {
                 connection_id: Some(&c.id),
                 request_id,
                 detail: Some(&detail),
-                ..Default::default()
+                ..AuditEvent::new(AuditAction::ConnectionClientRemoved)
             })
             .await?;
         self.commit(change).await?;
@@ -223,14 +213,13 @@ impl AppState {
         tracing::warn!(target: "security", client_id = %client.id, reason, "subject_token refused");
         self.db
             .audit(AuditEvent {
-                event: "subject_token.refused",
                 actor: Some(&client.id),
                 issuer: Some(self.identity.issuer()),
                 subject,
                 client_id: Some(&client.id),
                 request_id,
                 detail: Some(reason),
-                ..Default::default()
+                ..AuditEvent::new(AuditAction::SubjectTokenRefused)
             })
             .await;
         Error::InvalidSubjectToken(message.to_owned())

@@ -575,7 +575,7 @@ mod tests {
     fn id_token(id: &Identity, k: &Key) -> String {
         let mut h = Header::new(Algorithm::ES256);
         h.kid = Some(k.kid.clone());
-        let now = crate::db::now();
+        let now = crate::time::now();
         jsonwebtoken::encode(
             &h,
             &json!({"iss": id.issuer(), "aud": "mcp-connect", "sub": "alice", "nonce": "n",

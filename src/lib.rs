@@ -23,6 +23,7 @@ pub mod grants;
 pub mod http_client;
 pub mod i18n;
 pub mod identity;
+pub mod ids;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
@@ -35,6 +36,7 @@ pub mod request_state;
 pub mod rotation;
 pub mod scopes;
 pub mod telemetry;
+pub mod time;
 pub mod token_cache;
 pub mod tokens;
 pub mod waiters;
@@ -401,17 +403,19 @@ impl AppState {
         if let Err(e) = self.db.delete_expired().await {
             tracing::warn!(error = %e, "cleanup failed");
         }
-        self.state_refusals.flush(&self.db, db::now()).await;
+        self.state_refusals
+            .flush(&self.db, crate::time::now())
+            .await;
         if let Err(e) = self.expire_elicitations().await {
             tracing::warn!(error = %e, "expiring elicitations failed");
         }
-        let cutoff = db::now() - self.config.audit_retention_days as i64 * 86_400;
+        let cutoff = crate::time::now() - self.config.audit_retention_days as i64 * 86_400;
         match self.db.delete_audit_before(cutoff).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, "audit events past their retention deleted"),
             Err(e) => tracing::warn!(error = %e, "audit retention cleanup failed"),
         }
-        let cutoff = db::now() - self.config.elicitation_retention_days as i64 * 86_400;
+        let cutoff = crate::time::now() - self.config.elicitation_retention_days as i64 * 86_400;
         match self.db.delete_finished_elicitations_before(cutoff).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(

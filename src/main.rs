@@ -169,7 +169,7 @@ async fn main() -> ExitCode {
     match cli.command.unwrap_or(Command::Serve) {
         Command::GenKey { id } => {
             let id = id.unwrap_or_else(|| {
-                let d = time::OffsetDateTime::now_utc().date();
+                let d = mcp_connect::time::today();
                 format!("k{:04}{:02}{:02}", d.year(), u8::from(d.month()), d.day())
             });
             println!("{}", mcp_connect::crypto::generate_key(&id));

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::AppState;
-use crate::db::now;
+use crate::time::now;
 
 /// Connections handled per scan; the next scan picks up the rest.
 const BATCH: i64 = 200;

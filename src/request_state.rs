@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::crypto::KeyRing;
 use crate::db::elicitations::Elicitation;
 use crate::error::Error;
+use crate::ids::UserRef;
 
 /// Longest sealed value accepted; anything longer is not ours.
 const MAX_LEN: usize = 4096;
@@ -55,8 +56,8 @@ pub fn seal(keys: &KeyRing, e: &Elicitation) -> Result<String, crate::error::Err
 /// The caller as the API authenticated it, and what it asks about.
 pub struct Expected<'a> {
     pub client_id: &'a str,
-    pub issuer: &'a str,
-    pub subject: &'a str,
+    /// The user the request names, at the identity issuer this service trusts.
+    pub user: UserRef,
     pub provider: &'a str,
     pub now: i64,
 }
@@ -81,7 +82,7 @@ pub fn open(keys: &KeyRing, sealed: &str, want: &Expected<'_>) -> Result<Request
     if c.v != 1 {
         return Err(invalid());
     }
-    if c.iss != want.issuer || c.sub != want.subject || c.prv != want.provider {
+    if !want.user.is(&c.iss, &c.sub) || c.prv != want.provider {
         return Err(Error::InvalidRequestState {
             reason: "foreign",
             message: "the request_state was issued for another subject or provider than this request names".into(),
@@ -129,8 +130,7 @@ mod tests {
     fn want<'a>(client_id: &'a str, subject: &'a str, now: i64) -> Expected<'a> {
         Expected {
             client_id,
-            issuer: "https://id.example",
-            subject,
+            user: UserRef::new("https://id.example", subject),
             provider: "acme",
             now,
         }

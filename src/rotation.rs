@@ -15,7 +15,7 @@ use sqlx::Row;
 
 use crate::crypto::{KeyRing, connection_aad, flow_verifier_aad};
 use crate::db::Db;
-use crate::db::audit::AuditEvent;
+use crate::db::audit::{AuditAction, AuditEvent};
 
 /// What one rotation did.
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -142,10 +142,9 @@ pub async fn rotate(
         report.remaining
     );
     db.audit(AuditEvent {
-        event: "keys.rotated",
         actor: Some(actor),
         detail: Some(&detail),
-        ..Default::default()
+        ..AuditEvent::new(AuditAction::KeysRotated)
     })
     .await;
     Ok(report)

@@ -10,17 +10,17 @@ use secrecy::SecretString;
 use serde::Serialize;
 
 use crate::AppState;
-use crate::db::audit::AuditEvent;
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::{
     Connection, ConnectionStatus, NewTokens, mark_revoked, record_refresh_failure,
     save_refreshed_tokens,
 };
-use crate::db::now;
 use crate::db::refresh_lock::RefreshLock;
 use crate::error::{Error, Result};
 use crate::events::EventType;
 use crate::providers::{Provider, TokenError};
+use crate::time::now;
 
 /// How long a request waits for another redemption of the same refresh token to finish.
 const LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -393,7 +393,12 @@ impl AppState {
         if stored {
             change.connection_changed(&c.id);
             change
-                .audit(conn_audit("connection.refreshed", c, request_id, None))
+                .audit(conn_audit(
+                    AuditAction::ConnectionRefreshed,
+                    c,
+                    request_id,
+                    None,
+                ))
                 .await?;
         }
         self.commit(change).await?;
@@ -416,7 +421,7 @@ impl AppState {
         change.connection_changed(&c.id);
         change
             .audit(conn_audit(
-                "connection.needs_reauth",
+                AuditAction::ConnectionNeedsReauth,
                 c,
                 request_id,
                 Some(detail),
@@ -560,15 +565,10 @@ impl AppState {
         change.connection_changed(&c.id);
         change
             .audit(AuditEvent {
-                event: "connection.revoked",
                 actor: Some(actor),
-                issuer: Some(&c.issuer),
-                subject: Some(&c.subject),
-                provider: Some(&c.provider),
-                connection_id: Some(&c.id),
                 request_id,
                 detail: Some(&detail),
-                ..Default::default()
+                ..AuditEvent::connection(AuditAction::ConnectionRevoked, c)
             })
             .await?;
         change
@@ -582,20 +582,15 @@ impl AppState {
 }
 
 fn conn_audit<'a>(
-    event: &'a str,
+    event: AuditAction,
     c: &'a Connection,
     request_id: Option<&'a str>,
     detail: Option<&'a str>,
 ) -> AuditEvent<'a> {
     AuditEvent {
-        event,
-        issuer: Some(&c.issuer),
-        subject: Some(&c.subject),
-        provider: Some(&c.provider),
-        connection_id: Some(&c.id),
         request_id,
         detail,
-        ..Default::default()
+        ..AuditEvent::connection(event, c)
     }
 }
 

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use mcp_connect::db::elicitations::ElicitationStatus;
+use mcp_connect::db::elicitations::Ending;
+use mcp_connect::ids::ConnectionId;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::time::Instant;
 
@@ -203,9 +204,17 @@ async fn one_run(
             failed += 1;
             continue;
         };
+        // A completion names its connection; the bench has none, any id will do (plain TEXT).
+        let connection_id = ConnectionId::new(format!("bench-{}", e.id));
         let t0 = Instant::now();
         a.state
-            .finish_elicitation(&e, ElicitationStatus::Completed, None, None, None)
+            .finish_elicitation(
+                &e,
+                Ending::Completed {
+                    connection_id: &connection_id,
+                },
+                None,
+            )
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         finish_ms.push(t0.elapsed().as_secs_f64() * 1000.0);

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use mcp_connect::crypto::KeyRing;
 use mcp_connect::error::Error;
+use mcp_connect::ids::UserRef;
 use mcp_connect::request_state::{Expected, open};
 use secrecy::SecretString;
 
@@ -28,8 +29,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let want = Expected {
         client_id: "demo",
-        issuer: "https://id.example",
-        subject: "alice",
+        user: UserRef::new("https://id.example", "alice"),
         provider: "acme",
         now: 1_000,
     };

@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use super::{ApiClient, ApiQuery};
 use crate::AppState;
 use crate::db::connections::{Connection, ConnectionStatus};
-use crate::elicitations::{is_valid_id, rfc3339};
+use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
 use crate::middleware::request_id;
+use crate::time::rfc3339;
 use crate::tokens::RevocationReport;
 
 /// A connection's metadata. Never carries a token.

@@ -13,9 +13,10 @@ use super::{ApiClient, ApiJson};
 use crate::AppState;
 use crate::db::connections::ConnectionStatus;
 use crate::db::elicitations::ElicitationStatus;
-use crate::elicitations::rfc3339;
 use crate::error::{Error, Result};
+use crate::ids::{ProviderName, UserRef};
 use crate::middleware::request_id;
+use crate::time::rfc3339;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -26,7 +27,8 @@ pub struct TokenRequest {
     #[schema(
         min_length = 1,
         max_length = 255,
-        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$"
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$",
+        value_type = String
     )]
     #[serde(default)]
     pub subject: Option<String>,
@@ -42,8 +44,8 @@ pub struct TokenRequest {
     #[schema(max_items = 50, value_type = Option<Vec<super::elicitations::Scope>>)]
     pub scopes: Option<Vec<String>>,
     /// A provider this API client may use (a configured provider name: letters, digits, - and _).
-    #[schema(pattern = r"^[A-Za-z0-9_-]+$")]
-    pub provider: String,
+    #[schema(pattern = r"^[A-Za-z0-9_-]+$", value_type = String)]
+    pub provider: ProviderName,
     /// Refresh first when the token expires within this many seconds (default 60, at most
     /// 86400).
     #[schema(minimum = 0, maximum = 86400)]
@@ -194,10 +196,9 @@ pub async fn fetch(
                 sealed,
                 &crate::request_state::Expected {
                     client_id: &client.0.id,
-                    issuer: state.identity.issuer(),
-                    subject: &subject,
+                    user: UserRef::new(state.identity.issuer(), subject.clone()),
                     provider: &req.provider,
-                    now: crate::db::now(),
+                    now: crate::time::now(),
                 },
             )?;
             Some(rs.elicitation_id)
@@ -208,7 +209,9 @@ pub async fn fetch(
     let mut declined = None;
     if let Some(eid) = &awaited {
         let mut e = state.client_elicitation(&client.0, eid).await?;
-        if e.subject != subject || e.provider != req.provider {
+        if e.user_ref() != UserRef::new(state.identity.issuer(), subject.clone())
+            || e.provider != req.provider
+        {
             return Err(Error::invalid(
                 "the elicitation was made for another subject or provider",
             ));
@@ -231,7 +234,7 @@ pub async fn fetch(
             }
             _ => {}
         }
-        if e.effective_status(crate::db::now()) == ElicitationStatus::Declined {
+        if e.effective_status(crate::time::now()) == ElicitationStatus::Declined {
             declined = Some(e.id.clone());
         }
     } else if req.wait_seconds.is_some() {
@@ -277,7 +280,7 @@ pub async fn fetch(
         }
         return Err(Error::NotConnected {
             subject,
-            provider: req.provider,
+            provider: req.provider.to_string(),
         });
     };
     // Incremental authorization: scopes the grant lacks need the user's approval of the union.

@@ -3,13 +3,126 @@
 use sqlx::AnyConnection;
 
 use super::{Db, now};
+use crate::db::elicitations::ElicitationStatus;
+
+macro_rules! audit_actions {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
+        /// What an audit row records, stored as its dotted name (`connection.revoked`). A stored
+        /// name this binary does not know is an error naming it, never a default.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum AuditAction {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl AuditAction {
+            /// Every action, in the order of the list above.
+            pub const ALL: &[AuditAction] = &[$(Self::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name,)*
+                }
+            }
+        }
+
+        impl std::str::FromStr for AuditAction {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($name => Ok(Self::$variant),)*
+                    other => Err(format!("unknown audit event {other:?}")),
+                }
+            }
+        }
+    };
+}
+
+audit_actions! {
+    ElicitationCreated = "elicitation.created",
+    ElicitationCompleted = "elicitation.completed",
+    ElicitationDeclined = "elicitation.declined",
+    ElicitationExpired = "elicitation.expired",
+    ElicitationFailed = "elicitation.failed",
+    /// A signed-in user opened a connect link made for someone else (or an unknown one).
+    ElicitationSubjectMismatchRefused = "elicitation.subject_mismatch_refused",
+    StateUnknownRefused = "state.unknown_refused",
+    StateReplayRefused = "state.replay_refused",
+    StateSessionMismatchRefused = "state.session_mismatch_refused",
+    StateExpiredRefused = "state.expired_refused",
+    StateWrongProviderRefused = "state.wrong_provider_refused",
+    ConnectionCreated = "connection.created",
+    ConnectionReconnected = "connection.reconnected",
+    ConnectionReconnectStarted = "connection.reconnect_started",
+    ConnectionRefreshed = "connection.refreshed",
+    ConnectionNeedsReauth = "connection.needs_reauth",
+    ConnectionRevoked = "connection.revoked",
+    AdminConnectionRevoked = "admin.connection_revoked",
+    AdminAccessRefused = "admin.access_refused",
+    KeysRotated = "keys.rotated",
+    /// One app's use of a grant ended (`DELETE /v1/connections/{id}` by one of several apps).
+    ConnectionClientRemoved = "connection.client_removed",
+    /// A `subject_token` was refused (expired, foreign audience, forged, other subject).
+    SubjectTokenRefused = "subject_token.refused",
+    /// The provider's validation endpoint refused a typed API key or password.
+    CredentialValidationRefused = "credential.validation_refused",
+    /// The provider's validation endpoint could not be reached; nothing was stored.
+    CredentialValidationUnavailable = "credential.validation_unavailable",
+}
+
+impl AuditAction {
+    /// The action recording that an elicitation reached `status`.
+    pub fn elicitation(status: ElicitationStatus) -> Self {
+        match status {
+            ElicitationStatus::Pending => Self::ElicitationCreated,
+            ElicitationStatus::Completed => Self::ElicitationCompleted,
+            ElicitationStatus::Declined => Self::ElicitationDeclined,
+            ElicitationStatus::Expired => Self::ElicitationExpired,
+            ElicitationStatus::Failed => Self::ElicitationFailed,
+        }
+    }
+}
+
+impl TryFrom<&str> for AuditAction {
+    type Error = String;
+
+    fn try_from(s: &str) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl std::fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `pad`, not `write_str`: the CLI lines up events with `{:<38}`.
+        f.pad(self.as_str())
+    }
+}
+
+/// Comparing with a stored name (tests and filters read the log as text).
+impl PartialEq<&str> for AuditAction {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<str> for AuditAction {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl serde::Serialize for AuditAction {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
 
 /// Writes one audit row on `conn` (in the caller's transaction, if it has one) and mirrors it
 /// to the log under the `audit` target.
 pub async fn insert_audit(conn: &mut AnyConnection, e: &AuditEvent<'_>) -> Result<(), sqlx::Error> {
     tracing::info!(
         target: "audit",
-        event = e.event,
+        event = e.event.as_str(),
         actor = e.actor,
         subject = e.subject,
         provider = e.provider,
@@ -24,7 +137,7 @@ pub async fn insert_audit(conn: &mut AnyConnection, e: &AuditEvent<'_>) -> Resul
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(now())
-    .bind(e.event)
+    .bind(e.event.as_str())
     .bind(e.actor)
     .bind(e.issuer)
     .bind(e.subject)
@@ -40,9 +153,9 @@ pub async fn insert_audit(conn: &mut AnyConnection, e: &AuditEvent<'_>) -> Resul
 }
 
 /// One event; every field but `event` is optional context.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct AuditEvent<'a> {
-    pub event: &'a str,
+    pub event: AuditAction,
     pub actor: Option<&'a str>,
     pub issuer: Option<&'a str>,
     pub subject: Option<&'a str>,
@@ -69,11 +182,83 @@ pub struct AuditFilter {
     pub after_id: Option<i64>,
 }
 
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+impl<'a> AuditEvent<'a> {
+    /// An event about connection `c`: its user, provider and id filled in.
+    pub fn connection(event: AuditAction, c: &'a crate::db::connections::Connection) -> Self {
+        Self {
+            issuer: Some(&c.issuer),
+            subject: Some(&c.subject),
+            provider: Some(&c.provider),
+            connection_id: Some(&c.id),
+            ..Self::new(event)
+        }
+    }
+
+    /// An event with no context yet; fill the rest with `..AuditEvent::new(action)`.
+    pub fn new(event: AuditAction) -> Self {
+        Self {
+            event,
+            actor: None,
+            issuer: None,
+            subject: None,
+            provider: None,
+            client_id: None,
+            connection_id: None,
+            elicitation_id: None,
+            request_id: None,
+            detail: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct Row {
+    id: i64,
+    at: i64,
+    event: String,
+    actor: Option<String>,
+    subject: Option<String>,
+    provider: Option<String>,
+    client_id: Option<String>,
+    connection_id: Option<String>,
+    elicitation_id: Option<String>,
+    request_id: Option<String>,
+    detail: Option<String>,
+}
+
+/// A row whose event name does not decode is an error naming the row, never a default.
+impl TryFrom<Row> for AuditRow {
+    type Error = sqlx::Error;
+
+    fn try_from(r: Row) -> Result<Self, sqlx::Error> {
+        let event: AuditAction = r.event.parse().map_err(|e: String| {
+            sqlx::Error::Decode(format!("audit event {}: {e}", r.id).into())
+        })?;
+        Ok(Self {
+            id: r.id,
+            at: r.at,
+            event,
+            actor: r.actor,
+            subject: r.subject,
+            provider: r.provider,
+            client_id: r.client_id,
+            connection_id: r.connection_id,
+            elicitation_id: r.elicitation_id,
+            request_id: r.request_id,
+            detail: r.detail,
+        })
+    }
+}
+
+fn decode(rows: Vec<Row>) -> Result<Vec<AuditRow>, sqlx::Error> {
+    rows.into_iter().map(AuditRow::try_from).collect()
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct AuditRow {
     pub id: i64,
     pub at: i64,
-    pub event: String,
+    pub event: AuditAction,
     pub actor: Option<String>,
     pub subject: Option<String>,
     pub provider: Option<String>,
@@ -95,7 +280,7 @@ impl Db {
             Err(err) => Err(err),
         };
         if let Err(err) = r {
-            tracing::warn!(error = %err, event = e.event, "could not write the audit log");
+            tracing::warn!(error = %err, event = e.event.as_str(), "could not write the audit log");
         }
     }
 
@@ -119,7 +304,7 @@ impl Db {
             .event
             .as_deref()
             .map(|e| format!("{}%", super::connections::like_escape(e)));
-        sqlx::query_as(
+        let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, at, event, actor, subject, provider, client_id, connection_id, elicitation_id, request_id, detail \
              FROM audit_events WHERE ($1 IS NULL OR subject = $1) AND ($2 IS NULL OR event LIKE $2 ESCAPE '\\') \
              AND ($3 IS NULL OR at >= $3) AND ($4 IS NULL OR at < $4) AND ($5 IS NULL OR connection_id = $5) \
@@ -136,7 +321,8 @@ impl Db {
         .bind(limit)
         .bind(offset)
         .fetch_all(&self.pool)
-        .await
+        .await?;
+        decode(rows)
     }
 
     pub async fn recent_audit(
@@ -144,13 +330,64 @@ impl Db {
         subject: Option<&str>,
         limit: i64,
     ) -> Result<Vec<AuditRow>, sqlx::Error> {
-        sqlx::query_as(
+        let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, at, event, actor, subject, provider, client_id, connection_id, elicitation_id, request_id, detail \
              FROM audit_events WHERE ($1 IS NULL OR subject = $1) ORDER BY id DESC LIMIT $2",
         )
         .bind(subject)
         .bind(limit)
         .fetch_all(&self.pool)
-        .await
+        .await?;
+        decode(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_audit_action_round_trips_through_its_stored_name() {
+        for a in AuditAction::ALL {
+            assert_eq!(a.as_str().parse::<AuditAction>(), Ok(*a));
+            assert_eq!(AuditAction::try_from(a.as_str()), Ok(*a));
+        }
+    }
+
+    #[test]
+    fn an_unknown_audit_event_is_an_error_naming_it() {
+        for bad in [
+            "",
+            "connection.deleted",
+            "Connection.revoked",
+            "admin.",
+            "connection.revoked ",
+        ] {
+            let err = bad.parse::<AuditAction>().unwrap_err();
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+            assert!(AuditAction::try_from(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn a_row_with_an_unknown_event_is_an_error_naming_the_row() {
+        let row = Row {
+            id: 42,
+            at: 0,
+            event: "connection.exploded".into(),
+            actor: None,
+            subject: None,
+            provider: None,
+            client_id: None,
+            connection_id: None,
+            elicitation_id: None,
+            request_id: None,
+            detail: None,
+        };
+        let err = AuditRow::try_from(row).unwrap_err().to_string();
+        assert!(
+            err.contains("audit event 42") && err.contains("connection.exploded"),
+            "{err}"
+        );
     }
 }

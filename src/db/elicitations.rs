@@ -3,6 +3,7 @@
 use sqlx::{AnyConnection, FromRow};
 
 use super::{Db, now};
+use crate::ids::ConnectionId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -38,6 +39,44 @@ impl std::str::FromStr for ElicitationStatus {
             "failed" => Ok(Self::Failed),
             "pending" => Ok(Self::Pending),
             other => Err(format!("unknown elicitation status {other:?}")),
+        }
+    }
+}
+
+/// How a pending elicitation ends, with exactly what each ending records (in place of a status
+/// and two optional strings that could be passed the wrong way round).
+#[derive(Debug, Clone, Copy)]
+pub enum Ending<'a> {
+    /// Connected: the connection it produced.
+    Completed { connection_id: &'a ConnectionId },
+    /// The user said no, on the consent page (`reason: None`) or at the provider (its answer).
+    Declined { reason: Option<&'a str> },
+    /// The provider or the code exchange failed; `failure` says how (no secrets).
+    Failed { failure: &'a str },
+}
+
+impl<'a> Ending<'a> {
+    pub fn status(self) -> ElicitationStatus {
+        match self {
+            Self::Completed { .. } => ElicitationStatus::Completed,
+            Self::Declined { .. } => ElicitationStatus::Declined,
+            Self::Failed { .. } => ElicitationStatus::Failed,
+        }
+    }
+
+    pub fn connection_id(self) -> Option<&'a ConnectionId> {
+        match self {
+            Self::Completed { connection_id } => Some(connection_id),
+            _ => None,
+        }
+    }
+
+    /// What goes into the `failure` column (and the audit row's detail).
+    pub fn failure(self) -> Option<&'a str> {
+        match self {
+            Self::Completed { .. } => None,
+            Self::Declined { reason } => reason,
+            Self::Failed { failure } => Some(failure),
         }
     }
 }
@@ -307,18 +346,16 @@ pub async fn expire_pending_elicitations(
 pub async fn finish_elicitation(
     conn: &mut AnyConnection,
     id: &str,
-    status: ElicitationStatus,
-    connection_id: Option<&str>,
-    failure: Option<&str>,
+    end: Ending<'_>,
 ) -> Result<bool, sqlx::Error> {
     let r = sqlx::query(
         "UPDATE elicitations SET status = $2, connection_id = $3, failure = $4, finished_at = $5 \
          WHERE id = $1 AND status = 'pending'",
     )
     .bind(id)
-    .bind(status.as_str())
-    .bind(connection_id)
-    .bind(failure)
+    .bind(end.status().as_str())
+    .bind(end.connection_id())
+    .bind(end.failure())
     .bind(now())
     .execute(conn)
     .await?;

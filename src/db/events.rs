@@ -38,9 +38,8 @@ pub struct DueDelivery {
     pub next_attempt_ms: i64,
 }
 
-pub fn now_ms() -> i64 {
-    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
-}
+/// Kept so code written against `db::events::now_ms` still builds; see `crate::time`.
+pub use crate::time::now_ms;
 
 /// Writes event rows on `conn`, in the transaction of the change they describe.
 pub async fn insert_events(

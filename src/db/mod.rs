@@ -65,10 +65,8 @@ pub fn is_dropped_connection(e: &sqlx::Error) -> bool {
     }
 }
 
-/// Seconds since the Unix epoch.
-pub fn now() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
-}
+/// Kept so code written against `db::now` still builds; the clock lives in `crate::time`.
+pub use crate::time::now;
 
 impl Db {
     /// Connects (creating the database or SQLite file when missing) without migrating.

@@ -36,9 +36,7 @@ pub enum RefreshLock {
     },
 }
 
-fn now_ms() -> i64 {
-    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
-}
+use crate::time::now_ms;
 
 /// A 64-bit advisory lock key for a connection.
 fn advisory_key(connection_id: &str) -> i64 {

@@ -27,7 +27,7 @@ use super::oauth::{
 };
 use super::pages::{ErrorPage, IndexPage, SignInPage, render_page};
 use crate::crypto::random_token;
-use crate::db::now;
+use crate::time::now;
 
 const SERVER: &str = "Development identity issuer";
 const SCOPES: &[&str] = &["openid", "profile"];

@@ -27,7 +27,7 @@ use super::oauth::{
 };
 use super::pages::{ConsentPage, ErrorPage, IndexPage, SignInPage, render_page};
 use crate::crypto::{random_token, sha256_b64};
-use crate::db::now;
+use crate::time::now;
 
 const SERVER: &str = "Sandbox provider";
 /// What each scope lets the client do, shown on the consent page.

@@ -16,7 +16,7 @@ use super::pages::render;
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
-use crate::db::audit::AuditEvent;
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::Connection;
 use crate::db::connections::ConnectionStatus;
 use crate::elicitations::is_valid_id;
@@ -265,7 +265,7 @@ pub async fn reconnect(
     state
         .db
         .audit(AuditEvent {
-            event: "connection.reconnect_started",
+            event: AuditAction::ConnectionReconnectStarted,
             actor: Some(&user.subject),
             issuer: Some(&c.issuer),
             subject: Some(&c.subject),

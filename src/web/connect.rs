@@ -13,9 +13,8 @@ use super::pages::{ConsentPage, MessagePage, ParamField, SignOutForm, render};
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
-use crate::db::audit::AuditEvent;
-use crate::db::elicitations::{Elicitation, ElicitationStatus, set_elicitation_params};
-use crate::db::now;
+use crate::db::audit::{AuditAction, AuditEvent};
+use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending, set_elicitation_params};
 use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
@@ -23,6 +22,7 @@ use crate::identity::SignedInUser;
 use crate::middleware::request_id;
 use crate::providers::ConnParams;
 use crate::scopes::describe;
+use crate::time::now;
 
 fn invalid_link() -> Error {
     Error::page(
@@ -97,7 +97,7 @@ pub async fn own_pending_elicitation(
 }
 
 pub fn same_user(user: &SignedInUser, e: &Elicitation) -> bool {
-    user.issuer == e.issuer && user.subject == e.subject
+    user.user_ref() == e.user_ref()
 }
 
 pub fn shown_name(user: &SignedInUser) -> &str {
@@ -130,7 +130,7 @@ async fn refuse_other_user(
     state
         .db
         .audit(AuditEvent {
-            event: "elicitation.subject_mismatch_refused",
+            event: AuditAction::ElicitationSubjectMismatchRefused,
             actor: Some(&user.subject),
             issuer: Some(&user.issuer),
             subject: e.map(|e| e.subject.as_str()),
@@ -406,7 +406,7 @@ pub async fn answer(
         }
         "decline" => {
             state
-                .finish_elicitation(&e, ElicitationStatus::Declined, None, None, rid.as_deref())
+                .finish_elicitation(&e, Ending::Declined { reason: None }, rid.as_deref())
                 .await?;
             // POST/redirect/GET: a reload shows the outcome again, not a resubmission.
             session.set_outcome(&e.id).await?;

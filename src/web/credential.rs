@@ -19,10 +19,10 @@ use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
 use crate::credentials::{AuthKind, Validation, secret_from_form, validate};
-use crate::db::audit::AuditEvent;
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::{NewTokens, save_connected_tokens};
-use crate::db::elicitations::{Elicitation, ElicitationStatus};
+use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
 use crate::identity::SignedInUser;
@@ -163,7 +163,7 @@ pub async fn submit(
             .await;
         }
     };
-    let audit = |event: &'static str, detail: String| {
+    let audit = |event: AuditAction, detail: String| {
         let (state, e, user, rid) = (&state, &e, &user, &rid);
         async move {
             state
@@ -187,7 +187,7 @@ pub async fn submit(
         Ok(()) => {}
         Err(Validation::Rejected(status)) => {
             audit(
-                "credential.validation_refused",
+                AuditAction::CredentialValidationRefused,
                 format!("validation_url answered HTTP {status}"),
             )
             .await;
@@ -213,7 +213,7 @@ pub async fn submit(
         }
         Err(Validation::Unavailable(why)) => {
             tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %why, "credential validation call failed");
-            audit("credential.validation_unavailable", why).await;
+            audit(AuditAction::CredentialValidationUnavailable, why).await;
             let m = format!(
                 "We could not check it with {} just now. Nothing was stored; try again in a moment.",
                 provider.display_name
@@ -262,9 +262,9 @@ pub async fn submit(
     change
         .audit(AuditEvent {
             event: if reconnected {
-                "connection.reconnected"
+                AuditAction::ConnectionReconnected
             } else {
-                "connection.created"
+                AuditAction::ConnectionCreated
             },
             actor: Some(&user.subject),
             issuer: Some(&e.issuer),
@@ -281,9 +281,9 @@ pub async fn submit(
         .finish_elicitation_in(
             &mut change,
             &e,
-            ElicitationStatus::Completed,
-            Some(&connection_id),
-            None,
+            Ending::Completed {
+                connection_id: &crate::ids::ConnectionId::from(connection_id.as_str()),
+            },
             rid.as_deref(),
         )
         .await?;

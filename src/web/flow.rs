@@ -18,11 +18,11 @@ use crate::AppState;
 use crate::crypto::{ct_eq, random_token, sha256_b64};
 use crate::db::elicitations::Elicitation;
 use crate::db::flows::{Flow, NewFlow};
-use crate::db::now;
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
 use crate::identity::SignedInUser;
 use crate::providers::Provider;
+use crate::time::now;
 
 /// What an authorization server sends back to a redirect URI (RFC 6749 §4.1.2, RFC 9207).
 #[derive(Debug, serde::Deserialize, Default)]

@@ -9,6 +9,7 @@ pub mod client_metadata;
 pub mod connect;
 pub mod credential;
 pub mod done;
+pub mod extract;
 pub mod flow;
 pub mod pages;
 pub mod presignin;

@@ -11,13 +11,14 @@ use super::flow::{CallbackQuery, Checked, check_provider_flow, claim_provider_fl
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
-use crate::db::audit::AuditEvent;
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::{NewTokens, save_connected_tokens, set_connection_details};
-use crate::db::elicitations::ElicitationStatus;
-use crate::db::now;
+use crate::db::elicitations::{ElicitationStatus, Ending};
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
+use crate::ids::ConnectionId;
+use crate::time::now;
 
 fn page_err(status: StatusCode, title: &'static str, message: Msg) -> Error {
     Error::page(status, "connect_failed", Msg::new(title), message)
@@ -123,9 +124,9 @@ pub async fn callback(
             state
                 .finish_elicitation(
                     e,
-                    ElicitationStatus::Declined,
-                    None,
-                    Some("access_denied"),
+                    Ending::Declined {
+                        reason: Some("access_denied"),
+                    },
                     rid.as_deref(),
                 )
                 .await?;
@@ -133,13 +134,7 @@ pub async fn callback(
         }
         let failure = format!("provider answered {code}");
         state
-            .finish_elicitation(
-                e,
-                ElicitationStatus::Failed,
-                None,
-                Some(&failure),
-                rid.as_deref(),
-            )
+            .finish_elicitation(e, Ending::Failed { failure: &failure }, rid.as_deref())
             .await?;
         return Err(page_err(
             StatusCode::BAD_GATEWAY,
@@ -183,13 +178,7 @@ pub async fn callback(
             let summary = err.summary();
             tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %summary, "code exchange failed");
             state
-                .finish_elicitation(
-                    e,
-                    ElicitationStatus::Failed,
-                    None,
-                    Some(&summary),
-                    rid.as_deref(),
-                )
+                .finish_elicitation(e, Ending::Failed { failure: &summary }, rid.as_deref())
                 .await?;
             return Err(page_err(
                 StatusCode::BAD_GATEWAY,
@@ -245,9 +234,9 @@ pub async fn callback(
     change
         .audit(AuditEvent {
             event: if reconnected {
-                "connection.reconnected"
+                AuditAction::ConnectionReconnected
             } else {
-                "connection.created"
+                AuditAction::ConnectionCreated
             },
             actor: Some(&user.subject),
             issuer: Some(&e.issuer),
@@ -264,9 +253,9 @@ pub async fn callback(
         .finish_elicitation_in(
             &mut change,
             e,
-            ElicitationStatus::Completed,
-            Some(&connection_id),
-            None,
+            Ending::Completed {
+                connection_id: &ConnectionId::from(connection_id.as_str()),
+            },
             rid.as_deref(),
         )
         .await?;

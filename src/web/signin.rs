@@ -18,10 +18,10 @@ use super::session::BrowserSession;
 use super::state_refusals::{Callback, Context, Reason};
 use crate::AppState;
 use crate::crypto::sha256_b64;
-use crate::db::now;
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
 use crate::middleware::request_id;
+use crate::time::now;
 
 fn sign_in_failed(message: &'static str) -> Error {
     Error::page(

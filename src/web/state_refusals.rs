@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::db::Db;
-use crate::db::audit::AuditEvent;
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::metrics::Metrics;
 
 /// At most one audit row per kind of refusal in this many seconds.
@@ -61,14 +61,14 @@ impl Reason {
     }
 
     /// The audit event; a missing state is only counted (it is not even an attempt).
-    pub fn audit_event(self) -> Option<&'static str> {
+    pub fn audit_event(self) -> Option<AuditAction> {
         match self {
             Self::Missing => None,
-            Self::Unknown => Some("state.unknown_refused"),
-            Self::Replayed => Some("state.replay_refused"),
-            Self::ForeignBrowser => Some("state.session_mismatch_refused"),
-            Self::Expired => Some("state.expired_refused"),
-            Self::WrongProvider => Some("state.wrong_provider_refused"),
+            Self::Unknown => Some(AuditAction::StateUnknownRefused),
+            Self::Replayed => Some(AuditAction::StateReplayRefused),
+            Self::ForeignBrowser => Some(AuditAction::StateSessionMismatchRefused),
+            Self::Expired => Some(AuditAction::StateExpiredRefused),
+            Self::WrongProvider => Some(AuditAction::StateWrongProviderRefused),
         }
     }
 }
@@ -114,7 +114,7 @@ impl StateRefusals {
             return;
         };
         tracing::info!(target: "security", callback = callback.as_str(), reason = reason.as_str(), request_id = ctx.request_id, "callback state refused");
-        let now = crate::db::now();
+        let now = crate::time::now();
         let due = {
             let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
             let w = windows.entry((callback, reason)).or_default();
@@ -130,12 +130,11 @@ impl StateRefusals {
         };
         if let Some(count) = due {
             db.audit(AuditEvent {
-                event,
                 provider: ctx.provider,
                 elicitation_id: ctx.elicitation_id,
                 request_id: ctx.request_id,
                 detail: Some(&detail(callback, count)),
-                ..Default::default()
+                ..AuditEvent::new(event)
             })
             .await;
         }
@@ -162,9 +161,8 @@ impl StateRefusals {
         for (callback, reason, count) in due {
             if let Some(event) = reason.audit_event() {
                 db.audit(AuditEvent {
-                    event,
                     detail: Some(&detail(callback, count)),
-                    ..Default::default()
+                    ..AuditEvent::new(event)
                 })
                 .await;
             }

@@ -1,6 +1,6 @@
 //! Bad input gets a clear 4xx with a message, never a 500, and changes nothing.
 
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -31,292 +31,128 @@ async fn raw(
     (s, resp.json().await.unwrap_or(Value::Null))
 }
 
-fn assert_error(got: (StatusCode, Value), status: StatusCode, code: &str) {
-    assert_eq!(got.0, status, "{}", got.1);
-    assert_eq!(got.1["error"], code, "{}", got.1);
-    assert!(
-        got.1["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "{}",
-        got.1
-    );
+/// One bad request and the refusal it must get: `status`, the JSON `error` code, and a
+/// non-empty `message`.
+struct Case {
+    what: &'static str,
+    method: Method,
+    path: String,
+    key: Option<&'static str>,
+    body: Option<(&'static str, String)>,
+    status: StatusCode,
+    code: &'static str,
+}
+
+const BAD: StatusCode = StatusCode::BAD_REQUEST;
+const NOT_FOUND: StatusCode = StatusCode::NOT_FOUND;
+const KEY: Option<&str> = Some(API_KEY);
+
+fn json_body(b: &str) -> Option<(&'static str, String)> {
+    Some(("application/json", b.to_owned()))
+}
+
+fn post(
+    what: &'static str,
+    path: &str,
+    key: Option<&'static str>,
+    body: Option<(&'static str, String)>,
+    status: StatusCode,
+    code: &'static str,
+) -> Case {
+    Case {
+        what,
+        method: Method::POST,
+        path: path.to_owned(),
+        key,
+        body,
+        status,
+        code,
+    }
+}
+
+fn bare(
+    what: &'static str,
+    method: Method,
+    path: &str,
+    key: Option<&'static str>,
+    status: StatusCode,
+    code: &'static str,
+) -> Case {
+    Case {
+        what,
+        method,
+        path: path.to_owned(),
+        key,
+        body: None,
+        status,
+        code,
+    }
+}
+
+/// Refused before anything exists.
+#[rustfmt::skip]
+fn without_elicitation() -> Vec<Case> {
+    let (elicitations, tokens) = ("/v1/elicitations", "/v1/tokens");
+    let big = format!(r#"{{"subject":"{}","provider":"acme"}}"#, "a".repeat(100_000));
+    vec![
+        post("no key", elicitations, None, json_body("{}"), StatusCode::UNAUTHORIZED, "unauthorized"),
+        post("a wrong key", elicitations, Some("wrong-key"), json_body("{}"), StatusCode::UNAUTHORIZED, "unauthorized"),
+        post("not JSON", elicitations, KEY, json_body("{not json"), BAD, "invalid_request"),
+        post("not the JSON content type", elicitations, KEY, Some(("text/plain", "{}".into())), BAD, "invalid_request"),
+        post("an unknown field", elicitations, KEY, json_body(r#"{"subject":"a","provider":"acme","extra":1}"#), BAD, "invalid_request"),
+        post("an empty subject", elicitations, KEY, json_body(r#"{"subject":"","provider":"acme"}"#), BAD, "invalid_request"),
+        // Whitespace-only subjects are refused, as the OpenAPI pattern says.
+        post("a whitespace-only subject", tokens, KEY, json_body("{\"subject\":\" \\u3000\",\"provider\":\"acme\"}"), BAD, "invalid_request"),
+        // A whole number written 0.0 is an integer (JSON Schema): accepted, so not connected.
+        post("min_ttl_seconds 30.0 (accepted)", tokens, KEY, json_body(r#"{"subject":"a","provider":"acme","min_ttl_seconds":30.0}"#), NOT_FOUND, "not_connected"),
+        post("a scope with a space", elicitations, KEY, json_body(r#"{"subject":"a","provider":"acme","scopes":["a b"]}"#), BAD, "invalid_request"),
+        post("a body over 16 KiB", elicitations, KEY, Some(("application/json", big)), StatusCode::PAYLOAD_TOO_LARGE, "invalid_request"),
+        post("an unknown provider", elicitations, KEY, json_body(r#"{"subject":"a","provider":"nope"}"#), NOT_FOUND, "not_found"),
+        // "other" exists, but this client may not use it.
+        post("a provider this client may not use", elicitations, KEY, json_body(r#"{"subject":"a","provider":"other"}"#), StatusCode::FORBIDDEN, "forbidden_provider"),
+        bare("an elicitation that does not exist", Method::GET, "/v1/elicitations/AAAAAAAAAAAAAAAAAAAAAAAA", KEY, NOT_FOUND, "not_found"),
+        bare("a path that cannot be an id", Method::GET, "/v1/elicitations/..%2F..%2Fetc", KEY, NOT_FOUND, "not_found"),
+        bare("no such route", Method::GET, "/v1/nothing-here", KEY, NOT_FOUND, "not_found"),
+    ]
+}
+
+/// Refused about the elicitation `id` (made by the client of `API_KEY` for alice).
+#[rustfmt::skip]
+fn with_elicitation(id: &str) -> Vec<Case> {
+    let tokens = "/v1/tokens";
+    vec![
+        bare("wait over 60", Method::GET, &format!("/v1/elicitations/{id}?wait=61"), KEY, BAD, "invalid_request"),
+        bare("wait not a number", Method::GET, &format!("/v1/elicitations/{id}?wait=soon"), KEY, BAD, "invalid_request"),
+        // Another client cannot see it.
+        bare("another client's elicitation", Method::GET, &format!("/v1/elicitations/{id}"), Some(OTHER_API_KEY), NOT_FOUND, "not_found"),
+        post("a negative min_ttl_seconds", tokens, KEY, json_body(r#"{"subject":"alice","provider":"acme","min_ttl_seconds":-5}"#), BAD, "invalid_request"),
+        post("wait_seconds without an elicitation", tokens, KEY, json_body(r#"{"subject":"alice","provider":"acme","wait_seconds":5}"#), BAD, "invalid_request"),
+        bare("connections without a subject", Method::GET, "/v1/connections", KEY, BAD, "invalid_request"),
+        bare("deleting a connection that does not exist", Method::DELETE, "/v1/connections/AAAAAAAAAAAAAAAAAAAAAA", KEY, NOT_FOUND, "not_found"),
+    ]
+}
+
+async fn check_all(app: &TestApp, cases: &[Case]) {
+    for c in cases {
+        let body = c.body.as_ref().map(|(ct, b)| (*ct, b.as_str()));
+        let (status, v) = raw(app, c.method.clone(), &c.path, c.key, body).await;
+        assert_eq!(status, c.status, "{}: {v}", c.what);
+        assert_eq!(v["error"], c.code, "{}: {v}", c.what);
+        assert!(
+            v["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{}: {v}",
+            c.what
+        );
+    }
 }
 
 on_both_databases!(
     bad_api_input_gets_clear_4xx_and_changes_nothing,
     |kind| async move {
-        use reqwest::Method;
         let app = TestApp::spawn(kind).await;
-        let json_ct = "application/json";
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/elicitations",
-                None,
-                Some((json_ct, "{}")),
-            )
-            .await,
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/elicitations",
-                Some("wrong-key"),
-                Some((json_ct, "{}")),
-            )
-            .await,
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/elicitations",
-                Some(API_KEY),
-                Some((json_ct, "{not json")),
-            )
-            .await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/elicitations",
-                Some(API_KEY),
-                Some(("text/plain", "{}")),
-            )
-            .await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/elicitations",
-                Some(API_KEY),
-                Some((json_ct, r#"{"subject":"a","provider":"acme","extra":1}"#)),
-            )
-            .await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/elicitations",
-                Some(API_KEY),
-                Some((json_ct, r#"{"subject":"","provider":"acme"}"#)),
-            )
-            .await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        // Whitespace-only subjects are refused, as the OpenAPI pattern says.
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/tokens",
-                Some(API_KEY),
-                Some((json_ct, "{\"subject\":\" \\u3000\",\"provider\":\"acme\"}")),
-            )
-            .await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        // A whole number written 0.0 is an integer (JSON Schema): accepted, so not connected.
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/tokens",
-                Some(API_KEY),
-                Some((
-                    json_ct,
-                    r#"{"subject":"a","provider":"acme","min_ttl_seconds":30.0}"#,
-                )),
-            )
-            .await,
-            StatusCode::NOT_FOUND,
-            "not_connected",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/elicitations",
-                Some(API_KEY),
-                Some((
-                    json_ct,
-                    r#"{"subject":"a","provider":"acme","scopes":["a b"]}"#,
-                )),
-            )
-            .await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        let big = format!(
-            r#"{{"subject":"{}","provider":"acme"}}"#,
-            "a".repeat(100_000)
-        );
-        let (s, v) = raw(
-            &app,
-            Method::POST,
-            "/v1/elicitations",
-            Some(API_KEY),
-            Some((json_ct, &big)),
-        )
-        .await;
-        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{v}");
-        assert_eq!(v["error"], "invalid_request");
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/elicitations",
-                Some(API_KEY),
-                Some((json_ct, r#"{"subject":"a","provider":"nope"}"#)),
-            )
-            .await,
-            StatusCode::NOT_FOUND,
-            "not_found",
-        );
-        // "other" exists, but this client may not use it.
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/elicitations",
-                Some(API_KEY),
-                Some((json_ct, r#"{"subject":"a","provider":"other"}"#)),
-            )
-            .await,
-            StatusCode::FORBIDDEN,
-            "forbidden_provider",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::GET,
-                "/v1/elicitations/AAAAAAAAAAAAAAAAAAAAAAAA",
-                Some(API_KEY),
-                None,
-            )
-            .await,
-            StatusCode::NOT_FOUND,
-            "not_found",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::GET,
-                "/v1/elicitations/..%2F..%2Fetc",
-                Some(API_KEY),
-                None,
-            )
-            .await,
-            StatusCode::NOT_FOUND,
-            "not_found",
-        );
-        assert_error(
-            raw(&app, Method::GET, "/v1/nothing-here", Some(API_KEY), None).await,
-            StatusCode::NOT_FOUND,
-            "not_found",
-        );
+        check_all(&app, &without_elicitation()).await;
         let e = app.elicit("alice").await;
-        let id = e["id"].as_str().unwrap();
-        assert_error(
-            raw(
-                &app,
-                Method::GET,
-                &format!("/v1/elicitations/{id}?wait=61"),
-                Some(API_KEY),
-                None,
-            )
-            .await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::GET,
-                &format!("/v1/elicitations/{id}?wait=soon"),
-                Some(API_KEY),
-                None,
-            )
-            .await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        // Another client cannot see it.
-        assert_error(
-            raw(
-                &app,
-                Method::GET,
-                &format!("/v1/elicitations/{id}"),
-                Some(OTHER_API_KEY),
-                None,
-            )
-            .await,
-            StatusCode::NOT_FOUND,
-            "not_found",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/tokens",
-                Some(API_KEY),
-                Some((
-                    json_ct,
-                    r#"{"subject":"alice","provider":"acme","min_ttl_seconds":-5}"#,
-                )),
-            )
-            .await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::POST,
-                "/v1/tokens",
-                Some(API_KEY),
-                Some((
-                    json_ct,
-                    r#"{"subject":"alice","provider":"acme","wait_seconds":5}"#,
-                )),
-            )
-            .await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        assert_error(
-            raw(&app, Method::GET, "/v1/connections", Some(API_KEY), None).await,
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-        );
-        assert_error(
-            raw(
-                &app,
-                Method::DELETE,
-                "/v1/connections/AAAAAAAAAAAAAAAAAAAAAA",
-                Some(API_KEY),
-                None,
-            )
-            .await,
-            StatusCode::NOT_FOUND,
-            "not_found",
-        );
+        check_all(&app, &with_elicitation(e["id"].as_str().unwrap())).await;
         // Nothing of the above created anything.
         let (_, v) = app.get("/v1/connections?subject=a").await;
         assert_eq!(v["connections"], json!([]));

@@ -436,9 +436,9 @@ on_both_databases!(
         finish_elicitation(
             &mut conn,
             &e.id,
-            ElicitationStatus::Completed,
-            Some(&alice_id),
-            None,
+            mcp_connect::db::elicitations::Ending::Completed {
+                connection_id: &mcp_connect::ids::ConnectionId::from(alice_id.as_str()),
+            },
         )
         .await
         .unwrap();

@@ -3,17 +3,15 @@
 use askama::Template;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::{Pager, filter_value, gate, page_number, when};
+use super::{Admin, Pager, filter_value, page_number, when};
 use crate::AppState;
-use crate::admin_or_respond;
 use crate::db::audit::{AuditFilter, AuditRow};
 use crate::error::Result;
 use crate::web::pages::render;
-use crate::web::session::BrowserSession;
 
 const PER_PAGE: i64 = 50;
 
@@ -60,7 +58,7 @@ impl From<&AuditRow> for Row {
         let s = |v: &Option<String>| v.clone().unwrap_or_default();
         Self {
             at: when(r.at),
-            event: r.event.clone(),
+            event: r.event.as_str().to_owned(),
             actor: s(&r.actor),
             subject: s(&r.subject),
             provider: s(&r.provider),
@@ -129,12 +127,9 @@ pub fn parse_time(s: &str) -> Option<i64> {
 
 pub async fn list(
     State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    uri: Uri,
+    admin: Admin,
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
     let q = q.map(|q| q.0).unwrap_or_default();
     let subject = filter_value(&q.subject);
     let event = filter_value(&q.event);

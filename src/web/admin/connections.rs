@@ -2,24 +2,21 @@
 //! revocation with a confirmation step.
 
 use askama::Template;
-use axum::Form;
-use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::{Admin, PAGE_SIZE, Pager, filter_value, gate, page_number, when, when_opt};
+use super::{Admin, PAGE_SIZE, Pager, filter_value, page_number, when, when_opt};
 use crate::AppState;
-use crate::admin_or_respond;
-use crate::db::audit::{AuditEvent, AuditFilter, AuditRow};
+use crate::db::audit::{AuditAction, AuditEvent, AuditFilter, AuditRow};
 use crate::db::connections::{Connection, ConnectionFilter, ConnectionStatus};
-use crate::db::now;
 use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
-use crate::web::connect::check_origin;
+use crate::time::now;
+use crate::web::extract::{CsrfForm, CsrfProtected};
 use crate::web::pages::render;
-use crate::web::session::BrowserSession;
 
 pub const STATUSES: &[(&str, &str)] = &[
     ("active", "Active"),
@@ -112,12 +109,9 @@ pub struct ListQuery {
 
 pub async fn list(
     State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    uri: Uri,
+    admin: Admin,
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
     let q = q.map(|q| q.0).unwrap_or_default();
     let filter = ConnectionFilter {
         subject: filter_value(&q.q),
@@ -190,7 +184,7 @@ impl From<&AuditRow> for HistoryRow {
     fn from(r: &AuditRow) -> Self {
         Self {
             at: when(r.at),
-            event: r.event.clone(),
+            event: r.event.as_str().to_owned(),
             actor: r.actor.clone().unwrap_or_default(),
             client: r.client_id.clone().unwrap_or_default(),
             request_id: r.request_id.clone().unwrap_or_default(),
@@ -245,13 +239,10 @@ async fn load(state: &AppState, id: &str) -> Result<Connection> {
 
 pub async fn show(
     State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    uri: Uri,
+    admin: Admin,
     Path(id): Path<String>,
     q: Result<Query<DetailQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
     let c = load(&state, &id).await?;
     let history = state
         .db
@@ -347,12 +338,9 @@ pub struct ConfirmPage<'a> {
 
 pub async fn confirm_revoke(
     State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    uri: Uri,
+    admin: Admin,
     Path(id): Path<String>,
 ) -> Result<Response> {
-    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
     let c = load(&state, &id).await?;
     if c.status == ConnectionStatus::Revoked {
         return Ok(Redirect::to(&format!("/admin/connections/{}", c.id)).into_response());
@@ -376,25 +364,18 @@ pub struct RevokeForm {
     reason: Option<String>,
 }
 
+impl CsrfProtected for RevokeForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 pub async fn revoke(
     State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    uri: Uri,
+    admin: Admin,
     Path(id): Path<String>,
-    form: Result<Form<RevokeForm>, FormRejection>,
+    CsrfForm(form): CsrfForm<RevokeForm>,
 ) -> Result<Response> {
-    check_origin(&state, &headers)?;
-    let Form(form) = form.map_err(|_| {
-        Error::page(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "This form is incomplete",
-            "Go back, reload the page and try again. Nothing was changed.",
-        )
-    })?;
-    session.check_csrf(&form.csrf).await?;
-    let admin: Admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
     let c = load(&state, &id).await?;
     if c.status == ConnectionStatus::Revoked {
         return Err(Error::page(
@@ -421,15 +402,10 @@ pub async fn revoke(
     state
         .db
         .audit(AuditEvent {
-            event: "admin.connection_revoked",
             actor: Some(&admin.user.subject),
-            issuer: Some(&c.issuer),
-            subject: Some(&c.subject),
-            provider: Some(&c.provider),
-            connection_id: Some(&c.id),
             request_id: rid,
             detail: Some(&detail),
-            ..Default::default()
+            ..AuditEvent::connection(AuditAction::AdminConnectionRevoked, &c)
         })
         .await;
     Ok(Redirect::to(&format!("/admin/connections/{}?done=revoked", c.id)).into_response())

@@ -3,19 +3,17 @@
 use askama::Template;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::connections::provider_name;
-use super::{PAGE_SIZE, Pager, filter_value, gate, page_number, when};
+use super::{Admin, PAGE_SIZE, Pager, filter_value, page_number, when};
 use crate::AppState;
-use crate::admin_or_respond;
 use crate::db::elicitations::Elicitation;
-use crate::db::now;
 use crate::error::Result;
+use crate::time::now;
 use crate::web::pages::render;
-use crate::web::session::BrowserSession;
 
 pub struct Row {
     pub id: String,
@@ -36,12 +34,7 @@ impl Row {
             id: e.id.clone(),
             subject: e.subject.clone(),
             provider: provider_name(state, &e.provider),
-            client: state
-                .clients
-                .iter()
-                .find(|c| c.id == e.client_id)
-                .map(|c| c.name.clone())
-                .unwrap_or_else(|| e.client_id.clone()),
+            client: state.client_name(&e.client_id).to_owned(),
             scopes: e.scopes.join(" "),
             created: when(e.created_at),
             expires: when(e.expires_at),
@@ -74,12 +67,9 @@ pub struct ListQuery {
 
 pub async fn list(
     State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    uri: Uri,
+    admin: Admin,
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response> {
-    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
     let q = q.map(|q| q.0).unwrap_or_default();
     let subject = filter_value(&q.subject);
     let page = page_number(&q.page);

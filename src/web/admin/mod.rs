@@ -22,12 +22,12 @@ use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
 use crate::config::AdminConfig;
-use crate::db::audit::AuditEvent;
-use crate::elicitations::rfc3339;
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::error::Result;
 use crate::i18n::Msg;
 use crate::identity::SignedInUser;
 use crate::middleware::request_id;
+use crate::time::readable;
 
 /// Rows per page in admin lists.
 pub const PAGE_SIZE: i64 = 25;
@@ -49,10 +49,11 @@ pub fn routes() -> Router<AppState> {
 /// Whether `user` may use the admin pages: a listed subject, or a listed value of the configured
 /// claim (a string claim equal to it, or an array claim containing it).
 pub fn is_admin(admin: &AdminConfig, issuer: &str, user: &SignedInUser) -> bool {
-    if user.issuer != issuer {
+    let who = user.user_ref();
+    if who.issuer != issuer {
         return false;
     }
-    if admin.subjects.iter().any(|s| s == &user.subject) {
+    if admin.subjects.iter().any(|s| who.is(issuer, s)) {
         return true;
     }
     let Some(claim) = &admin.claim else {
@@ -91,7 +92,8 @@ pub enum Gate {
     Respond(Response),
 }
 
-/// Signs the browser in if needed, and refuses anyone who is not an admin with a 403 page.
+/// Signs the browser in if needed, and refuses anyone who is not an admin with a 403 page. Used
+/// through the `Admin` extractor (`web::extract`): a handler that takes `Admin` runs only for one.
 pub async fn gate(
     state: &AppState,
     session: &BrowserSession,
@@ -115,13 +117,12 @@ pub async fn gate(
         state
             .db
             .audit(AuditEvent {
-                event: "admin.access_refused",
                 actor: Some(&user.subject),
                 issuer: Some(&user.issuer),
                 subject: Some(&user.subject),
                 request_id: rid.as_deref(),
                 detail: Some(uri.path()),
-                ..Default::default()
+                ..AuditEvent::new(AuditAction::AdminAccessRefused)
             })
             .await;
         // A user who is not an administrator reads this in their own language.
@@ -149,20 +150,9 @@ pub async fn gate(
     }))
 }
 
-/// Unwraps a gate inside a handler: `let admin = admin!(gate(...).await?);`
-#[macro_export]
-macro_rules! admin_or_respond {
-    ($gate:expr) => {
-        match $gate {
-            $crate::web::admin::Gate::Admin(a) => a,
-            $crate::web::admin::Gate::Respond(r) => return Ok(r),
-        }
-    };
-}
-
 /// A Unix time as operators read it.
 pub fn when(t: i64) -> String {
-    rfc3339(t).replace('T', " ").replace('Z', " UTC")
+    format!("{} UTC", readable(t))
 }
 
 pub fn when_opt(t: Option<i64>) -> String {

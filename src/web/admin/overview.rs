@@ -2,18 +2,16 @@
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 
+use super::Admin;
 use super::audit::Row as AuditRow;
 use super::connections::STATUSES;
-use super::gate;
 use crate::AppState;
-use crate::admin_or_respond;
 use crate::db::audit::AuditFilter;
 use crate::error::Result;
 use crate::web::pages::render;
-use crate::web::session::BrowserSession;
 
 pub struct Count {
     pub status: &'static str,
@@ -34,13 +32,7 @@ pub struct Page<'a> {
     pub events: Vec<AuditRow>,
 }
 
-pub async fn show(
-    State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Result<Response> {
-    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
+pub async fn show(State(state): State<AppState>, admin: Admin) -> Result<Response> {
     let by_status = state.db.count_connections_by_status().await?;
     let counts = STATUSES
         .iter()

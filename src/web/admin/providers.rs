@@ -5,17 +5,15 @@ use std::time::{Duration, Instant};
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::Response;
 use futures_util::future::join_all;
 
-use super::gate;
+use super::Admin;
 use crate::AppState;
-use crate::admin_or_respond;
 use crate::error::Result;
 use crate::providers::Provider;
 use crate::web::pages::render;
-use crate::web::session::BrowserSession;
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -200,13 +198,7 @@ pub struct Page<'a> {
     pub catalog: Vec<CatalogRow>,
 }
 
-pub async fn show(
-    State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Result<Response> {
-    let admin = admin_or_respond!(gate(&state, &session, &headers, &uri).await?);
+pub async fn show(State(state): State<AppState>, admin: Admin) -> Result<Response> {
     let discovery = format!(
         "{}/.well-known/openid-configuration",
         state.identity.issuer().trim_end_matches('/')

@@ -1,0 +1,126 @@
+//! Extractors that say in a handler's signature what a browser route requires: `Admin` (signed
+//! in as an administrator), `SignedIn` (signed in at all), `RequestId`, and `CsrfForm<T>` (a
+//! form posted from our own pages in this browser session).
+
+use std::convert::Infallible;
+
+use axum::Form;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+
+use super::admin::{Admin, Gate, gate};
+use super::connect::check_origin;
+use super::flow::start_sign_in;
+use super::session::BrowserSession;
+use crate::AppState;
+use crate::error::Error;
+use crate::identity::SignedInUser;
+
+/// The request id (`x-request-id`, when well-formed), for pages and audit rows.
+pub struct RequestId(pub Option<String>);
+
+impl RequestId {
+    pub fn as_deref(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestId {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        Ok(Self(crate::middleware::request_id(&parts.headers)))
+    }
+}
+
+/// A signed-in administrator. Anyone else gets what `admin::gate` answers instead: a sign-in
+/// redirect back to this page, or the "Administrators only" page (audited).
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let session = BrowserSession::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        match gate(state, &session, &parts.headers, &parts.uri).await {
+            Ok(Gate::Admin(a)) => Ok(a),
+            Ok(Gate::Respond(r)) => Err(r),
+            Err(e) => Err(e.into_response()),
+        }
+    }
+}
+
+/// A signed-in user and their session. A page view without one starts a sign-in that comes back
+/// to the same path; anything else (a form post) is refused with a page saying so.
+pub struct SignedIn {
+    pub user: SignedInUser,
+    pub session: BrowserSession,
+}
+
+impl FromRequestParts<AppState> for SignedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let session = BrowserSession::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        match session.user().await {
+            Ok(Some(user)) => Ok(Self { user, session }),
+            Ok(None) if parts.method == Method::GET => {
+                match start_sign_in(state, &parts.headers, parts.uri.path()).await {
+                    Ok(r) => Err(r),
+                    Err(e) => Err(e.into_response()),
+                }
+            }
+            Ok(None) => Err(not_signed_in().into_response()),
+            Err(e) => Err(e.into_response()),
+        }
+    }
+}
+
+pub fn not_signed_in() -> Error {
+    Error::page(
+        StatusCode::UNAUTHORIZED,
+        "not_signed_in",
+        "You are not signed in",
+        "Open /account to sign in first.",
+    )
+}
+
+/// A form that carries the session's CSRF token.
+pub trait CsrfProtected {
+    fn csrf(&self) -> &str;
+}
+
+/// A form posted from one of our pages in this browser session: the Origin (and fetch metadata)
+/// is ours, the body parses as `T`, and its CSRF token is this session's, checked in that order.
+/// Each refusal is a page, and nothing was changed.
+pub struct CsrfForm<T>(pub T);
+
+impl<T> FromRequest<AppState> for CsrfForm<T>
+where
+    T: DeserializeOwned + CsrfProtected + Send,
+{
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Error> {
+        let (mut parts, body) = req.into_parts();
+        let session = BrowserSession::from_request_parts(&mut parts, state).await?;
+        check_origin(state, &parts.headers)?;
+        let Form(form) = Form::<T>::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(|_| {
+                Error::page(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "This form is incomplete",
+                    "Go back, reload the page and try again. Nothing was changed.",
+                )
+            })?;
+        session.check_csrf(form.csrf()).await?;
+        Ok(Self(form))
+    }
+}
