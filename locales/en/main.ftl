@@ -225,3 +225,16 @@ consent-apps-heading = Apps that can use it
 consent-apps-group = These apps are run together by the operator of this service; approving lets each of them use the account.
 consent-apps-shared = Already using your { $provider } account, and keeping it:
 account-used-by = Used by:
+
+# The API-key page (providers with auth = "api_key" or "basic")
+credential-lead-key = { $provider } is connected with an API key, not a sign-in page.
+credential-lead-basic = { $provider } is connected with your username and password, not a sign-in page.
+credential-username = { $provider } username
+credential-password = { $provider } password
+credential-api-key = { $provider } API key
+credential-connect = Connect
+credential-next-validates = We check it with { $provider } first.
+credential-next = It is stored encrypted, and { $client } can use it until you disconnect or replace it on your connections page. It is never shown to you again.
+credential-refused-key = { $provider } did not accept this key. Check it and try again.
+credential-refused-basic = { $provider } did not accept this username and password. Check them and try again.
+credential-unavailable = We could not check it with { $provider } just now. Nothing was stored; try again in a moment.

@@ -224,3 +224,16 @@ consent-apps-heading = 可以使用它的应用
 consent-apps-group = 这些应用由本服务的运营方一起运行；批准后，其中每个应用都可以使用该账户。
 consent-apps-shared = 已在使用你的 { $provider } 账户并将继续使用的应用：
 account-used-by = 使用者：
+
+# The API-key page (providers with auth = "api_key" or "basic")
+credential-lead-key = { $provider } 通过 API 密钥连接，而不是登录页面。
+credential-lead-basic = { $provider } 通过你的用户名和密码连接，而不是登录页面。
+credential-username = { $provider } 用户名
+credential-password = { $provider } 密码
+credential-api-key = { $provider } API 密钥
+credential-connect = 连接
+credential-next-validates = 我们会先向 { $provider } 核验。
+credential-next = 它会被加密保存，{ $client } 可以一直使用它，直到你在“我的连接”页面断开或更换它。它不会再向你显示。
+credential-refused-key = { $provider } 不接受这个密钥。请检查后重试。
+credential-refused-basic = { $provider } 不接受这个用户名和密码。请检查后重试。
+credential-unavailable = 暂时无法向 { $provider } 核验。没有保存任何内容；请稍后重试。

@@ -191,14 +191,14 @@ pub async fn submit(
                 format!("validation_url answered HTTP {status}"),
             )
             .await;
-            let m = format!(
-                "{} did not accept this {}. Check it and try again.",
-                provider.display_name,
+            let m = ui.t1(
                 if settings.kind == AuthKind::Basic {
-                    "username and password"
+                    "credential-refused-basic"
                 } else {
-                    "key"
-                }
+                    "credential-refused-key"
+                },
+                "provider",
+                &provider.display_name,
             );
             return page(
                 &state,
@@ -214,9 +214,10 @@ pub async fn submit(
         Err(Validation::Unavailable(why)) => {
             tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %why, "credential validation call failed");
             audit(AuditAction::CredentialValidationUnavailable, why).await;
-            let m = format!(
-                "We could not check it with {} just now. Nothing was stored; try again in a moment.",
-                provider.display_name
+            let m = ui.t1(
+                "credential-unavailable",
+                "provider",
+                &provider.display_name,
             );
             return page(
                 &state,
