@@ -1834,6 +1834,43 @@ client_secret = "gh-super-secret"
     }
 
     #[test]
+    fn mcp_and_api_key_providers_are_validated_by_key() {
+        let ok = format!(
+            "{}[providers.tools]\nkind = \"mcp\"\nresource = \"https://mcp.example.com/mcp\"\n\
+             [providers.weather]\nauth = \"api_key\"\napi_key_header = \"X-API-Key\"\n\
+             validation_url = \"https://api.weather.example/me\"\n",
+            base()
+        );
+        let c = Config::from_parts(&ok, &[]).unwrap();
+        assert_eq!(c.providers["tools"].client_id, "");
+        let bad = format!(
+            "{}[providers.tools]\nkind = \"mcp\"\n\
+             [providers.weather]\nauth = \"api_key\"\napi_key_header = \"bad header\"\n\
+             validation_url = \"http://api.weather.example/me\"\n\
+             [providers.plain]\nissuer = \"https://id.example.com\"\nclient_id = \"c\"\n\
+             api_key_hint = \"x\"\nresource = \"https://mcp.example.com/mcp\"\n",
+            base()
+        );
+        let e = Config::from_parts(&bad, &[]).unwrap_err().to_string();
+        for key in [
+            "`providers.tools.resource`",
+            "`providers.weather.api_key_header`",
+            "`providers.weather.validation_url`",
+            "`providers.plain.api_key_hint`",
+            "`providers.plain.resource`",
+        ] {
+            assert!(e.contains(key), "{key} not named: {e}");
+        }
+        let e = Config::from_parts(&format!("{}auth = \"token\"\n", base()), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("providers.github.auth") && e.contains("token"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn limits_have_defaults_and_are_validated() {
         let c = Config::from_parts(&base(), &[]).unwrap();
         assert_eq!(c.limits, Limits::default());

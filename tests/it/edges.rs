@@ -642,6 +642,7 @@ fn check_config_refuses_plain_http_off_loopback() {
 public_url = "{public_url}"
 database_url = "sqlite://{}/db.sqlite"
 encryption_keys = ["{key}"]
+outbound_allow_cidrs = ["127.0.0.0/8", "::1"]
 [identity]
 issuer = "{issuer}"
 client_id = "mcp-connect"
