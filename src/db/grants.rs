@@ -121,6 +121,14 @@ impl Db {
         fallback: &[String],
     ) -> Result<Vec<String>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
+        // Write first: on SQLite a transaction that reads and then writes cannot take the write
+        // lock once another writer committed after its read (SQLITE_BUSY, not retried by the
+        // busy timeout); a write statement, even one that changes nothing, takes the lock up
+        // front and waits for it. A no-op on Postgres.
+        sqlx::query("DELETE FROM connection_clients WHERE connection_id = $1 AND 1 = 0")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         let (held,): (i64,) =
             sqlx::query_as("SELECT COUNT(*) FROM connection_clients WHERE connection_id = $1")
                 .bind(id)

@@ -214,11 +214,7 @@ pub async fn submit(
         Err(Validation::Unavailable(why)) => {
             tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %why, "credential validation call failed");
             audit(AuditAction::CredentialValidationUnavailable, why).await;
-            let m = ui.t1(
-                "credential-unavailable",
-                "provider",
-                &provider.display_name,
-            );
+            let m = ui.t1("credential-unavailable", "provider", &provider.display_name);
             return page(
                 &state,
                 &session,

@@ -212,11 +212,7 @@ on_both_databases!(
             "{v}"
         );
         let consent = approve(&app, &v["elicitation"], "alice").await;
-        assert!(
-            consent.has("<strong>other-mcp</strong> is asking"),
-            "{}",
-            consent.body
-        );
+        assert!(consent.has("other-mcp is asking"), "{}", consent.body);
         assert!(
             consent.has("Already using your Acme account, and keeping it: Demo MCP"),
             "{}",
@@ -345,9 +341,6 @@ on_both_databases!(
     rows_from_before_the_migration_stay_usable_by_their_client,
     |kind| async move {
         use mcp_connect::db::connections::{NewTokens, save_connected_tokens};
-        use mcp_connect::db::elicitations::{
-            Elicitation, ElicitationStatus, finish_elicitation, insert_elicitation,
-        };
         use secrecy::SecretString;
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -417,29 +410,19 @@ on_both_databases!(
         };
         let alice_id = store("alice").await;
         let bob_id = store("bob").await;
+        // alice's elicitation, completed, in the previous release's columns.
         let now = mcp_connect::db::now();
-        let e = Elicitation {
-            id: mcp_connect::crypto::random_token(18),
-            client_id: "demo-mcp".into(),
-            issuer: issuer.clone(),
-            subject: "alice".into(),
-            provider: "acme".into(),
-            scopes: vec!["api".into()],
-            status: ElicitationStatus::Pending,
-            connection_id: None,
-            failure: None,
-            created_at: now,
-            expires_at: now + 600,
-            params: Default::default(),
-        };
-        insert_elicitation(&mut conn, &e).await.unwrap();
-        finish_elicitation(
-            &mut conn,
-            &e.id,
-            mcp_connect::db::elicitations::Ending::Completed {
-                connection_id: &mcp_connect::ids::ConnectionId::from(alice_id.as_str()),
-            },
+        sqlx::query(
+            "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, \
+             connection_id, created_at, expires_at, finished_at) \
+             VALUES ($1, 'demo-mcp', $2, 'alice', 'acme', 'api', 'completed', $3, $4, $5, $4)",
         )
+        .bind(mcp_connect::crypto::random_token(18))
+        .bind(&issuer)
+        .bind(&alice_id)
+        .bind(now)
+        .bind(now + 600)
+        .execute(&mut *conn)
         .await
         .unwrap();
         drop(conn);

@@ -463,6 +463,13 @@ impl TestApp {
 
     /// Every test that shuts its app down checks this: no audit event holds a secret, a token
     /// or a code that this test's peers issued (so the whole test run is covered).
+    /// Waits until a write made outside the app (raw SQL) has reached the token cache: its sync
+    /// window and a little more (docs/token-cache.md).
+    pub async fn wait_for_cache_sync(&self) {
+        tokio::time::sleep(self.state.token_cache.window() + std::time::Duration::from_millis(20))
+            .await;
+    }
+
     pub async fn assert_audit_log_holds_no_secret(&self) {
         use sqlx::Row;
         let rows: Vec<sqlx::any::AnyRow> = sqlx::query(

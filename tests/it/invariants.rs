@@ -22,6 +22,7 @@ on_both_databases!(
         .execute(&app.db().pool)
         .await
         .unwrap();
+        app.wait_for_cache_sync().await;
         let (s, v) = app.token("bob").await;
         assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR, "{v}");
         assert!(

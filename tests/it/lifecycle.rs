@@ -525,6 +525,8 @@ on_both_databases!(
             .execute(&app.db().pool)
             .await
             .unwrap();
+        // A raw write reaches the token cache within its sync window (docs/token-cache.md).
+        app.wait_for_cache_sync().await;
         let (s, v) = app.token("alice").await;
         assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR, "{v}");
         assert!(v.get("access_token").is_none(), "{v}");

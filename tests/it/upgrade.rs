@@ -390,6 +390,9 @@ impl World {
         .execute(&self.db.pool)
         .await
         .unwrap();
+        // A write outside the app reaches the new binary's token cache within its sync window
+        // (100 ms by default, docs/token-cache.md).
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         let n = self.peers.stats().await["refresh_token"].as_i64().unwrap();
         let at = self.token(s, subject, Some(300)).await;
         assert_ne!(at, before, "{subject} on {}: not refreshed", s.label);
