@@ -196,9 +196,12 @@ impl utoipa::Modify for TokenRequestRules {
         let Some(components) = openapi.components.as_mut() else {
             return;
         };
-        // `subject` or `subject_token` (or both): one of them names the user. (One extension
+        // `subject` or `subject_token` (or both), not null: one of them names the user. (One extension
         // key per schema: extensions are serialised in no fixed order.)
-        let named = json!([{"required": ["subject"]}, {"required": ["subject_token"]}]);
+        let named = json!([
+            {"required": ["subject"], "properties": {"subject": {"type": "string"}}},
+            {"required": ["subject_token"], "properties": {"subject_token": {"type": "string", "minLength": 1}}}
+        ]);
         if let Some(RefOr::T(Schema::Object(o))) = components.schemas.get_mut("CreateElicitation") {
             o.extensions
                 .get_or_insert_with(Default::default)
@@ -268,11 +271,14 @@ mod tests {
         let list = &doc["paths"]["/v1/connections"]["get"]["parameters"][1];
         assert_eq!(list["name"], "subject");
         assert_eq!(
-            list["required"], false,
-            "the Subject-Token header may name the user"
+            list["required"], true,
+            "documented as required: a client that names the user always works (the Subject-Token header alone is accepted too)"
         );
         assert_eq!(list["schema"]["pattern"], crate::api::SUBJECT_PATTERN);
-        let named = json!([{"required": ["subject"]}, {"required": ["subject_token"]}]);
+        let named = json!([
+            {"required": ["subject"], "properties": {"subject": {"type": "string"}}},
+            {"required": ["subject_token"], "properties": {"subject_token": {"type": "string", "minLength": 1}}}
+        ]);
         assert_eq!(schemas["CreateElicitation"]["anyOf"], named);
         assert_eq!(schemas["TokenRequest"]["allOf"][0]["anyOf"], named);
         assert!(

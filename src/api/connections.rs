@@ -76,8 +76,8 @@ fn subject_token(headers: &HeaderMap) -> Result<Option<&str>> {
 
 #[utoipa::path(get, path = "/v1/connections",
     params(("Subject-Token" = Option<String>, Header, description = "proof of subject: the user's MCP access token (see `subject_token` on `POST /v1/tokens`); required when this API client has `require_subject_token`"),
-        ("subject" = Option<String>, Query, min_length = 1, max_length = 255, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$",
-        description = "the user's `sub`: 1 to 255 characters, not only whitespace, without control characters; required without `Subject-Token`")),
+        ("subject" = String, Query, min_length = 1, max_length = 255, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$",
+        description = "the user's `sub`: 1 to 255 characters, not only whitespace, without control characters. With `Subject-Token`, it must be that token's `sub` (the header alone is accepted too)")),
     responses((status = 200, body = ConnectionList, description = "The subject's connections that this API client may use (those the user approved for it)"),
         (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: `subject` missing or out of bounds, or an unknown query parameter"),
         (status = 401, body = crate::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`")),
