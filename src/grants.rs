@@ -19,6 +19,35 @@ pub const MAX_SUBJECT_TOKEN_BYTES: usize = 8192;
 pub const SUBJECT_TOKEN_HEADER: &str = "subject-token";
 
 impl AppState {
+    /// The ids of the apps a grant asked for by `client_id` belongs to: its grant group, or
+    /// itself (also when it is no longer configured).
+    pub fn grant_apps(&self, client_id: &str) -> Vec<String> {
+        match self.client(client_id) {
+            Some(c) => self.grant_members(c).iter().map(|m| m.id.clone()).collect(),
+            None => vec![client_id.to_owned()],
+        }
+    }
+
+    /// In `change`, after the user approved elicitation `e` and its grant was stored as
+    /// `connection_id`: the apps named on the page may use it from now on; after a revocation
+    /// (`was_revoked`, also one by an older release), only they. The connection's cached row
+    /// goes when the change commits.
+    pub async fn grant_to_approved_apps(
+        &self,
+        change: &mut Change,
+        e: &crate::db::elicitations::Elicitation,
+        connection_id: &str,
+        was_revoked: bool,
+    ) -> std::result::Result<(), sqlx::Error> {
+        if was_revoked {
+            crate::db::grants::clear_clients(change.conn(), connection_id).await?;
+        }
+        let apps = self.grant_apps(&e.client_id);
+        crate::db::grants::grant_clients(change.conn(), connection_id, &apps, Some(&e.id)).await?;
+        change.connection_changed(connection_id);
+        Ok(())
+    }
+
     /// The clients a grant approved for `client` is for: its `grant_group`'s members (in
     /// configuration order), or the client alone.
     pub fn grant_members<'a>(&'a self, client: &'a ClientConfig) -> Vec<&'a ClientConfig> {

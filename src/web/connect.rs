@@ -234,7 +234,7 @@ async fn consent_page(
         })
         .unwrap_or_default();
     let csrf = session.csrf_token().await?;
-    let app_ids = super::provider_callback::grant_apps(state, &e.client_id);
+    let app_ids = state.grant_apps(&e.client_id);
     let apps: Vec<String> = app_ids
         .iter()
         .map(|id| state.client_name(id).to_owned())

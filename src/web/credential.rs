@@ -249,13 +249,10 @@ pub async fn submit(
         },
     )
     .await?;
-    // The apps named on the page may use the key from now on (as after an OAuth callback).
-    if before.is_some_and(|(_, status)| status == "revoked") {
-        crate::db::grants::clear_clients(change.conn(), &connection_id).await?;
-    }
-    let apps = super::provider_callback::grant_apps(&state, &e.client_id);
-    crate::db::grants::grant_clients(change.conn(), &connection_id, &apps, Some(&e.id)).await?;
-    change.connection_changed(&connection_id);
+    let was_revoked = before.is_some_and(|(_, status)| status == "revoked");
+    state
+        .grant_to_approved_apps(&mut change, &e, &connection_id, was_revoked)
+        .await?;
     change
         .audit(AuditEvent {
             event: if reconnected {

@@ -39,18 +39,6 @@ fn clean_code(s: &str) -> String {
         .collect()
 }
 
-/// The ids of the apps a grant approved through `client_id`'s elicitation is for.
-pub fn grant_apps(state: &AppState, client_id: &str) -> Vec<String> {
-    match state.clients.iter().find(|c| c.id == client_id) {
-        Some(c) => state
-            .grant_members(c)
-            .iter()
-            .map(|m| m.id.clone())
-            .collect(),
-        None => vec![client_id.to_owned()],
-    }
-}
-
 pub async fn callback(
     State(state): State<AppState>,
     session: BrowserSession,
@@ -223,14 +211,10 @@ pub async fn callback(
     )
     .await?;
     set_connection_details(change.conn(), &connection_id, &e.params, &metadata).await?;
-    // The apps named on the consent page may use the grant from now on; after a revocation
-    // (also one by an older release), only they.
-    if before.is_some_and(|(_, status)| status == "revoked") {
-        crate::db::grants::clear_clients(change.conn(), &connection_id).await?;
-    }
-    let apps = grant_apps(&state, &e.client_id);
-    crate::db::grants::grant_clients(change.conn(), &connection_id, &apps, Some(&e.id)).await?;
-    change.connection_changed(&connection_id);
+    let was_revoked = before.is_some_and(|(_, status)| status == "revoked");
+    state
+        .grant_to_approved_apps(&mut change, e, &connection_id, was_revoked)
+        .await?;
     change
         .audit(AuditEvent {
             event: if reconnected {
