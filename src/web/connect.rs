@@ -24,7 +24,7 @@ use crate::providers::ConnParams;
 use crate::scopes::describe;
 use crate::time::now;
 
-fn invalid_link() -> Error {
+pub fn invalid_link() -> Error {
     Error::page(
         StatusCode::NOT_FOUND,
         "not_found",
@@ -330,6 +330,21 @@ pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
 }
 
 /// The refusal of a form that lacks fields.
+/// The provider of elicitation `e`, while the service still offers it.
+pub fn configured_provider(
+    state: &AppState,
+    e: &Elicitation,
+) -> Result<std::sync::Arc<crate::providers::Provider>> {
+    state.providers.get(&e.provider).cloned().ok_or_else(|| {
+        Error::page(
+            StatusCode::GONE,
+            "provider_removed",
+            Msg::new("provider-removed-title"),
+            Msg::new("provider-removed-lead"),
+        )
+    })
+}
+
 pub fn form_incomplete() -> Error {
     Error::page(
         StatusCode::BAD_REQUEST,
@@ -361,14 +376,7 @@ pub async fn answer(
         Own::Pending(e) => e,
         Own::Respond(r) => return Ok(r),
     };
-    let provider = state.providers.get(&e.provider).cloned().ok_or_else(|| {
-        Error::page(
-            StatusCode::GONE,
-            "provider_removed",
-            Msg::new("provider-removed-title"),
-            Msg::new("provider-removed-lead"),
-        )
-    })?;
+    let provider = configured_provider(&state, &e)?;
     match form.action.as_str() {
         "continue" if provider.credential.is_some() => {
             super::credential::page(&state, &session, &ui, &user, &e, &provider, None).await

@@ -12,7 +12,10 @@ use axum::response::{IntoResponse, Response};
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::connect::{Own, check_origin, own_pending_elicitation, shown_name};
+use super::connect::{
+    Own, check_origin, configured_provider, form_incomplete, invalid_link, own_pending_elicitation,
+    shown_name,
+};
 use super::flow::start_sign_in;
 use super::pages::render;
 use super::session::BrowserSession;
@@ -103,22 +106,10 @@ pub async fn submit(
 ) -> Result<Response> {
     let rid = request_id(&headers);
     check_origin(&state, &headers)?;
-    let Form(form) = form.map_err(|_| {
-        Error::page(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            "This form is incomplete",
-            "Go back, reload the page and try again.",
-        )
-    })?;
+    let Form(form) = form.map_err(|_| form_incomplete())?;
     session.check_csrf(&form.csrf).await?;
     if !is_valid_id(&id) {
-        return Err(Error::page(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "This link is not valid",
-            "We could not find this connect request. Go back to your app and ask for a new one.",
-        ));
+        return Err(invalid_link());
     }
     let Some(user) = session.user().await? else {
         return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
@@ -127,14 +118,7 @@ pub async fn submit(
         Own::Pending(e) => e,
         Own::Respond(r) => return Ok(r),
     };
-    let provider = state.providers.get(&e.provider).cloned().ok_or_else(|| {
-        Error::page(
-            StatusCode::GONE,
-            "provider_removed",
-            "This provider is no longer available",
-            "The service no longer offers this provider. Go back to your app.",
-        )
-    })?;
+    let provider = configured_provider(&state, &e)?;
     let Some(settings) = provider.credential.clone() else {
         return Err(Error::page(
             StatusCode::BAD_REQUEST,
