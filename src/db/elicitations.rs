@@ -315,14 +315,14 @@ pub async fn insert_elicitation(
 
 /// Records the parameters the user confirmed on the consent page (only while pending).
 pub async fn set_elicitation_params(
-    db: &Db,
+    conn: &mut AnyConnection,
     id: &str,
     params: &crate::providers::ConnParams,
 ) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE elicitations SET params = $2 WHERE id = $1 AND status = 'pending'")
         .bind(id)
         .bind(encode_params(params))
-        .execute(&db.pool)
+        .execute(conn)
         .await?;
     Ok(())
 }

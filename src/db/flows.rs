@@ -89,8 +89,20 @@ pub struct NewFlow<'a> {
 }
 
 impl Db {
-    pub async fn insert_flow(&self, f: &NewFlow<'_>) -> Result<(), sqlx::Error> {
+    /// Stores a pending provider redirect and, when the user changed the connection's
+    /// parameters on the consent page, the elicitation's new parameters with it: one short-lived
+    /// transaction (`Db::begin_ephemeral`), so the hop that sends the browser to the provider
+    /// commits once.
+    pub async fn insert_flow(
+        &self,
+        f: &NewFlow<'_>,
+        new_params: Option<&crate::providers::ConnParams>,
+    ) -> Result<(), sqlx::Error> {
         let now = now();
+        let mut tx = self.begin_ephemeral().await?;
+        if let (Some(params), Some(id)) = (new_params, f.elicitation_id) {
+            super::elicitations::set_elicitation_params(&mut tx, id, params).await?;
+        }
         sqlx::query(
             "INSERT INTO auth_flows (state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, created_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -105,9 +117,9 @@ impl Db {
         .bind(f.verifier)
         .bind(now)
         .bind(now + f.ttl_seconds)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        tx.commit().await
     }
 
     /// The flow a state names, and whether it was used already. Reads only: presenting a state
@@ -126,17 +138,25 @@ impl Db {
 
     /// Marks the flow used and wipes its verifier, in one conditional UPDATE: of two concurrent
     /// callbacks with the same state, exactly one gets `true`.
+    ///
+    /// This is the one write of the provider callback that commits on its own, before the code
+    /// exchange: every replica must see the state spent before the code is redeemed, because a
+    /// code presented twice makes the provider refuse the second and, often, revoke the tokens
+    /// the first one got (RFC 6749 §4.1.2). It is short-lived data (`Db::begin_ephemeral`): the
+    /// grant's own synchronous commit makes it durable too.
     pub async fn claim_flow(&self, state_hash: &str) -> Result<bool, sqlx::Error> {
-        Ok(sqlx::query(
-            "UPDATE auth_flows SET used_at = $3, verifier = NULL \
-             WHERE state_hash = $1 AND kind = $2 AND used_at IS NULL",
-        )
-        .bind(state_hash)
-        .bind(PROVIDER)
-        .bind(now())
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
+        Ok(self
+            .execute_ephemeral(
+                sqlx::query(
+                    "UPDATE auth_flows SET used_at = $3, verifier = NULL \
+                     WHERE state_hash = $1 AND kind = $2 AND used_at IS NULL",
+                )
+                .bind(state_hash)
+                .bind(PROVIDER)
+                .bind(now()),
+            )
+            .await?
+            .rows_affected()
             == 1)
     }
 }

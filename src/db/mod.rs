@@ -8,7 +8,9 @@ pub mod elicitations;
 pub mod events;
 pub mod flows;
 pub mod grants;
+pub mod mcp_clients;
 pub mod refresh_lock;
+pub mod rotation;
 pub mod sessions;
 
 use std::str::FromStr;
@@ -129,6 +131,40 @@ impl Db {
             .await
             .context("running migrations")?;
         Ok(())
+    }
+
+    /// A transaction for writes to short-lived tables only (sign-in sessions, pending provider
+    /// redirects): on Postgres it commits without waiting for its WAL record to reach the disk
+    /// (`SET LOCAL synchronous_commit = off`). A crash can lose the last fraction of a second of
+    /// such writes — a sign-in or a redirect in progress, which the user starts again — and
+    /// nothing else: a grant (connections, their apps, audit, events) always commits
+    /// synchronously, and its commit makes every earlier write durable with it. Visibility is not
+    /// affected: other replicas see the write as soon as it commits.
+    pub async fn begin_ephemeral(&self) -> Result<sqlx::Transaction<'static, Any>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        if self.engine == Engine::Postgres {
+            sqlx::query("SET LOCAL synchronous_commit = off")
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(tx)
+    }
+
+    /// Runs one statement on a short-lived table as [`Db::begin_ephemeral`] says (SQLite, whose
+    /// commits do not wait for the disk here, runs it as is).
+    pub async fn execute_ephemeral<'q>(
+        &self,
+        q: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
+    ) -> Result<sqlx::any::AnyQueryResult, sqlx::Error> {
+        match self.engine {
+            Engine::Sqlite => q.execute(&self.pool).await,
+            Engine::Postgres => {
+                let mut tx = self.begin_ephemeral().await?;
+                let r = q.execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(r)
+            }
+        }
     }
 
     pub async fn ping(&self) -> Result<(), sqlx::Error> {

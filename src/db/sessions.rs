@@ -1,5 +1,8 @@
 //! The tower-sessions store, in the same database as everything else (no Redis needed). Rows
 //! are keyed by the SHA-256 of the session id, so reading the table does not yield live cookies.
+//! Creating and saving a session are short-lived writes (`Db::execute_ephemeral`: on Postgres
+//! they do not wait for the disk; a crash can only sign someone out); deleting one (sign-out)
+//! commits synchronously, so a crash never brings a signed-out session back.
 
 use async_trait::async_trait;
 use tower_sessions::session::{Id, Record};
@@ -32,11 +35,14 @@ impl SessionStore for DbSessionStore {
         let data = serde_json::to_string(record)
             .map_err(|e| session_store::Error::Encode(e.to_string()))?;
         loop {
-            let r = sqlx::query("INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING")
-                .bind(key(&record.id))
-                .bind(&data)
-                .bind(record.expiry_date.unix_timestamp())
-                .execute(&self.db.pool)
+            let r = self
+                .db
+                .execute_ephemeral(
+                    sqlx::query("INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING")
+                        .bind(key(&record.id))
+                        .bind(&data)
+                        .bind(record.expiry_date.unix_timestamp()),
+                )
                 .await
                 .map_err(backend)?;
             if r.rows_affected() == 1 {
@@ -49,16 +55,18 @@ impl SessionStore for DbSessionStore {
     async fn save(&self, record: &Record) -> session_store::Result<()> {
         let data = serde_json::to_string(record)
             .map_err(|e| session_store::Error::Encode(e.to_string()))?;
-        sqlx::query(
-            "INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (id) DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at",
-        )
-        .bind(key(&record.id))
-        .bind(data)
-        .bind(record.expiry_date.unix_timestamp())
-        .execute(&self.db.pool)
-        .await
-        .map_err(backend)?;
+        self.db
+            .execute_ephemeral(
+                sqlx::query(
+                    "INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (id) DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at",
+                )
+                .bind(key(&record.id))
+                .bind(data)
+                .bind(record.expiry_date.unix_timestamp()),
+            )
+            .await
+            .map_err(backend)?;
         Ok(())
     }
 

@@ -11,11 +11,11 @@
 
 use anyhow::Context;
 use secrecy::ExposeSecret;
-use sqlx::Row;
 
 use crate::crypto::{KeyRing, connection_aad, flow_verifier_aad};
 use crate::db::Db;
 use crate::db::audit::{AuditAction, AuditEvent};
+use crate::db::rotation::{RESEAL_CHUNK, ResealedRow, ResealedVerifier};
 
 /// What one rotation did.
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -38,20 +38,8 @@ pub struct RotationReport {
 /// current key.
 pub async fn count_pending(db: &Db, keys: &KeyRing) -> anyhow::Result<u64> {
     let prefix = format!("{}.", keys.current_id());
-    let (c,): (i64,) = sqlx::query_as(
-        "SELECT COUNT(*) FROM connections WHERE (access_token IS NOT NULL AND substr(access_token, 1, length($1)) <> $1) \
-         OR (refresh_token IS NOT NULL AND substr(refresh_token, 1, length($1)) <> $1)",
-    )
-    .bind(&prefix)
-    .fetch_one(&db.pool)
-    .await?;
-    let (f,): (i64,) = sqlx::query_as(
-        "SELECT COUNT(*) FROM auth_flows WHERE verifier IS NOT NULL AND substr(verifier, 1, length($1)) <> $1",
-    )
-    .bind(&prefix)
-    .fetch_one(&db.pool)
-    .await?;
-    Ok((c + f) as u64)
+    let (c, f) = db.count_not_sealed_with(&prefix).await?;
+    Ok(c + f)
 }
 
 /// A value re-sealed under the current key, or the same value if it already is.
@@ -161,26 +149,16 @@ async fn rotate_connections(
     let prefix = format!("{}.", keys.current_id());
     let mut after = String::new();
     loop {
-        let rows = sqlx::query(
-            "SELECT id, access_token, refresh_token FROM connections WHERE id > $2 AND \
-             ((access_token IS NOT NULL AND substr(access_token, 1, length($1)) <> $1) \
-             OR (refresh_token IS NOT NULL AND substr(refresh_token, 1, length($1)) <> $1)) \
-             ORDER BY id LIMIT $3",
-        )
-        .bind(&prefix)
-        .bind(&after)
-        .bind(batch)
-        .fetch_all(&db.pool)
-        .await
-        .context("reading connections to rotate")?;
+        let rows = db
+            .connections_to_reseal(&prefix, &after, batch)
+            .await
+            .context("reading connections to rotate")?;
         if rows.is_empty() {
             return Ok(());
         }
         let mut updates = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let id: String = row.try_get("id")?;
-            let at: Option<String> = row.try_get("access_token")?;
-            let rt: Option<String> = row.try_get("refresh_token")?;
+        for row in rows {
+            let (id, at, rt) = (row.id, row.access_token, row.refresh_token);
             after.clone_from(&id);
             *handled += 1;
             let new_at = reseal(
@@ -212,7 +190,7 @@ async fn rotate_connections(
                 });
             }
         }
-        for chunk in updates.chunks(UPDATE_CHUNK) {
+        for chunk in updates.chunks(RESEAL_CHUNK) {
             let done = update_chunk(db, chunk).await?;
             for u in chunk {
                 if done.contains(&u.id) {
@@ -226,9 +204,6 @@ async fn rotate_connections(
         progress(*handled);
     }
 }
-
-/// Rows per UPDATE statement (5 parameters each, well under every engine's limit).
-const UPDATE_CHUNK: usize = 100;
 
 struct Update {
     id: String,
@@ -245,41 +220,19 @@ async fn update_chunk(
     db: &Db,
     chunk: &[Update],
 ) -> anyhow::Result<std::collections::HashSet<String>> {
-    let rows: Vec<String> = (0..chunk.len())
-        .map(|i| {
-            let b = i * 5;
-            format!(
-                "(${}, ${}, ${}, ${}, ${})",
-                b + 1,
-                b + 2,
-                b + 3,
-                b + 4,
-                b + 5
-            )
+    let rows: Vec<ResealedRow<'_>> = chunk
+        .iter()
+        .map(|u| ResealedRow {
+            id: &u.id,
+            access_token: u.new_at.value(),
+            refresh_token: u.new_rt.value(),
+            old_access_token: &u.old_at,
+            old_refresh_token: &u.old_rt,
         })
         .collect();
-    // VALUES columns are column1..column5 on both engines.
-    let sql = format!(
-        "UPDATE connections SET access_token = v.column2, refresh_token = v.column3 \
-         FROM (VALUES {}) AS v WHERE connections.id = v.column1 \
-         AND COALESCE(connections.access_token, '') = v.column4 \
-         AND COALESCE(connections.refresh_token, '') = v.column5 RETURNING connections.id",
-        rows.join(", ")
-    );
-    let mut q = sqlx::query_as::<_, (String,)>(&sql);
-    for u in chunk {
-        q = q
-            .bind(&u.id)
-            .bind(u.new_at.value())
-            .bind(u.new_rt.value())
-            .bind(&u.old_at)
-            .bind(&u.old_rt);
-    }
-    let done = q
-        .fetch_all(&db.pool)
+    db.reseal_connections(&rows)
         .await
-        .context("writing a rotation batch")?;
-    Ok(done.into_iter().map(|(id,)| id).collect())
+        .context("writing a rotation batch")
 }
 
 async fn rotate_flows(
@@ -293,48 +246,47 @@ async fn rotate_flows(
     let prefix = format!("{}.", keys.current_id());
     let mut after = String::new();
     loop {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT state_hash, verifier FROM auth_flows WHERE state_hash > $2 AND verifier IS NOT NULL \
-             AND substr(verifier, 1, length($1)) <> $1 ORDER BY state_hash LIMIT $3",
-        )
-        .bind(&prefix)
-        .bind(&after)
-        .bind(batch)
-        .fetch_all(&db.pool)
-        .await
-        .context("reading pending redirects to rotate")?;
+        let rows = db
+            .flows_to_reseal(&prefix, &after, batch)
+            .await
+            .context("reading pending redirects to rotate")?;
         if rows.is_empty() {
             return Ok(());
         }
-        let mut tx = db.pool.begin().await?;
+        let mut resealed = Vec::new();
         for (state_hash, verifier) in &rows {
             after.clone_from(state_hash);
             *handled += 1;
-            let Some(Resealed::New(new)) = reseal(
+            if let Some(Resealed::New(new)) = reseal(
                 keys,
                 Some(verifier),
                 &flow_verifier_aad(state_hash),
                 "auth_flows/verifier",
                 &mut report.unreadable,
-            ) else {
-                continue;
-            };
-            let r = sqlx::query(
-                "UPDATE auth_flows SET verifier = $2 WHERE state_hash = $1 AND verifier = $3",
-            )
-            .bind(state_hash)
-            .bind(&new)
-            .bind(verifier)
-            .execute(&mut *tx)
-            .await?;
-            if r.rows_affected() == 1 {
+            ) {
+                resealed.push((state_hash, new, verifier));
+            }
+        }
+        let writes: Vec<ResealedVerifier<'_>> = resealed
+            .iter()
+            .map(|(state_hash, new, old)| ResealedVerifier {
+                state_hash,
+                verifier: new,
+                old_verifier: old,
+            })
+            .collect();
+        let written = db
+            .reseal_flows(&writes)
+            .await
+            .context("committing a rotation batch")?;
+        for w in written {
+            if w {
                 report.rows_rotated += 1;
                 report.values_rotated += 1;
             } else {
                 report.conflicts += 1;
             }
         }
-        tx.commit().await.context("committing a rotation batch")?;
         progress(*handled);
     }
 }
@@ -344,12 +296,7 @@ pub async fn key_usage(db: &Db) -> anyhow::Result<Vec<(String, u64)>> {
     let mut counts = std::collections::BTreeMap::<String, u64>::new();
     let mut after = String::new();
     loop {
-        let rows: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
-            "SELECT id, access_token, refresh_token FROM connections WHERE id > $1 ORDER BY id LIMIT 1000",
-        )
-        .bind(&after)
-        .fetch_all(&db.pool)
-        .await?;
+        let rows = db.sealed_connection_values(&after).await?;
         let Some(last) = rows.last() else { break };
         after.clone_from(&last.0);
         for (_, at, rt) in &rows {
@@ -359,12 +306,8 @@ pub async fn key_usage(db: &Db) -> anyhow::Result<Vec<(String, u64)>> {
             }
         }
     }
-    let flows: Vec<(String,)> =
-        sqlx::query_as("SELECT verifier FROM auth_flows WHERE verifier IS NOT NULL")
-            .fetch_all(&db.pool)
-            .await?;
-    for (v,) in &flows {
-        let id = KeyRing::key_id_of(v).unwrap_or("(malformed)");
+    for v in db.sealed_flow_verifiers().await? {
+        let id = KeyRing::key_id_of(&v).unwrap_or("(malformed)");
         *counts.entry(id.to_owned()).or_default() += 1;
     }
     Ok(counts.into_iter().collect())

@@ -380,19 +380,16 @@ async fn registered_client(
         .transpose()
         .context("sealing the registered client secret")?;
     // Another replica may have registered meanwhile: the first stored registration wins.
-    sqlx::query(
-        "INSERT INTO mcp_clients (provider, issuer, redirect_uri, client_id, client_secret, registered_at) \
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (provider, issuer, redirect_uri) DO NOTHING",
-    )
-    .bind(provider)
-    .bind(issuer)
-    .bind(redirect_uri)
-    .bind(&client_id)
-    .bind(sealed)
-    .bind(crate::db::now())
-    .execute(&ctx.db.pool)
-    .await
-    .context("storing the registered client")?;
+    ctx.db
+        .insert_mcp_client(
+            provider,
+            issuer,
+            redirect_uri,
+            &client_id,
+            sealed.as_deref(),
+        )
+        .await
+        .context("storing the registered client")?;
     tracing::info!(provider, issuer, client_id = %client_id, "registered at the upstream MCP authorization server");
     load(ctx, provider, issuer, redirect_uri)
         .await?
@@ -405,18 +402,15 @@ async fn load(
     issuer: &str,
     redirect_uri: &str,
 ) -> anyhow::Result<Option<RegisteredClient>> {
-    let row: Option<(String, Option<String>)> = sqlx::query_as(
-        "SELECT client_id, client_secret FROM mcp_clients WHERE provider = $1 AND issuer = $2 AND redirect_uri = $3",
-    )
-    .bind(provider)
-    .bind(issuer)
-    .bind(redirect_uri)
-    .fetch_optional(&ctx.db.pool)
-    .await
-    .context("reading the registered client")?;
-    let Some((client_id, sealed)) = row else {
+    let Some(stored) = ctx
+        .db
+        .mcp_client(provider, issuer, redirect_uri)
+        .await
+        .context("reading the registered client")?
+    else {
         return Ok(None);
     };
+    let (client_id, sealed) = (stored.client_id, stored.sealed_secret);
     let client_secret = sealed
         .map(|s| ctx.keys.open_string(&s, &secret_aad(provider, issuer)))
         .transpose()

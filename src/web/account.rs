@@ -3,14 +3,12 @@
 //! right here instead of waiting for an app to send a link).
 
 use askama::Template;
-use axum::Form;
-use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::connect::{form_incomplete, shown_name};
+use super::connect::shown_name;
 use super::flow::start_sign_in;
 use super::pages::render;
 use super::session::BrowserSession;
@@ -24,8 +22,7 @@ use crate::db::connections::Connection;
 use crate::db::connections::ConnectionStatus;
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
-use crate::server::middleware::request_id;
-use crate::web::connect::check_origin;
+use crate::web::extract::{CsrfForm, CsrfProtected, RequestId, not_signed_in};
 
 pub struct Row {
     pub id: String,
@@ -146,25 +143,20 @@ pub struct ActionForm {
     csrf: String,
 }
 
-/// Checks the form and returns the signed-in user's own connection `id`, or a page saying no.
+impl CsrfProtected for ActionForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// The signed-in user's own connection `id` (the form was checked by `CsrfForm`), or a page
+/// saying no.
 async fn own_connection(
     state: &AppState,
     session: &BrowserSession,
-    headers: &HeaderMap,
     id: &str,
-    form: Result<Form<ActionForm>, FormRejection>,
 ) -> Result<(SignedInUser, Connection)> {
-    check_origin(state, headers)?;
-    let Form(form) = form.map_err(|_| form_incomplete())?;
-    session.check_csrf(&form.csrf).await?;
-    let user = session.user().await?.ok_or_else(|| {
-        Error::page(
-            StatusCode::UNAUTHORIZED,
-            "not_signed_in",
-            Msg::new("not-signed-in-title"),
-            Msg::new("not-signed-in-lead"),
-        )
-    })?;
+    let user = session.user().await?.ok_or_else(not_signed_in)?;
     let not_yours = || {
         Error::page(
             StatusCode::NOT_FOUND,
@@ -186,14 +178,14 @@ async fn own_connection(
 pub async fn disconnect(
     State(state): State<AppState>,
     session: BrowserSession,
-    headers: HeaderMap,
+    rid: RequestId,
     Path(id): Path<String>,
-    form: Result<Form<ActionForm>, FormRejection>,
+    CsrfForm(_): CsrfForm<ActionForm>,
 ) -> Result<Response> {
-    let (user, c) = own_connection(&state, &session, &headers, &id, form).await?;
+    let (user, c) = own_connection(&state, &session, &id).await?;
     if c.status != ConnectionStatus::Revoked {
         state
-            .revoke_connection(&c, &user.subject, request_id(&headers).as_deref())
+            .revoke_connection(&c, &user.subject, rid.as_deref())
             .await?;
     }
     Ok(Redirect::to("/account?done=disconnected").into_response())
@@ -205,12 +197,11 @@ pub async fn disconnect(
 pub async fn reconnect(
     State(state): State<AppState>,
     session: BrowserSession,
-    headers: HeaderMap,
+    rid: RequestId,
     Path(id): Path<String>,
-    form: Result<Form<ActionForm>, FormRejection>,
+    CsrfForm(_): CsrfForm<ActionForm>,
 ) -> Result<Response> {
-    let (user, c) = own_connection(&state, &session, &headers, &id, form).await?;
-    let rid = request_id(&headers);
+    let (user, c) = own_connection(&state, &session, &id).await?;
     // An active connection is only "reconnected" to replace its typed credential.
     if c.status == ConnectionStatus::Active
         && !crate::connect::credentials::is_credential_type(&c.token_type)

@@ -1,11 +1,9 @@
 //! `/connect/{id}`: the URL handed to MCP clients. Signs the browser in, proves it belongs to the
 //! elicitation's own user (the phishing defence), asks for consent, then starts the provider flow.
 
-use axum::Form;
-use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 use serde::Deserialize;
 
 use super::flow::{start_provider, start_sign_in};
@@ -17,12 +15,12 @@ use crate::connect::elicitations::is_valid_id;
 use crate::connect::identity::SignedInUser;
 use crate::connect::scopes::describe;
 use crate::db::audit::{AuditAction, AuditEvent};
-use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending, set_elicitation_params};
+use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
 use crate::providers::ConnParams;
-use crate::server::middleware::request_id;
 use crate::time::now;
+use crate::web::extract::{CsrfForm, CsrfProtected, RequestId};
 
 pub fn invalid_link() -> Error {
     Error::page(
@@ -359,13 +357,10 @@ pub async fn answer(
     session: BrowserSession,
     headers: HeaderMap,
     ui: Ui,
+    rid: RequestId,
     Path(id): Path<String>,
-    form: Result<Form<ConsentForm>, FormRejection>,
+    CsrfForm(form): CsrfForm<ConsentForm>,
 ) -> Result<Response> {
-    let rid = request_id(&headers);
-    check_origin(&state, &headers)?;
-    let Form(form) = form.map_err(|_| form_incomplete())?;
-    session.check_csrf(&form.csrf).await?;
     if !is_valid_id(&id) {
         return Err(invalid_link());
     }
@@ -406,19 +401,16 @@ pub async fn answer(
                     .await;
                 }
             };
-            if params != e.params {
-                set_elicitation_params(&state.db, &e.id, &params).await?;
-            }
+            let changed = params != e.params;
             let e = Elicitation { params, ..e };
-            start_provider(&state, &session, &e, &provider).await
+            start_provider(&state, &session, &e, &provider, changed).await
         }
         "decline" => {
             state
                 .finish_elicitation(&e, Ending::Declined { reason: None }, rid.as_deref())
                 .await?;
             // POST/redirect/GET: a reload shows the outcome again, not a resubmission.
-            session.set_outcome(&e.id).await?;
-            Ok(Redirect::to("/done").into_response())
+            super::done::redirect_to_done(&state, &e.id)
         }
         _ => Err(Error::page(
             StatusCode::BAD_REQUEST,
@@ -426,5 +418,11 @@ pub async fn answer(
             Msg::new("unknown-answer-title"),
             Msg::new("unknown-answer-lead"),
         )),
+    }
+}
+
+impl CsrfProtected for ConsentForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
     }
 }

@@ -4,18 +4,13 @@
 //! `crate::connect::credentials`.
 
 use askama::Template;
-use axum::Form;
-use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::connect::{
-    Own, check_origin, configured_provider, form_incomplete, invalid_link, own_pending_elicitation,
-    shown_name,
-};
+use super::connect::{Own, configured_provider, invalid_link, own_pending_elicitation, shown_name};
 use super::flow::start_sign_in;
 use super::pages::render;
 use super::session::BrowserSession;
@@ -30,7 +25,7 @@ use crate::db::connections::{NewTokens, save_connected_tokens};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::{Error, Result};
 use crate::providers::Provider;
-use crate::server::middleware::request_id;
+use crate::web::extract::{CsrfForm, CsrfProtected, RequestId};
 
 #[derive(Template)]
 #[template(path = "credential.html")]
@@ -96,18 +91,21 @@ pub struct CredentialForm {
     password: Option<SecretString>,
 }
 
+impl CsrfProtected for CredentialForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 pub async fn submit(
     State(state): State<AppState>,
     session: BrowserSession,
     headers: HeaderMap,
     ui: Ui,
+    rid: RequestId,
     Path(id): Path<String>,
-    form: Result<Form<CredentialForm>, FormRejection>,
+    CsrfForm(form): CsrfForm<CredentialForm>,
 ) -> Result<Response> {
-    let rid = request_id(&headers);
-    check_origin(&state, &headers)?;
-    let Form(form) = form.map_err(|_| form_incomplete())?;
-    session.check_csrf(&form.csrf).await?;
     if !is_valid_id(&id) {
         return Err(invalid_link());
     }
@@ -272,6 +270,5 @@ pub async fn submit(
             .elicitation(ElicitationStatus::Completed.as_str());
     }
     // POST/redirect/GET, as after an OAuth callback: a reload shows the outcome again.
-    session.set_outcome(&e.id).await?;
-    Ok(axum::response::Redirect::to("/done").into_response())
+    super::done::redirect_to_done(&state, &e.id)
 }

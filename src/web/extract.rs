@@ -12,12 +12,13 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::admin::{Admin, Gate, gate};
-use super::connect::check_origin;
+use super::connect::{check_origin, form_incomplete};
 use super::flow::start_sign_in;
 use super::session::BrowserSession;
 use crate::AppState;
 use crate::connect::identity::SignedInUser;
 use crate::error::Error;
+use crate::i18n::Msg;
 
 /// The request id (`x-request-id`, when well-formed), for pages and audit rows.
 pub struct RequestId(pub Option<String>);
@@ -85,8 +86,8 @@ pub fn not_signed_in() -> Error {
     Error::page(
         StatusCode::UNAUTHORIZED,
         "not_signed_in",
-        "You are not signed in",
-        "Open /account to sign in first.",
+        Msg::new("not-signed-in-title"),
+        Msg::new("not-signed-in-lead"),
     )
 }
 
@@ -112,14 +113,7 @@ where
         check_origin(state, &parts.headers)?;
         let Form(form) = Form::<T>::from_request(Request::from_parts(parts, body), state)
             .await
-            .map_err(|_| {
-                Error::page(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request",
-                    "This form is incomplete",
-                    "Go back, reload the page and try again. Nothing was changed.",
-                )
-            })?;
+            .map_err(|_| form_incomplete())?;
         session.check_csrf(form.csrf()).await?;
         Ok(Self(form))
     }

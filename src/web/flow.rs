@@ -141,12 +141,15 @@ pub fn local_path(p: &str) -> Option<&str> {
     ok.then_some(p)
 }
 
-/// After consent: sends the browser to the provider's authorization endpoint.
+/// After consent: sends the browser to the provider's authorization endpoint. `params_changed`:
+/// the user changed the connection's parameters on the consent page (`e.params` holds them);
+/// they are stored with the pending redirect, in the same transaction.
 pub async fn start_provider(
     state: &AppState,
     session: &BrowserSession,
     e: &Elicitation,
     provider: &Provider,
+    params_changed: bool,
 ) -> Result<Response> {
     let binding = session.binding_hash().await?;
     let endpoints = provider.endpoints(&state.http).await.and_then(|ep| ep.for_connection(provider, &e.params)).map_err(|err| {
@@ -188,14 +191,17 @@ pub async fn start_provider(
         .map_err(Error::Upstream)?;
     state
         .db
-        .insert_flow(&NewFlow {
-            state_hash: &state_hash,
-            binding_hash: &binding,
-            elicitation_id: Some(&e.id),
-            provider: Some(&provider.name),
-            verifier: sealed.as_deref(),
-            ttl_seconds: FLOW_TTL_SECONDS,
-        })
+        .insert_flow(
+            &NewFlow {
+                state_hash: &state_hash,
+                binding_hash: &binding,
+                elicitation_id: Some(&e.id),
+                provider: Some(&provider.name),
+                verifier: sealed.as_deref(),
+                ttl_seconds: FLOW_TTL_SECONDS,
+            },
+            params_changed.then_some(&e.params),
+        )
         .await?;
     Ok(redirect_away(&url))
 }

@@ -3,6 +3,7 @@
 //! claims the state, and hands the code to `connect::complete`, which exchanges it and stores
 //! the grant.
 
+use super::done::redirect_to_done;
 use super::flow::{CallbackQuery, Checked, check_provider_flow, claim_provider_flow};
 use super::session::BrowserSession;
 use super::ui::Ui;
@@ -13,17 +14,10 @@ use crate::error::{Error, Result};
 use crate::i18n::Msg;
 use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 
 fn page_err(status: StatusCode, title: &'static str, message: Msg) -> Error {
     Error::page(status, "connect_failed", Msg::new(title), message)
-}
-
-/// POST/redirect/GET: the outcome is shown at `/done`, which a reload shows again (the callback
-/// URL, spent now, would say "already used").
-async fn to_done(session: &BrowserSession, elicitation_id: &str) -> Result<Response> {
-    session.set_outcome(elicitation_id).await?;
-    Ok(Redirect::to("/done").into_response())
 }
 
 /// An OAuth error code as shown to the user: only its safe characters, bounded.
@@ -113,7 +107,7 @@ pub async fn callback(
                     rid.as_deref(),
                 )
                 .await?;
-            return to_done(&session, &e.id).await;
+            return redirect_to_done(&state, &e.id);
         }
         let failure = format!("provider answered {code}");
         state
@@ -158,5 +152,7 @@ pub async fn callback(
             ));
         }
     }
-    to_done(&session, &e.id).await
+    // POST/redirect/GET: the outcome is shown at `/done`, which a reload shows again (the
+    // callback URL, spent now, would say "already used").
+    redirect_to_done(&state, &e.id)
 }

@@ -16,8 +16,6 @@ use crate::i18n::Msg;
 const USER: &str = "user";
 const CSRF: &str = "csrf";
 const BINDING: &str = "binding";
-/// The elicitation this browser last finished (connected or declined), for `/done`.
-const OUTCOME: &str = "outcome";
 
 pub struct BrowserSession(Session);
 
@@ -83,20 +81,6 @@ impl BrowserSession {
                 Msg::new("form-expired-lead"),
             )),
         }
-    }
-
-    /// Remembers the elicitation this browser just finished, so `/done` can show its outcome
-    /// again on a reload, a back or a restored tab.
-    pub async fn set_outcome(&self, elicitation_id: &str) -> Result<()> {
-        self.0
-            .insert(OUTCOME, elicitation_id)
-            .await
-            .map_err(store_err)
-    }
-
-    /// The elicitation this browser last finished, if any.
-    pub async fn outcome(&self) -> Result<Option<String>> {
-        self.0.get(OUTCOME).await.map_err(store_err)
     }
 
     /// Records who signed in. Everything this browser's session held before is dropped, and the

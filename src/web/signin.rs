@@ -4,14 +4,11 @@
 //! sealed cookie set when the sign-in started); a session row is written only once the ID token
 //! checked out. Refusals change nothing, not even the browser's other sign-ins under way.
 
-use axum::Form;
-use axum::extract::rejection::FormRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::connect::check_origin;
 use super::flow::{CallbackQuery, local_path, presented_state, refuse_state};
 use super::presignin::{Lookup, PreSignIn};
 use super::session::BrowserSession;
@@ -22,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::i18n::Msg;
 use crate::server::middleware::request_id;
 use crate::time::now;
+use crate::web::extract::{CsrfForm, CsrfProtected};
 
 fn sign_in_failed(message: &'static str) -> Error {
     Error::page(
@@ -99,15 +97,18 @@ pub struct LogoutForm {
     return_to: Option<String>,
 }
 
+impl CsrfProtected for LogoutForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 pub async fn logout(
     State(state): State<AppState>,
     session: BrowserSession,
     headers: HeaderMap,
-    form: Result<Form<LogoutForm>, FormRejection>,
+    CsrfForm(form): CsrfForm<LogoutForm>,
 ) -> Result<Response> {
-    check_origin(&state, &headers)?;
-    let Form(form) = form.map_err(|_| super::connect::form_incomplete())?;
-    session.check_csrf(&form.csrf).await?;
     let return_to = match form.return_to.as_deref() {
         None | Some("") => "/account",
         Some(p) => local_path(p).ok_or_else(|| {

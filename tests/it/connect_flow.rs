@@ -515,3 +515,50 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+on_both_databases!(
+    short_lived_writes_do_not_wait_for_the_disk_and_nothing_else_inherits_it,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        let db = app.db();
+        let mut tx = db.begin_ephemeral().await.unwrap();
+        if kind == DbKind::Postgres {
+            let (v,): (String,) = sqlx::query_as("SHOW synchronous_commit")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            assert_eq!(
+                v, "off",
+                "a short-lived write must not wait for the WAL flush"
+            );
+        }
+        sqlx::query(
+            "INSERT INTO sessions (id, data, expires_at) VALUES ('ephemeral-test', '{}', 0)",
+        )
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        // The setting was local to that transaction: every pooled connection, and so every
+        // grant written afterwards, commits synchronously again.
+        if kind == DbKind::Postgres {
+            let mut held = Vec::new();
+            for _ in 0..4 {
+                let mut c = db.pool.acquire().await.unwrap();
+                let (v,): (String,) = sqlx::query_as("SHOW synchronous_commit")
+                    .fetch_one(&mut *c)
+                    .await
+                    .unwrap();
+                assert_eq!(v, "on");
+                held.push(c);
+            }
+        }
+        let (n,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM sessions WHERE id = 'ephemeral-test'")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(n, 1, "committed and visible");
+        app.shutdown().await;
+    }
+);
