@@ -7,8 +7,11 @@
 //! The environment is a provider of our own rather than `figment::providers::Env` because it
 //! keeps the spellings documented before figment: a value is TOML (an array, an inline table, a
 //! boolean, an integer) or else a string, and `0123` stays the string `"0123"`; tests hand in
-//! their own variables instead of the process's; and `CLIENTS__0__ID` edits entry 0 of the
-//! file's `[[clients]]` where a figment layer could only replace the whole array.
+//! their own variables instead of the process's. Two forms are applied on the merged tree
+//! instead of merged as a layer, since a figment merge would mean something else:
+//! `CLIENTS__0__ID` edits entry 0 of the file's `[[clients]]` (a layer could only replace the
+//! whole array), and an inline table (`MCP_CONNECT_CACHE='{ max_entries = 5 }'`) replaces the
+//! file's table (a layer would merge into it).
 
 use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
@@ -44,7 +47,7 @@ pub(super) fn merged(toml_text: &str, env: &[(String, String)]) -> Result<Dict, 
         .remove(&Profile::Default)
         .unwrap_or_default();
     let mut errors = Vec::new();
-    for (name, path, value) in &env.indexed {
+    for (name, path, value) in &env.in_place {
         if let Err(m) = set_path(&mut root, path, value.clone()) {
             errors.push(ConfigError::new(name.clone(), m));
         }
@@ -71,15 +74,17 @@ fn toml_error_key(e: &toml::de::Error) -> String {
 struct EnvOverrides {
     /// Paths without an array index, merged by figment over the file.
     nested: Dict,
-    /// (variable, path, value) of paths through an array entry, applied after the merge.
-    indexed: Vec<(String, Vec<String>, Value)>,
+    /// (variable, path, value) applied on the merged tree, in the order given: paths through an
+    /// array entry, and inline tables, which replace the file's table as they always have
+    /// (a figment merge would union the two).
+    in_place: Vec<(String, Vec<String>, Value)>,
 }
 
 impl EnvOverrides {
     fn parse(env: &[(String, String)]) -> Result<Self, ConfigErrors> {
         let mut me = Self {
             nested: Dict::new(),
-            indexed: Vec::new(),
+            in_place: Vec::new(),
         };
         let mut errors = Vec::new();
         for (name, value) in env {
@@ -97,8 +102,9 @@ impl EnvOverrides {
                     continue;
                 }
             };
-            if path.iter().skip(1).any(|s| s.parse::<usize>().is_ok()) {
-                me.indexed.push((name.clone(), path, value));
+            let through_array = path.iter().skip(1).any(|s| s.parse::<usize>().is_ok());
+            if through_array || matches!(value, Value::Dict(..)) {
+                me.in_place.push((name.clone(), path, value));
             } else if let Err(m) = set_path(&mut me.nested, &path, value) {
                 errors.push(ConfigError::new(name.clone(), m));
             }

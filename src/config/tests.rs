@@ -526,3 +526,167 @@ fn an_unknown_token_auth_is_refused_by_key_and_known_ones_load() {
     assert!(e.contains("providers.github.token_auth"), "{e}");
     assert!(e.contains("bearer"), "{e}");
 }
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn values_of_the_wrong_type_are_all_reported_with_the_other_problems() {
+    // Each key, section entry, provider and client is decoded on its own: one value of the
+    // wrong type does not hide the rest.
+    let text = format!(
+        "log_format = \"xml\"\nlisten = 8080\ncolour = \"blue\"\n\
+         audit_retention_days = 0\n{}token_auth = \"bearer\"\n\
+         [providers.other]\nissuer = \"https://id.example.com\"\nclient_id = \"o\"\npkce = \"yes\"\n\
+         [limits]\napi_burst = \"lots\"\nmax_connections = 0\n\
+         [cache]\nmax_entries = -1\n",
+        base().replace("id = \"github-mcp\"", "id = \"github-mcp\"\nsubject = 3")
+    );
+    let e = Config::from_parts(&text, &[]).unwrap_err();
+    let keys: Vec<&str> = e.0.iter().map(|e| e.key.as_str()).collect();
+    for key in [
+        "log_format",
+        "listen",
+        "colour",
+        "audit_retention_days",
+        "providers.github.token_auth",
+        "providers.other.pkce",
+        "limits.api_burst",
+        "limits.max_connections",
+        "cache.max_entries",
+        "clients[0].subject",
+    ] {
+        assert!(keys.contains(&key), "{key} not named: {e}");
+    }
+    // A provider that does not load is not also "unknown" to the client listing it.
+    assert!(!keys.contains(&"clients[0].providers"), "{e}");
+    let shown = e.to_string();
+    assert!(shown.contains("xml") && shown.contains("json"), "{shown}");
+}
+
+#[test]
+fn log_format_and_provider_kind_are_enums() {
+    let c = Config::from_parts(&format!("log_format = \"json\"\n{}", base()), &[]).unwrap();
+    assert_eq!(c.log_format, LogFormat::Json);
+    assert_eq!(
+        Config::from_parts(&base(), &[]).unwrap().log_format,
+        LogFormat::Text
+    );
+    let text = format!(
+        "{}[providers.tools]\nkind = \"mcp\"\nresource = \"https://mcp.example.com/mcp\"\n",
+        base()
+    );
+    let c = Config::from_parts(&text, &[]).unwrap();
+    assert_eq!(c.providers["tools"].kind, Some(ProviderKind::Mcp));
+    assert_eq!(
+        c.providers["github"].kind,
+        Some(ProviderKind::Catalog("github".into()))
+    );
+    assert_eq!(
+        c.providers["github"]
+            .kind
+            .as_ref()
+            .map(ProviderKind::as_str),
+        Some("github")
+    );
+}
+
+#[test]
+fn env_spellings_keep_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("secret");
+    std::fs::write(&p, "secret-from-a-file\n").unwrap();
+    let path = p.to_str().unwrap();
+    let vars = env(&[
+        // The tooling's variables are not keys.
+        ("MCP_CONNECT_BIN", "/x/mcp-connect"),
+        ("MCP_CONNECT_TEST_PG", "postgres://localhost"),
+        ("MCP_CONNECT_PG_BIN", "/usr/lib/postgresql/17/bin"),
+        ("MCP_CONNECT_PREVIOUS_REF", "v1"),
+        ("MCP_CONNECT_REQUIRE_PREVIOUS", "1"),
+        ("MCP_CONNECT_CONFIG", "/etc/mcp-connect.toml"),
+        ("MCP_CONNECT_LOG", "debug"),
+        ("OTHER", "x"),
+        // An array entry of the file, edited in place.
+        ("MCP_CONNECT_CLIENTS__0__NAME", "From Env"),
+        // A leading zero keeps a string a string.
+        ("MCP_CONNECT_IDENTITY__CLIENT_ID", "0123"),
+        // `*_file` given in the environment.
+        ("MCP_CONNECT_PROVIDERS__GITHUB__CLIENT_SECRET_FILE", path),
+        ("MCP_CONNECT_PROVIDERS__GITHUB__CLIENT_SECRET", ""),
+        // Integers, booleans, arrays and inline tables are TOML.
+        ("MCP_CONNECT_LIMITS__API_BURST", "7"),
+        ("MCP_CONNECT_CLIENTS__0__REQUIRE_SUBJECT_TOKEN", "true"),
+        (
+            "MCP_CONNECT_CLIENTS__0__SUBJECT_TOKEN_AUDIENCE",
+            "https://mcp.example.com",
+        ),
+        ("MCP_CONNECT_IDENTITY__SCOPES", "[\"openid\", \"email\"]"),
+        ("MCP_CONNECT_CACHE", "{ max_entries = 5 }"),
+    ]);
+    let text = base().replace("client_secret = \"gh-super-secret\"\n", "");
+    let e = Config::from_parts(&text, &vars).unwrap_err().to_string();
+    // The variable and the `_file` variable both set the key: refused, naming it.
+    assert!(e.contains("providers.github.client_secret_file"), "{e}");
+    let vars: Vec<_> = vars
+        .into_iter()
+        .filter(|(k, _)| k != "MCP_CONNECT_PROVIDERS__GITHUB__CLIENT_SECRET")
+        .collect();
+    let c = Config::from_parts(&text, &vars).unwrap();
+    assert_eq!(c.clients[0].name, "From Env");
+    assert_eq!(c.clients[0].id, "github-mcp");
+    assert!(c.clients[0].require_subject_token);
+    assert_eq!(c.identity.client_id, "0123");
+    assert_eq!(c.identity.scopes, vec!["openid", "email"]);
+    assert_eq!(
+        c.providers["github"]
+            .client_secret
+            .as_ref()
+            .unwrap()
+            .expose_secret(),
+        "secret-from-a-file"
+    );
+    assert_eq!(c.limits.api_burst, 7);
+    assert_eq!(c.cache.max_entries, 5);
+    // An inline table replaces the file's table, as it always has.
+    let with_cache = format!("{text}[cache]\nmax_bytes = 8192\n");
+    let c = Config::from_parts(&with_cache, &vars).unwrap();
+    assert_eq!(c.cache.max_entries, 5);
+    assert_eq!(c.cache.max_bytes, CacheConfig::default().max_bytes);
+    // A variable naming no key is an unknown key, by its path.
+    let e = Config::from_parts(&base(), &env(&[("MCP_CONNECT_BURST_FACTOR", "3")]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`burst_factor`"), "{e}");
+    // A value that starts like TOML but is not is named by variable and key.
+    let e = Config::from_parts(&base(), &env(&[("MCP_CONNECT_LISTEN", "[1,")]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("MCP_CONNECT_LISTEN (listen)"), "{e}");
+}
+
+#[test]
+fn every_file_problem_is_named() {
+    let text = base()
+        .replace(
+            "client_secret = \"identity-super-secret\"",
+            "client_secret_file = \"/nonexistent/identity\"",
+        )
+        .replace(
+            "client_secret = \"gh-super-secret\"",
+            "client_secret = \"x\"\nclient_secret_file = \"/nonexistent/gh\"",
+        );
+    let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("`identity.client_secret_file`") && e.contains("/nonexistent/identity"),
+        "{e}"
+    );
+    assert!(
+        e.contains("`providers.github.client_secret_file`") && e.contains("not both"),
+        "{e}"
+    );
+}
