@@ -34,7 +34,10 @@ impl fmt::Debug for IdentityConfig {
 /// `None` (reported) when the section or one of its required keys is missing or invalid.
 pub(super) fn read(t: Option<Section>, r: &mut Report) -> Option<IdentityConfig> {
     let Some(mut t) = t else {
-        r.err("identity", "the [identity] section is required");
+        // Unless it is there but not a table, which is reported already.
+        if !r.errors.iter().any(|e| e.key == "identity") {
+            r.err("identity", "the [identity] section is required");
+        }
         return None;
     };
     let raw_issuer: Option<String> = t.get(r, "issuer");

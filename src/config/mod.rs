@@ -208,7 +208,16 @@ impl Report {
                 full.push_str(seg);
             }
         }
-        self.err(full, e.kind.to_string());
+        let message = match &e.kind {
+            figment::error::Kind::UnknownVariant(found, expected) => {
+                format!("{found:?} is not one of: {}", expected.join(", "))
+            }
+            figment::error::Kind::UnknownField(_, expected) => {
+                format!("is not a known key (known here: {})", expected.join(", "))
+            }
+            kind => kind.to_string(),
+        };
+        self.err(full, message);
     }
 
     /// Deserializes `value` (`key` names it in a problem).

@@ -9,9 +9,10 @@
 //! boolean, an integer) or else a string, and `0123` stays the string `"0123"`; tests hand in
 //! their own variables instead of the process's. Two forms are applied on the merged tree
 //! instead of merged as a layer, since a figment merge would mean something else:
-//! `CLIENTS__0__ID` edits entry 0 of the file's `[[clients]]` (a layer could only replace the
-//! whole array), and an inline table (`MCP_CONNECT_CACHE='{ max_entries = 5 }'`) replaces the
-//! file's table (a layer would merge into it).
+//! a path through an array (`CLIENTS__0__ID` edits entry 0 of the file's `[[clients]]`, where a
+//! layer could only replace the whole array), and an inline table
+//! (`MCP_CONNECT_CACHE='{ max_entries = 5 }'`) replaces the file's table (a layer would merge
+//! into it).
 
 use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
@@ -38,9 +39,9 @@ const MAX_ENV_ARRAY_INDEX: usize = 1000;
 /// The merged tree: file, environment, array-entry overrides, `*_file` contents.
 pub(super) fn merged(toml_text: &str, env: &[(String, String)]) -> Result<Dict, ConfigErrors> {
     // figment's TOML provider reports a syntax error without its place; this names the bytes.
-    toml::from_str::<toml::Table>(toml_text)
+    let file = toml::from_str::<toml::Table>(toml_text)
         .map_err(|e| ConfigError::new(toml_error_key(&e), e.message().to_owned()))?;
-    let env = EnvOverrides::parse(env)?;
+    let env = EnvOverrides::parse(env, &file)?;
     let figment = Figment::from(Toml::string(toml_text)).merge(&env);
     let mut root = Provider::data(&figment)
         .map_err(|e| ConfigError::new("(config)", e.to_string()))?
@@ -81,7 +82,7 @@ struct EnvOverrides {
 }
 
 impl EnvOverrides {
-    fn parse(env: &[(String, String)]) -> Result<Self, ConfigErrors> {
+    fn parse(env: &[(String, String)], file: &toml::Table) -> Result<Self, ConfigErrors> {
         let mut me = Self {
             nested: Dict::new(),
             in_place: Vec::new(),
@@ -102,7 +103,8 @@ impl EnvOverrides {
                     continue;
                 }
             };
-            let through_array = path.iter().skip(1).any(|s| s.parse::<usize>().is_ok());
+            let through_array = path.iter().skip(1).any(|s| s.parse::<usize>().is_ok())
+                || crosses_array(file, &path);
             if through_array || matches!(value, Value::Dict(..)) {
                 me.in_place.push((name.clone(), path, value));
             } else if let Err(m) = set_path(&mut me.nested, &path, value) {
@@ -125,6 +127,20 @@ impl Provider for EnvOverrides {
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
         Ok(Map::from([(Profile::Default, self.nested.clone())]))
     }
+}
+
+/// Whether `path` goes through an array of the file (`CLIENTS__X`: refused by `set_path` as
+/// no array index, where a merge would replace the array with a table).
+fn crosses_array(file: &toml::Table, path: &[String]) -> bool {
+    let mut table = file;
+    for seg in path.iter().take(path.len().saturating_sub(1)) {
+        match table.get(seg) {
+            Some(toml::Value::Array(_)) => return true,
+            Some(toml::Value::Table(t)) => table = t,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// Values that look like TOML arrays, inline tables, booleans or integers are parsed as such;

@@ -667,6 +667,21 @@ fn env_spellings_keep_working() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("MCP_CONNECT_LISTEN (listen)"), "{e}");
+    // A path through the file's array needs an index, named by variable.
+    let e = Config::from_parts(&base(), &env(&[("MCP_CONNECT_CLIENTS__X", "1")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`MCP_CONNECT_CLIENTS__X`") && e.contains("not an array index"),
+        "{e}"
+    );
+    // Not a table: said once.
+    let text = format!(
+        "identity = 3\n{}",
+        base().split("[identity]").next().unwrap()
+    );
+    let e = Config::from_parts(&text, &[]).unwrap_err();
+    assert_eq!(e.0.iter().filter(|e| e.key == "identity").count(), 1, "{e}");
 }
 
 #[test]
