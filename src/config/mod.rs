@@ -164,8 +164,8 @@ impl Config {
 
     /// Builds a config from TOML text and a list of environment variables (tests pass their own).
     pub fn from_parts(toml_text: &str, env: &[(String, String)]) -> Result<Self, ConfigErrors> {
-        let root = sources::merged(toml_text, env)?;
-        validate(Section::new("", root))
+        let (root, figment) = sources::merged(toml_text, env)?;
+        validate(Section::new("", root), figment)
     }
 
     pub fn is_https(&self) -> bool {
@@ -184,6 +184,8 @@ impl Config {
 struct Report {
     errors: Vec<ConfigError>,
     called: Vec<(String, Url)>,
+    /// Which layer each value came from, to say so when it came from the environment.
+    sources: figment::Figment,
 }
 
 impl Report {
@@ -195,8 +197,9 @@ impl Report {
         self.called.push((key.into(), url));
     }
 
-    /// A value that does not deserialize, named by its full key (`clients[0].id`).
-    fn serde(&mut self, key: &str, e: &figment::Error) {
+    /// A value that does not deserialize, named by its full key (`clients[0].id`), and by its
+    /// layer when that is the environment.
+    fn serde(&mut self, key: &str, value: &Value, e: &figment::Error) {
         let mut full = key.to_owned();
         for seg in &e.path {
             if seg.parse::<usize>().is_ok() {
@@ -208,7 +211,7 @@ impl Report {
                 full.push_str(seg);
             }
         }
-        let message = match &e.kind {
+        let mut message = match &e.kind {
             figment::error::Kind::UnknownVariant(found, expected) => {
                 format!("{found:?} is not one of: {}", expected.join(", "))
             }
@@ -217,6 +220,13 @@ impl Report {
             }
             kind => kind.to_string(),
         };
+        let from_env = self
+            .sources
+            .get_metadata(source_tag(value, &e.path))
+            .is_some_and(|m| m.name == sources::ENV_SOURCE);
+        if from_env {
+            message.push_str(" (set by an `MCP_CONNECT_*` environment variable)");
+        }
         self.err(full, message);
     }
 
@@ -225,11 +235,30 @@ impl Report {
         match value.deserialize::<T>() {
             Ok(t) => Some(t),
             Err(e) => {
-                self.serde(key, &e);
+                self.serde(key, value, &e);
                 None
             }
         }
     }
+}
+
+/// The tag of the deepest value on `path` below `value` (figment tags each value with its layer).
+fn source_tag(value: &Value, path: &[String]) -> figment::value::Tag {
+    let mut v = value;
+    let mut tag = v.tag();
+    for seg in path {
+        let next = match v {
+            Value::Dict(_, d) => d.get(seg),
+            Value::Array(_, a) => seg.parse::<usize>().ok().and_then(|i| a.get(i)),
+            _ => None,
+        };
+        let Some(next) = next else { break };
+        v = next;
+        if !v.tag().is_default() {
+            tag = v.tag();
+        }
+    }
+    tag
 }
 
 /// One table of the merged tree, read key by key, so that a value of the wrong type is one
@@ -293,8 +322,11 @@ impl Section {
     }
 }
 
-fn validate(mut top: Section) -> Result<Config, ConfigErrors> {
-    let mut r = Report::default();
+fn validate(mut top: Section, sources: figment::Figment) -> Result<Config, ConfigErrors> {
+    let mut r = Report {
+        sources,
+        ..Report::default()
+    };
     let server = server::read(&mut top, &mut r);
     let database = database::read(&mut top, &mut r);
     let outbound = network::read(&mut top, &mut r);

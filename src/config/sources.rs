@@ -36,8 +36,15 @@ const ENV_NOT_KEYS: &[&str] = &[
 /// Environment overrides address array entries by index (`CLIENTS__0__ID`) below this.
 const MAX_ENV_ARRAY_INDEX: usize = 1000;
 
-/// The merged tree: file, environment, array-entry overrides, `*_file` contents.
-pub(super) fn merged(toml_text: &str, env: &[(String, String)]) -> Result<Dict, ConfigErrors> {
+/// The name of the environment layer, by which a problem says its value came from there.
+pub(super) const ENV_SOURCE: &str = "`MCP_CONNECT_*` environment variables";
+
+/// The merged tree (file, environment, array-entry overrides, `*_file` contents), and the
+/// figment that knows which layer each value's tag stands for.
+pub(super) fn merged(
+    toml_text: &str,
+    env: &[(String, String)],
+) -> Result<(Dict, Figment), ConfigErrors> {
     // figment's TOML provider reports a syntax error without its place; this names the bytes.
     let file = toml::from_str::<toml::Table>(toml_text)
         .map_err(|e| ConfigError::new(toml_error_key(&e), e.message().to_owned()))?;
@@ -57,7 +64,7 @@ pub(super) fn merged(toml_text: &str, env: &[(String, String)]) -> Result<Dict, 
         resolve_files(&mut root, "", &mut errors);
     }
     if errors.is_empty() {
-        Ok(root)
+        Ok((root, figment))
     } else {
         Err(ConfigErrors(errors))
     }
@@ -121,7 +128,7 @@ impl EnvOverrides {
 
 impl Provider for EnvOverrides {
     fn metadata(&self) -> Metadata {
-        Metadata::named("`MCP_CONNECT_*` environment variables")
+        Metadata::named(ENV_SOURCE)
     }
 
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {

@@ -667,6 +667,25 @@ fn env_spellings_keep_working() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("MCP_CONNECT_LISTEN (listen)"), "{e}");
+    // A value of the wrong type from the environment says where it came from.
+    let e = Config::from_parts(
+        &base(),
+        &env(&[
+            ("MCP_CONNECT_LISTEN", "8080"),
+            ("MCP_CONNECT_LIMITS__API_BURST", "lots"),
+        ]),
+    )
+    .unwrap_err();
+    for key in ["listen", "limits.api_burst"] {
+        let p = e.0.iter().find(|p| p.key == key).unwrap();
+        assert!(p.message.contains("MCP_CONNECT_"), "{e}");
+    }
+    let text = format!("listen = 8080\n{}", base());
+    let e = Config::from_parts(&text, &[]).unwrap_err();
+    assert!(
+        e.0[0].key == "listen" && !e.0[0].message.contains("MCP_CONNECT_"),
+        "{e}"
+    );
     // A path through the file's array needs an index, named by variable.
     let e = Config::from_parts(&base(), &env(&[("MCP_CONNECT_CLIENTS__X", "1")]))
         .unwrap_err()
