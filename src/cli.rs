@@ -12,11 +12,11 @@ use tokio::sync::watch;
 use crate::AppState;
 use crate::api::connections::ConnectionView;
 use crate::config::Config;
+use crate::connect::elicitations::is_valid_id;
 use crate::db::Db;
 use crate::db::audit::{AuditAction, AuditEvent, AuditFilter, AuditRow};
 use crate::db::connections::ConnectionFilter;
-use crate::elicitations::is_valid_id;
-use crate::rotation;
+use crate::grants::rotation;
 use crate::time::{readable, rfc3339};
 
 /// The state the commands work with, and the sender that keeps its background parts alive.
@@ -508,7 +508,7 @@ pub async fn providers_show(
         let policy = config
             .map(|c| c.outbound.clone())
             .unwrap_or_else(|| crate::outbound::Policy::new(Vec::new()));
-        match p.endpoints(&crate::http_client::build(policy)?).await {
+        match p.endpoints(&crate::outbound::http::build(policy)?).await {
             Ok(ep) => {
                 let overridden = if p.is_overridden() {
                     " (overridden)"

@@ -63,7 +63,7 @@ pub enum Error {
     #[error("Too many requests. Try again in {retry_after} seconds.")]
     RateLimited {
         retry_after: u64,
-        limit: crate::limits::Limit,
+        limit: crate::server::limits::Limit,
     },
     #[error("a dependency is unavailable")]
     Unavailable(#[source] anyhow::Error),

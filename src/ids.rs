@@ -174,7 +174,7 @@ impl fmt::Display for UserRef {
 // Who a signed-in session, an elicitation or a connection belongs to. Here rather than beside
 // each type so the owner check has one home.
 
-impl crate::identity::SignedInUser {
+impl crate::connect::identity::SignedInUser {
     pub fn user_ref(&self) -> UserRef {
         UserRef::new(self.issuer.as_str(), self.subject.as_str())
     }

@@ -1,48 +1,47 @@
 //! mcp-connect: third-party OAuth for MCP servers through URL-mode elicitation.
 //!
-//! Where things live: `api/` (the JSON API for MCP servers), `web/` (browser pages: connect,
-//! sign-in, provider callback), `providers/` (everything provider-specific), `identity` (sign-in
-//! at the MCP authorization server), `crypto` (sealing tokens), `db/` (storage), `tokens`
-//! (handing out fresh tokens, refresh), `config`, `metrics` (Prometheus), `rotation` (re-sealing
-//! stored values under a new key), `cli` (the operator commands), and `demo` (the `demo` command
-//! with its development-only issuer and sandbox provider, never mounted by `serve`).
+//! The layers, from the outside in:
+//! - `api/` (the JSON API for MCP servers) and `web/` (the browser pages) parse a request, call
+//!   one function of the domain and render its answer;
+//! - the domain: `connect/` (elicitations, signing the user in at the MCP authorization server,
+//!   the consent and completion of a connection, API-key credentials), `grants/` (stored grants:
+//!   fresh tokens, refresh, revocation, which apps may use a grant, the sealed token cache, key
+//!   rotation) and `signals/` (telling MCP servers: the event outbox, webhooks, event streams,
+//!   long-poll waiters, the change listener);
+//! - knowledge and plumbing: `providers/` (everything provider-specific, the catalog),
+//!   `outbound/` (the one outbound HTTP client and its SSRF guard), `crypto` (sealing),
+//!   `db/` (all SQL, both engines), `server/` (middleware, rate limits, metrics, tracing, the
+//!   operations routes), `config`, `ids` and `time` (shared types), `i18n` and `branding` (how a
+//!   page speaks and looks);
+//! - `cli` (the operator commands) and `demo` (the `demo` command with its development-only issuer
+//!   and sandbox provider, behind the default `demo` feature, never mounted by `serve`).
 
 pub mod api;
 pub mod branding;
 pub mod cli;
 pub mod config;
-pub mod credentials;
+pub mod connect;
 pub mod crypto;
 pub mod db;
 #[cfg(feature = "demo")]
 pub mod demo;
-pub mod elicitations;
 pub mod error;
-pub mod events;
 pub mod grants;
-pub mod http_client;
 pub mod i18n;
-pub mod identity;
 pub mod ids;
-pub mod limits;
-pub mod listener;
-pub mod metrics;
-pub mod middleware;
-pub mod ops;
 pub mod outbound;
 pub mod providers;
-pub mod refresh_ahead;
-pub mod request_state;
-pub mod rotation;
-pub mod scopes;
-pub mod telemetry;
+pub mod server;
+pub mod signals;
 pub mod time;
-pub mod token_cache;
-pub mod tokens;
-pub mod waiters;
 pub mod web;
 
 use std::net::SocketAddr;
+
+use crate::grants::{cache as token_cache, refresh_ahead, tokens};
+use crate::outbound::http as http_client;
+use crate::server::{limits, metrics, middleware, ops};
+use crate::signals::{events, listener};
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,10 +52,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::{ClientConfig, Config};
+use crate::connect::identity::Identity;
 use crate::db::Db;
-use crate::identity::Identity;
 use crate::providers::Providers;
-use crate::waiters::Waiters;
+use crate::signals::waiters::Waiters;
 
 /// Everything a request handler needs, shared.
 pub struct AppInner {

@@ -8,7 +8,8 @@ use mcp_connect::cli::{self, Cli as Ops};
 use mcp_connect::config::{Config, redact_url};
 use mcp_connect::db::audit::AuditFilter;
 use mcp_connect::db::connections::ConnectionFilter;
-use mcp_connect::{Application, db::Db, telemetry};
+use mcp_connect::server::telemetry;
+use mcp_connect::{Application, db::Db};
 
 #[derive(Parser)]
 #[command(

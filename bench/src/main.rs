@@ -70,7 +70,7 @@ fn main() -> anyhow::Result<()> {
     match cli.scenario {
         Scenario::TokenFetch(args) => {
             // As the binary does: the request spans exist, nothing is logged per request.
-            mcp_connect::telemetry::init(mcp_connect::config::LogFormat::Text);
+            mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
             let server = setup::ServerRuntime::new()?;
             client.block_on(token_fetch::run(args, &server))?;
         }
@@ -81,12 +81,12 @@ fn main() -> anyhow::Result<()> {
             client.block_on(connect_flow::run(args, &server, proxy, filter))?;
         }
         Scenario::RefreshStorm(args) => {
-            mcp_connect::telemetry::init(mcp_connect::config::LogFormat::Text);
+            mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
             let server = setup::ServerRuntime::new()?;
             client.block_on(refresh_storm::run(args, &server))?;
         }
         Scenario::LongPoll(args) => {
-            mcp_connect::telemetry::init(mcp_connect::config::LogFormat::Text);
+            mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
             let server = setup::ServerRuntime::new()?;
             client.block_on(long_poll::run(args, &server))?;
         }

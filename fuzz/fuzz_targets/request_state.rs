@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use mcp_connect::crypto::KeyRing;
 use mcp_connect::error::Error;
 use mcp_connect::ids::UserRef;
-use mcp_connect::request_state::{Expected, open};
+use mcp_connect::connect::request_state::{Expected, open};
 use secrecy::SecretString;
 
 fn keys() -> &'static KeyRing {

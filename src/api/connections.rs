@@ -7,12 +7,12 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiClient, ApiQuery};
 use crate::AppState;
+use crate::connect::elicitations::is_valid_id;
 use crate::db::connections::{Connection, ConnectionStatus};
-use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
-use crate::middleware::request_id;
+use crate::grants::tokens::RevocationReport;
+use crate::server::middleware::request_id;
 use crate::time::rfc3339;
-use crate::tokens::RevocationReport;
 
 /// A connection's metadata. Never carries a token.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -66,7 +66,7 @@ pub struct ConnectionList {
 /// The `Subject-Token` header, if sent (a token never goes into a URL).
 fn subject_token(headers: &HeaderMap) -> Result<Option<&str>> {
     headers
-        .get(crate::grants::SUBJECT_TOKEN_HEADER)
+        .get(crate::grants::access::SUBJECT_TOKEN_HEADER)
         .map(|v| {
             v.to_str()
                 .map_err(|_| Error::invalid("the Subject-Token header must be ASCII"))

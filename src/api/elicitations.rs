@@ -9,9 +9,9 @@ use serde::Deserialize;
 
 use super::{ApiClient, ApiJson, ApiQuery};
 use crate::AppState;
-use crate::elicitations::ElicitationView;
+use crate::connect::elicitations::ElicitationView;
 use crate::error::{Error, Result};
-use crate::middleware::request_id;
+use crate::server::middleware::request_id;
 
 /// The longest a long-poll is held.
 pub const MAX_WAIT_SECONDS: u64 = 60;

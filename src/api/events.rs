@@ -41,12 +41,12 @@ struct Cursor {
     shutdown: watch::Receiver<bool>,
     hello: bool,
     /// This stream's place under the client's cap, released when the stream ends.
-    _slot: crate::limits::Slot,
+    _slot: crate::server::limits::Slot,
 }
 
 #[utoipa::path(get, path = "/v1/events",
     params(("Last-Event-ID" = Option<String>, Header, description = "resume after this event id (a sequence number); without it the stream starts with the next new event")),
-    responses((status = 200, content_type = "text/event-stream", body = crate::events::EventBody,
+    responses((status = 200, content_type = "text/event-stream", body = crate::signals::events::EventBody,
         description = "Server-sent events: `id` (sequence number), `event` (the type) and `data` (the event body, as webhooks carry it). A comment line is sent on connect and every 15 s."),
         (status = 401, body = crate::error::ErrorBody)),
     security(("api_key" = [])))]

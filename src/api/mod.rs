@@ -44,9 +44,10 @@ impl FromRequestParts<AppState> for ApiClient {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
         // An address that keeps presenting bad keys is refused before its key is looked at.
-        let ip = state
-            .limits
-            .client_ip(crate::limits::peer_ip(&parts.extensions), &parts.headers);
+        let ip = state.limits.client_ip(
+            crate::server::limits::peer_ip(&parts.extensions),
+            &parts.headers,
+        );
         state.limits.check_auth_allowed(ip)?;
         let client = Self::authenticate(parts, state);
         match &client {

@@ -15,7 +15,7 @@ use crate::db::connections::ConnectionStatus;
 use crate::db::elicitations::ElicitationStatus;
 use crate::error::{Error, Result};
 use crate::ids::{ProviderName, UserRef};
-use crate::middleware::request_id;
+use crate::server::middleware::request_id;
 use crate::time::rfc3339;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -110,7 +110,7 @@ pub struct TokenResponse {
 }
 
 impl TokenResponse {
-    fn new(t: crate::tokens::FreshToken, provider: &crate::providers::Provider) -> Self {
+    fn new(t: crate::grants::tokens::FreshToken, provider: &crate::providers::Provider) -> Self {
         let secret = t.access_token.expose_secret().to_owned();
         let mut r = TokenResponse {
             access_token: secret.clone(),
@@ -130,7 +130,7 @@ impl TokenResponse {
         let settings = provider
             .credential
             .as_ref()
-            .filter(|_| crate::credentials::is_credential_type(&t.token_type));
+            .filter(|_| crate::connect::credentials::is_credential_type(&t.token_type));
         if let Some(s) = settings {
             let (name, value) = s.header_for(&secret);
             r.header_name = Some(name);
@@ -191,10 +191,10 @@ pub async fn fetch(
         }
         (Some(eid), None) => Some(eid.clone()),
         (None, Some(sealed)) => {
-            let rs = crate::request_state::open(
+            let rs = crate::connect::request_state::open(
                 &state.config.keys,
                 sealed,
-                &crate::request_state::Expected {
+                &crate::connect::request_state::Expected {
                     client_id: &client.0.id,
                     user: UserRef::new(state.identity.issuer(), subject.clone()),
                     provider: &req.provider,

@@ -89,7 +89,7 @@ pub struct ProviderConfig {
     pub params: BTreeMap<String, String>,
     /// `oauth2` (the default), `api_key` or `basic`: the user types a key (or a username and
     /// password) on the connect page instead of an OAuth flow.
-    pub auth: Option<crate::credentials::AuthKind>,
+    pub auth: Option<crate::connect::credentials::AuthKind>,
     /// Where the user finds the key, shown under the input.
     pub api_key_hint: Option<String>,
     /// The header the key is presented in (default `Authorization`).
@@ -143,7 +143,7 @@ pub(super) fn read(
         {
             r.err(&key, "provider names may only use letters, digits, - and _");
         }
-        let credential = p.auth.unwrap_or_default() != crate::credentials::AuthKind::Oauth2;
+        let credential = p.auth.unwrap_or_default() != crate::connect::credentials::AuthKind::Oauth2;
         if credential {
             if let Some(h) = &p.api_key_header {
                 if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {

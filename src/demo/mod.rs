@@ -33,7 +33,7 @@ use self::oauth::RegisteredClient;
 use self::sandbox::Sandbox;
 use crate::Application;
 use crate::config::Config;
-use crate::middleware;
+use crate::server::middleware;
 
 /// The MCP server (API client) the demo configures.
 pub const CLIENT_ID: &str = "demo-mcp";

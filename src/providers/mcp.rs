@@ -27,7 +27,7 @@ use url::Url;
 
 use crate::crypto::KeyRing;
 use crate::db::Db;
-use crate::http_client::{Http, MAX_RESPONSE_BYTES, ServerMetadata, fetch_json, read_limited};
+use crate::outbound::http::{Http, MAX_RESPONSE_BYTES, ServerMetadata, fetch_json, read_limited};
 
 /// The kind name in `[providers.NAME] kind = "mcp"`.
 pub const KIND: &str = "mcp";

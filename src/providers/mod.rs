@@ -118,10 +118,10 @@ pub struct Provider {
     /// The parameters users give (declared by the entry, used by an endpoint, not fixed).
     pub asked_params: Vec<&'static catalog::ParamSpec>,
     /// `Some` for `auth = "api_key"` / `"basic"` providers (no OAuth flow).
-    pub credential: Option<crate::credentials::CredentialSettings>,
+    pub credential: Option<crate::connect::credentials::CredentialSettings>,
     /// `Some` for `kind = "mcp"` providers (discovery from the resource URL).
     pub mcp: Option<mcp::Upstream>,
-    /// The operator's descriptions of scopes (see `crate::scopes`).
+    /// The operator's descriptions of scopes (see `crate::connect::scopes`).
     pub scope_descriptions: BTreeMap<String, crate::i18n::LocalizedText>,
     /// The name this service is registered under at the provider, when the operator said.
     pub registered_name: Option<String>,
@@ -214,7 +214,7 @@ impl Provider {
             has_kind: named.is_some(),
             fixed_params: c.params.clone(),
             asked_params,
-            credential: crate::credentials::CredentialSettings::from_config(c),
+            credential: crate::connect::credentials::CredentialSettings::from_config(c),
             mcp: c
                 .resource
                 .clone()
@@ -282,7 +282,7 @@ impl Provider {
         let entry = self.entry;
         let meta = match (&c.issuer, &c.authorization_url, &c.token_url) {
             (Some(issuer), None, _) | (Some(issuer), _, None) => Some(
-                crate::http_client::discover(http, issuer)
+                crate::outbound::http::discover(http, issuer)
                     .await
                     .with_context(|| format!("discovering provider {}", self.name))?,
             ),

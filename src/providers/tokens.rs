@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::catalog::WhenMissing;
 use super::{Endpoints, Provider, TokenAuth};
-use crate::http_client::{MAX_RESPONSE_BYTES, read_limited as read_body};
+use crate::outbound::http::{MAX_RESPONSE_BYTES, read_limited as read_body};
 
 /// What a token endpoint granted. Secrets stay wrapped.
 #[derive(Debug)]
@@ -364,7 +364,7 @@ impl Provider {
                 v.starts_with("application/x-www-form-urlencoded") || v.starts_with("text/plain")
             });
         let bytes = read_body(resp, MAX_RESPONSE_BYTES).await.map_err(|e| {
-            if e.is::<crate::http_client::TooLarge>() {
+            if e.is::<crate::outbound::http::TooLarge>() {
                 TokenError::Malformed(e)
             } else {
                 TokenError::Transient(e)
@@ -691,7 +691,7 @@ mod tests {
     async fn an_oversized_token_response_is_refused_cleanly() {
         let big = format!(
             "{{\"access_token\":\"at\",\"padding\":\"{}\"}}",
-            "x".repeat(crate::http_client::MAX_RESPONSE_BYTES)
+            "x".repeat(crate::outbound::http::MAX_RESPONSE_BYTES)
         );
         let app = axum::Router::new()
             .route(
@@ -718,7 +718,7 @@ mod tests {
         ))
         .unwrap();
         let p = Provider::from_config("stub", &config);
-        let http = crate::http_client::build(crate::outbound::Policy::new(vec![
+        let http = crate::outbound::http::build(crate::outbound::Policy::new(vec![
             crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
         ]))
         .unwrap();

@@ -16,15 +16,15 @@ use super::pages::render;
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
+use crate::connect::elicitations::is_valid_id;
+use crate::connect::identity::SignedInUser;
+use crate::connect::scopes::{ScopeView, describe};
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::Connection;
 use crate::db::connections::ConnectionStatus;
-use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
-use crate::identity::SignedInUser;
-use crate::middleware::request_id;
-use crate::scopes::{ScopeView, describe};
+use crate::server::middleware::request_id;
 use crate::web::connect::check_origin;
 
 pub struct Row {
@@ -95,7 +95,7 @@ pub async fn show(
         .zip(apps)
         .map(|(c, apps)| {
             let p = state.providers.get(&c.provider);
-            let is_credential = crate::credentials::is_credential_type(&c.token_type);
+            let is_credential = crate::connect::credentials::is_credential_type(&c.token_type);
             Row {
                 apps,
                 revocation: p.map(|p| p.revocation_summary()),
@@ -213,7 +213,7 @@ pub async fn reconnect(
     let rid = request_id(&headers);
     // An active connection is only "reconnected" to replace its typed credential.
     if c.status == ConnectionStatus::Active
-        && !crate::credentials::is_credential_type(&c.token_type)
+        && !crate::connect::credentials::is_credential_type(&c.token_type)
     {
         return Ok(Redirect::to("/account").into_response());
     }

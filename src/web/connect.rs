@@ -13,15 +13,15 @@ use super::pages::{ConsentPage, MessagePage, ParamField, SignOutForm, render};
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
+use crate::connect::elicitations::is_valid_id;
+use crate::connect::identity::SignedInUser;
+use crate::connect::scopes::describe;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending, set_elicitation_params};
-use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
-use crate::identity::SignedInUser;
-use crate::middleware::request_id;
 use crate::providers::ConnParams;
-use crate::scopes::describe;
+use crate::server::middleware::request_id;
 use crate::time::now;
 
 pub fn invalid_link() -> Error {

@@ -1,7 +1,7 @@
 //! The connect page of `auth = "api_key"` / `"basic"` providers: after the same sign-in and
 //! subject check as an OAuth connect, the user types the key (masked), it is checked against the
 //! provider's `validation_url` when one is configured, and stored sealed like a token. See
-//! `crate::credentials`.
+//! `crate::connect::credentials`.
 
 use askama::Template;
 use axum::Form;
@@ -21,16 +21,16 @@ use super::pages::render;
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
-use crate::credentials::{AuthKind, Validation, secret_from_form, validate};
+use crate::connect::credentials::{AuthKind, Validation, secret_from_form, validate};
+use crate::connect::elicitations::is_valid_id;
+use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::{NewTokens, save_connected_tokens};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
-use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
-use crate::identity::SignedInUser;
-use crate::middleware::request_id;
 use crate::providers::Provider;
+use crate::server::middleware::request_id;
 
 #[derive(Template)]
 #[template(path = "credential.html")]

@@ -13,11 +13,11 @@ use super::pages::{DonePage, MessagePage, render};
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
+use crate::connect::elicitations::is_valid_id;
+use crate::connect::scopes::describe;
 use crate::db::elicitations::ElicitationStatus;
-use crate::elicitations::is_valid_id;
 use crate::error::Result;
 use crate::i18n::Msg;
-use crate::scopes::describe;
 
 fn generic(ui: &Ui, who: Option<&str>) -> Response {
     let mut page = MessagePage::new(

@@ -16,8 +16,8 @@ use super::connect::check_origin;
 use super::flow::start_sign_in;
 use super::session::BrowserSession;
 use crate::AppState;
+use crate::connect::identity::SignedInUser;
 use crate::error::Error;
-use crate::identity::SignedInUser;
 
 /// The request id (`x-request-id`, when well-formed), for pages and audit rows.
 pub struct RequestId(pub Option<String>);
@@ -32,7 +32,7 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestId {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
-        Ok(Self(crate::middleware::request_id(&parts.headers)))
+        Ok(Self(crate::server::middleware::request_id(&parts.headers)))
     }
 }
 

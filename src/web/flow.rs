@@ -15,12 +15,12 @@ use super::session::BrowserSession;
 use super::state_refusals::{Callback, Context, Reason};
 use super::ui::Ui;
 use crate::AppState;
+use crate::connect::identity::SignedInUser;
 use crate::crypto::{ct_eq, random_token, sha256_b64};
 use crate::db::elicitations::Elicitation;
 use crate::db::flows::{Flow, NewFlow};
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
-use crate::identity::SignedInUser;
 use crate::providers::Provider;
 use crate::time::now;
 

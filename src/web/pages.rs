@@ -10,9 +10,9 @@ use axum::response::{Html, IntoResponse, Response};
 
 pub use super::ui::Ui;
 use crate::AppState;
+use crate::connect::scopes::ScopeView;
 use crate::error::RenderedError;
 use crate::i18n::Msg;
-use crate::scopes::ScopeView;
 
 #[derive(Template)]
 #[template(path = "consent.html")]

@@ -1,24 +1,19 @@
 //! `/oauth/{provider}/callback`: the redirect URI registered at each provider. Checks the state
 //! (this browser's, unused, for this provider), the signed-in user and the `iss` again, only then
-//! claims the state, exchanges the code and stores the tokens sealed.
-
-use axum::extract::{Path, Query, RawQuery, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect, Response};
-use secrecy::ExposeSecret;
+//! claims the state, and hands the code to `connect::complete`, which exchanges it and stores
+//! the grant.
 
 use super::flow::{CallbackQuery, Checked, check_provider_flow, claim_provider_flow};
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
-use crate::db::audit::{AuditAction, AuditEvent};
-use crate::db::change::Change;
-use crate::db::connections::{NewTokens, save_connected_tokens, set_connection_details};
-use crate::db::elicitations::{ElicitationStatus, Ending};
+use crate::connect::complete::{CodeAnswer, Completion, redirect_extras};
+use crate::db::elicitations::Ending;
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
-use crate::ids::ConnectionId;
-use crate::time::now;
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
 
 fn page_err(status: StatusCode, title: &'static str, message: Msg) -> Error {
     Error::page(status, "connect_failed", Msg::new(title), message)
@@ -143,31 +138,17 @@ pub async fn callback(
                 Msg::new("answer-no-code-lead"),
             )
         })?;
-    let redirect_uri = state
-        .config
-        .url(&format!("/oauth/{}/callback", provider.name));
-    let tokens = match state
-        .metrics
-        .upstream(
-            &provider.name,
-            "code_exchange",
-            provider.exchange_code(
-                &state.http,
-                &endpoints,
-                code,
-                &redirect_uri,
-                verifier.as_ref().map(|v| v.expose_secret()),
-            ),
-        )
-        .await
+    let answer = CodeAnswer {
+        code,
+        verifier: verifier.as_ref(),
+        redirect_query: redirect_extras(raw_query.as_deref()),
+    };
+    match state
+        .complete_connection(user, e, &provider, &endpoints, answer, rid.as_deref())
+        .await?
     {
-        Ok(t) => t,
-        Err(err) => {
-            let summary = err.summary();
-            tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %summary, "code exchange failed");
-            state
-                .finish_elicitation(e, Ending::Failed { failure: &summary }, rid.as_deref())
-                .await?;
+        Completion::Connected => {}
+        Completion::ExchangeFailed { summary } => {
             return Err(page_err(
                 StatusCode::BAD_GATEWAY,
                 "connect-failed-title",
@@ -176,78 +157,6 @@ pub async fn callback(
                     .arg("summary", summary),
             ));
         }
-    };
-    let scopes = tokens.scopes.clone().unwrap_or_else(|| e.scopes.clone());
-    // Values the provider put on the redirect beside the code (QuickBooks `realmId`), bounded.
-    let redirect_query: std::collections::BTreeMap<String, String> =
-        url::form_urlencoded::parse(raw_query.as_deref().unwrap_or_default().as_bytes())
-            .filter(|(k, _)| !matches!(k.as_ref(), "code" | "state" | "iss"))
-            .filter(|(_, v)| v.len() <= 500)
-            .take(20)
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-    let (account_label, metadata) = provider
-        .learn(&state.http, &endpoints, &tokens, &redirect_query)
-        .await;
-    // The tokens, their audit row, the elicitation's completion and its event commit together.
-    let mut change = Change::begin(&state.db).await?;
-    let before =
-        crate::db::grants::existing_status(change.conn(), &e.issuer, &e.subject, &e.provider)
-            .await?;
-    let (connection_id, reconnected) = save_connected_tokens(
-        change.conn(),
-        &state.config.keys,
-        &e.issuer,
-        &e.subject,
-        &e.provider,
-        &NewTokens {
-            access_token: &tokens.access_token,
-            refresh_token: tokens.refresh_token.as_ref(),
-            token_type: &tokens.token_type,
-            expires_at: tokens.expires_in.map(|s| now() + s),
-            scopes: &scopes,
-            account_label: account_label.as_deref(),
-        },
-    )
-    .await?;
-    set_connection_details(change.conn(), &connection_id, &e.params, &metadata).await?;
-    let was_revoked = before.is_some_and(|(_, status)| status == "revoked");
-    state
-        .grant_to_approved_apps(&mut change, e, &connection_id, was_revoked)
-        .await?;
-    change
-        .audit(AuditEvent {
-            event: if reconnected {
-                AuditAction::ConnectionReconnected
-            } else {
-                AuditAction::ConnectionCreated
-            },
-            actor: Some(&user.subject),
-            issuer: Some(&e.issuer),
-            subject: Some(&e.subject),
-            provider: Some(&e.provider),
-            client_id: Some(&e.client_id),
-            connection_id: Some(&connection_id),
-            elicitation_id: Some(&e.id),
-            request_id: rid.as_deref(),
-            detail: None,
-        })
-        .await?;
-    let completed = state
-        .finish_elicitation_in(
-            &mut change,
-            e,
-            Ending::Completed {
-                connection_id: &ConnectionId::from(connection_id.as_str()),
-            },
-            rid.as_deref(),
-        )
-        .await?;
-    state.commit(change).await?;
-    if completed {
-        state
-            .metrics
-            .elicitation(ElicitationStatus::Completed.as_str());
     }
     to_done(&session, &e.id).await
 }

@@ -8,10 +8,10 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use tower_sessions::Session;
 
+use crate::connect::identity::SignedInUser;
 use crate::crypto::{ct_eq, random_token, sha256_b64};
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
-use crate::identity::SignedInUser;
 
 const USER: &str = "user";
 const CSRF: &str = "csrf";

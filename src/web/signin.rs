@@ -20,7 +20,7 @@ use crate::AppState;
 use crate::crypto::sha256_b64;
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
-use crate::middleware::request_id;
+use crate::server::middleware::request_id;
 use crate::time::now;
 
 fn sign_in_failed(message: &'static str) -> Error {

@@ -18,7 +18,7 @@ use crate::branding::{Branding, Logo};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::i18n::{Lang, Msg, Text, format_time, tr};
-use crate::middleware::request_id;
+use crate::server::middleware::request_id;
 
 /// How long the language choice is remembered (a year).
 const LANG_COOKIE_MAX_AGE: u64 = 365 * 86_400;

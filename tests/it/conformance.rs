@@ -7,9 +7,9 @@ use std::any::Any;
 use std::sync::Arc;
 
 use mcp_connect::config::IdentityConfig;
+use mcp_connect::connect::identity::Identity;
 use mcp_connect::crypto::{random_token, sha256_b64};
 use mcp_connect::demo::{Demo, DemoOptions};
-use mcp_connect::identity::Identity;
 use reqwest::StatusCode;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
@@ -126,11 +126,11 @@ fn no_redirects() -> reqwest::Client {
 
 /// The metadata document as served, found the way the service looks for it.
 async fn metadata(issuer: &str) -> Value {
-    let http = mcp_connect::http_client::build(mcp_connect::outbound::Policy::new(vec![
+    let http = mcp_connect::outbound::http::build(mcp_connect::outbound::Policy::new(vec![
         mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
     ]))
     .unwrap();
-    let m = mcp_connect::http_client::discover(&http, issuer)
+    let m = mcp_connect::outbound::http::discover(&http, issuer)
         .await
         .unwrap_or_else(|e| panic!("discovery at {issuer}: {e:#}"));
     assert_eq!(m.issuer, issuer);
@@ -448,7 +448,7 @@ on_both_peers!(
                 client_secret: Some(SecretString::from(server.client_secret.clone())),
                 scopes: vec!["openid".into()],
             },
-            mcp_connect::http_client::build(mcp_connect::outbound::Policy::new(vec![
+            mcp_connect::outbound::http::build(mcp_connect::outbound::Policy::new(vec![
                 mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
             ]))
             .unwrap(),

@@ -178,9 +178,10 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
     // `keys rotate` is another process: its own pool on the same database.
     let cli_db = Db::connect(&b.db_url).await.unwrap();
     let started = Instant::now();
-    let report = mcp_connect::rotation::rotate(&cli_db, &ring(&[&k2, &k1]), 500, "test", &|_| {})
-        .await
-        .unwrap();
+    let report =
+        mcp_connect::grants::rotation::rotate(&cli_db, &ring(&[&k2, &k1]), 500, "test", &|_| {})
+            .await
+            .unwrap();
     eprintln!("rotated {report:?} in {:?}", started.elapsed());
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::Relaxed);
@@ -208,7 +209,7 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
     );
     assert_eq!(not_under(&cli_db, "k2").await, 0);
     assert_eq!(
-        mcp_connect::rotation::count_pending(&cli_db, &ring(&[&k2]))
+        mcp_connect::grants::rotation::count_pending(&cli_db, &ring(&[&k2]))
             .await
             .unwrap(),
         0
@@ -314,14 +315,14 @@ async fn rotation_never_overwrites_a_value_that_changed_meanwhile() {
     assert_eq!(r.rows_affected(), 0, "the stale write is refused");
     // Rotating twice is harmless: the second run has nothing to do.
     let both = ring(&[&k2, &k1]);
-    let first = mcp_connect::rotation::rotate(&db, &both, 1, "t", &|_| {})
+    let first = mcp_connect::grants::rotation::rotate(&db, &both, 1, "t", &|_| {})
         .await
         .unwrap();
     assert_eq!(
         (first.rows_rotated, first.values_rotated, first.remaining),
         (1, 2, 0)
     );
-    let again = mcp_connect::rotation::rotate(&db, &both, 1, "t", &|_| {})
+    let again = mcp_connect::grants::rotation::rotate(&db, &both, 1, "t", &|_| {})
         .await
         .unwrap();
     assert_eq!((again.rows_rotated, again.remaining), (0, 0));

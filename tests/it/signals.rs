@@ -162,7 +162,8 @@ on_both_databases!(
             .unwrap()
             .unwrap();
         row.expires_at = mcp_connect::db::now() - 1;
-        let expired = mcp_connect::request_state::seal(&app.state.config.keys, &row).unwrap();
+        let expired =
+            mcp_connect::connect::request_state::seal(&app.state.config.keys, &row).unwrap();
         let (s, v) = app.post("/v1/tokens", body("bob", &expired)).await;
         invalid_state(s, &v, "expired");
 

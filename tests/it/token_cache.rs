@@ -1,4 +1,4 @@
-//! The token cache across replicas (`src/token_cache.rs`): every change to a connection made on
+//! The token cache across replicas (`src/grants/cache.rs`): every change to a connection made on
 //! replica A reaches replica B's cache within the sync window, a revocation before A answers,
 //! a lost change feed turns the cache off until it is back and flushed, and nothing in clear is
 //! kept. Correctness only; its speed is in BENCHMARKS.md.
@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use mcp_connect::crypto::{KeyRing, connection_aad, generate_key};
-use mcp_connect::token_cache::CacheStats;
+use mcp_connect::grants::cache::CacheStats;
 use reqwest::StatusCode;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
@@ -135,9 +135,10 @@ on_both_databases!(
 
         // Key rotation (another process: its own pool) re-seals the row under k2.
         let cli = mcp_connect::db::Db::connect(&a.db_url).await.unwrap();
-        let report = mcp_connect::rotation::rotate(&cli, &ring(&[&k2, &k1]), 100, "test", &|_| {})
-            .await
-            .unwrap();
+        let report =
+            mcp_connect::grants::rotation::rotate(&cli, &ring(&[&k2, &k1]), 100, "test", &|_| {})
+                .await
+                .unwrap();
         assert_eq!(report.rows_rotated, 1, "{report:?}");
         cli.pool.close().await;
         after_window().await;

@@ -10,9 +10,9 @@ use serde::Deserialize;
 
 use super::{Admin, PAGE_SIZE, Pager, filter_value, page_number, when, when_opt};
 use crate::AppState;
+use crate::connect::elicitations::is_valid_id;
 use crate::db::audit::{AuditAction, AuditEvent, AuditFilter, AuditRow};
 use crate::db::connections::{Connection, ConnectionFilter, ConnectionStatus};
-use crate::elicitations::is_valid_id;
 use crate::error::{Error, Result};
 use crate::time::now;
 use crate::web::extract::{CsrfForm, CsrfProtected};

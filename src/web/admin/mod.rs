@@ -22,11 +22,11 @@ use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
 use crate::config::AdminConfig;
+use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::error::Result;
 use crate::i18n::Msg;
-use crate::identity::SignedInUser;
-use crate::middleware::request_id;
+use crate::server::middleware::request_id;
 use crate::time::readable;
 
 /// Rows per page in admin lists.

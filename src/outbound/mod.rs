@@ -14,6 +14,8 @@
 //! `outbound_allow_cidrs` (top level of the config) lets chosen ranges through: an on-premises
 //! issuer on a private network, or loopback stand-ins in the demo and the tests.
 
+pub mod http;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;

@@ -149,7 +149,7 @@ impl AppState {
             connection_id: e.connection_id.clone(),
             params: e.params.clone(),
             mcp,
-            request_state: crate::request_state::seal(&self.config.keys, e)?,
+            request_state: crate::connect::request_state::seal(&self.config.keys, e)?,
         })
     }
 

@@ -82,7 +82,8 @@ async fn guarded_metrics(State(state): State<AppState>, req: axum::extract::Requ
             let forwarded = ["forwarded", "x-forwarded-for", "x-real-ip"]
                 .iter()
                 .any(|h| headers.contains_key(*h));
-            let local = crate::limits::peer_ip(req.extensions()).is_some_and(|ip| ip.is_loopback());
+            let local =
+                crate::server::limits::peer_ip(req.extensions()).is_some_and(|ip| ip.is_loopback());
             if !local || forwarded {
                 return Error::page(
                     StatusCode::FORBIDDEN,
@@ -235,18 +236,18 @@ impl utoipa::Modify for TokenRequestRules {
     paths(api::elicitations::create, api::elicitations::show, api::tokens::fetch, api::connections::list, api::connections::revoke, api::events::stream),
     components(schemas(
         api::elicitations::CreateElicitation,
-        crate::elicitations::ElicitationView,
+        crate::connect::elicitations::ElicitationView,
         crate::db::elicitations::ElicitationStatus,
         api::tokens::TokenRequest,
         api::tokens::TokenResponse,
         api::connections::ConnectionView,
         api::connections::ConnectionList,
         crate::db::connections::ConnectionStatus,
-        crate::tokens::RevocationReport,
+        crate::grants::tokens::RevocationReport,
         crate::error::ErrorBody,
-        crate::events::EventBody,
-        crate::events::EventData,
-        crate::events::EventType,
+        crate::signals::events::EventBody,
+        crate::signals::events::EventData,
+        crate::signals::events::EventType,
     )),
     modifiers(&BearerAuth, &CommonResponses, &TokenRequestRules)
 )]

@@ -317,7 +317,7 @@ pub async fn track(
     }
     .to_owned();
     let resp = next.run(req).await;
-    if let Some(limit) = resp.extensions().get::<crate::limits::Limit>() {
+    if let Some(limit) = resp.extensions().get::<crate::server::limits::Limit>() {
         metrics.rate_limited(limit.label());
     }
     let route = resp

@@ -18,8 +18,8 @@ use crate::db::connections::{
 };
 use crate::db::refresh_lock::RefreshLock;
 use crate::error::{Error, Result};
-use crate::events::EventType;
 use crate::providers::{Provider, TokenError};
+use crate::signals::events::EventType;
 use crate::time::now;
 
 /// How long a request waits for another redemption of the same refresh token to finish.
@@ -116,7 +116,7 @@ impl AppState {
         }
         // An API key or password is handed back as stored: there is nothing to refresh.
         if (!force && !expires_within(&c, min_ttl))
-            || crate::credentials::is_credential_type(&c.token_type)
+            || crate::connect::credentials::is_credential_type(&c.token_type)
         {
             return self.token_of(&c);
         }
@@ -475,7 +475,7 @@ impl AppState {
             message: String::new(),
         };
         let mut problems = Vec::new();
-        let credential = crate::credentials::is_credential_type(&c.token_type);
+        let credential = crate::connect::credentials::is_credential_type(&c.token_type);
         if credential {
             // A typed key has no revocation call: it is deleted here (the message says so).
             report.access_token = "not_supported";

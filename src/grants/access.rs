@@ -4,12 +4,12 @@
 
 use crate::AppState;
 use crate::config::ClientConfig;
+use crate::connect::identity::SubjectTokenError;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::{Connection, ConnectionStatus};
 use crate::error::{Error, Result};
-use crate::identity::SubjectTokenError;
-use crate::tokens::RevocationReport;
+use crate::grants::tokens::RevocationReport;
 
 /// The longest `subject_token` accepted, in bytes.
 pub const MAX_SUBJECT_TOKEN_BYTES: usize = 8192;

@@ -13,7 +13,7 @@ use tokio::sync::RwLock;
 use url::Url;
 
 use crate::config::IdentityConfig;
-use crate::http_client::{
+use crate::outbound::http::{
     MAX_RESPONSE_BYTES, ServerMetadata, discover, fetch_json_with_headers, max_age, read_limited,
 };
 
@@ -564,7 +564,7 @@ mod tests {
                 client_secret: None,
                 scopes: vec!["openid".into()],
             },
-            crate::http_client::build(crate::outbound::Policy::new(vec![
+            crate::outbound::http::build(crate::outbound::Policy::new(vec![
                 crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
             ]))
             .unwrap(),
@@ -629,7 +629,7 @@ mod tests {
         }
         assert_eq!(stub.fetches.load(Ordering::SeqCst), 1);
         assert_eq!(
-            crate::http_client::max_age(&{
+            crate::outbound::http::max_age(&{
                 let mut h = reqwest::header::HeaderMap::new();
                 h.insert("cache-control", "public, max-age=3600".parse().unwrap());
                 h
@@ -643,7 +643,7 @@ mod tests {
         let (stub, id) = start().await;
         let k = key("k");
         *stub.keys.lock().unwrap() = vec![k.jwk.clone()];
-        *stub.padding.lock().unwrap() = crate::http_client::MAX_RESPONSE_BYTES;
+        *stub.padding.lock().unwrap() = crate::outbound::http::MAX_RESPONSE_BYTES;
         let e = id
             .verify_id_token(&id_token(&id, &k), "n")
             .await

@@ -1,0 +1,10 @@
+//! The connect flow: an elicitation made for one user, that user signed in at the MCP
+//! authorization server and proved to be the same person, consent, the provider's authorization
+//! (or an API key), and the completion that stores the grant and tells the MCP server.
+
+pub mod complete;
+pub mod credentials;
+pub mod elicitations;
+pub mod identity;
+pub mod request_state;
+pub mod scopes;
