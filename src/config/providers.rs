@@ -143,7 +143,8 @@ pub(super) fn read(
         {
             r.err(&key, "provider names may only use letters, digits, - and _");
         }
-        let credential = p.auth.unwrap_or_default() != crate::connect::credentials::AuthKind::Oauth2;
+        let credential =
+            p.auth.unwrap_or_default() != crate::connect::credentials::AuthKind::Oauth2;
         if credential {
             if let Some(h) = &p.api_key_header {
                 if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {
