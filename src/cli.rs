@@ -395,7 +395,7 @@ pub fn providers_list(
                 .map(|(name, p)| {
                     (
                         name.clone(),
-                        p.kind.clone().unwrap_or_else(|| "-".into()),
+                        p.kind.as_ref().map_or("-", |k| k.as_str()).to_owned(),
                         c.url(&format!("/oauth/{name}/callback")),
                     )
                 })

@@ -20,7 +20,7 @@ pub use catalog::TokenAuth;
 pub use params::{ConnParams, ParamError};
 pub use tokens::{TokenError, TokenSet};
 
-use crate::config::ProviderConfig;
+use crate::config::{ProviderConfig, ProviderKind};
 use catalog::Entry;
 
 /// Endpoints of a provider, resolved once (config, catalog, discovery) and cached. Catalog
@@ -145,7 +145,7 @@ fn generic_entry() -> &'static Entry {
 
 impl Provider {
     pub fn from_config(name: &str, c: &ProviderConfig) -> Self {
-        let named = c.kind.as_deref().and_then(catalog::lookup);
+        let named = c.kind.as_ref().and_then(ProviderKind::entry);
         let entry = named.unwrap_or_else(generic_entry);
         let mut authorize_params: Vec<(String, String)> = entry
             .authorize
@@ -218,7 +218,7 @@ impl Provider {
             mcp: c
                 .resource
                 .clone()
-                .filter(|_| c.kind.as_deref() == Some(mcp::KIND))
+                .filter(|_| c.kind == Some(ProviderKind::Mcp))
                 .map(mcp::Upstream::new),
             scope_descriptions: c.scope_descriptions.clone(),
             registered_name: c.registered_name.clone(),
@@ -241,7 +241,7 @@ impl Provider {
 
     /// The catalog kind (`github`, ...), when configured with one.
     pub fn kind(&self) -> Option<&str> {
-        self.config.kind.as_deref()
+        self.config.kind.as_ref().map(ProviderKind::as_str)
     }
 
     /// The endpoints, from config and catalog, or discovered at the issuer (cached on success).

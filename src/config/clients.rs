@@ -1,0 +1,252 @@
+//! `[[clients]]`: the MCP servers allowed to call the API, their keys, webhooks, grant groups
+//! and proof-of-subject settings.
+
+use std::fmt;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use url::Url;
+
+use super::database::redact_url;
+use super::network::require_https_off_loopback;
+use super::{Report, Section};
+
+/// `[[clients]]` entry as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClient {
+    id: Option<String>,
+    name: Option<String>,
+    api_key: Option<SecretString>,
+    api_key_sha256: Option<String>,
+    #[serde(default)]
+    providers: Vec<String>,
+    webhook_url: Option<String>,
+    webhook_secret: Option<SecretString>,
+    grant_group: Option<String>,
+    subject_token_audience: Option<String>,
+    #[serde(default)]
+    subject_token_introspection: bool,
+    #[serde(default)]
+    require_subject_token: bool,
+}
+
+/// An MCP server allowed to call the API. Only the SHA-256 of its key is kept.
+#[derive(Clone)]
+pub struct ClientConfig {
+    pub id: String,
+    pub name: String,
+    pub api_key_sha256: [u8; 32],
+    pub providers: Vec<String>,
+    /// Where completion signals are POSTed, signed (Standard Webhooks).
+    pub webhook: Option<WebhookConfig>,
+    /// Clients in the same group share the grants a user approves for any of them (all members
+    /// are named on the consent page). Without one, a grant is this client's alone.
+    pub grant_group: Option<String>,
+    /// Proof of subject: the `aud` a `subject_token` (the user's MCP access token, a JWT from
+    /// the identity issuer) must carry for this client.
+    pub subject_token_audience: Option<String>,
+    /// Proof of subject by RFC 7662 introspection at the identity issuer instead of (or for
+    /// tokens that are not) JWTs.
+    pub subject_token_introspection: bool,
+    /// `/v1/tokens`, `/v1/elicitations` and `/v1/connections` refuse a bare `subject`.
+    pub require_subject_token: bool,
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("id", &self.id)
+            .field("providers", &self.providers)
+            .field("webhook", &self.webhook)
+            .field("grant_group", &self.grant_group)
+            .field("require_subject_token", &self.require_subject_token)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A client's webhook endpoint and its signing key (the decoded bytes of a `whsec_` secret).
+#[derive(Clone)]
+pub struct WebhookConfig {
+    pub url: Url,
+    pub secret: std::sync::Arc<secrecy::SecretSlice<u8>>,
+}
+
+impl fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebhookConfig")
+            .field("url", &redact_url(self.url.as_str()))
+            .field("secret", &"[redacted]")
+            .finish()
+    }
+}
+
+/// Decodes a Standard Webhooks secret: `whsec_` followed by base64 of 24 to 64 random bytes.
+pub fn parse_webhook_secret(s: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    let b64 = s
+        .strip_prefix("whsec_")
+        .ok_or("must start with `whsec_` (a Standard Webhooks secret)")?;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|_| "the part after `whsec_` is not valid base64".to_string())?;
+    if !(24..=64).contains(&raw.len()) {
+        return Err(format!(
+            "must hold 24 to 64 bytes after `whsec_`, got {}",
+            raw.len()
+        ));
+    }
+    Ok(raw)
+}
+
+/// Each entry is read on its own, so a bad value in one leaves the others' problems reported.
+pub(super) fn read(
+    top: &mut Section,
+    provider_names: &[String],
+    r: &mut Report,
+) -> Vec<ClientConfig> {
+    let items: Vec<figment::value::Value> = top.get(r, "clients");
+    let mut clients = Vec::new();
+    for (i, value) in items.iter().enumerate() {
+        let key = format!("clients[{i}]");
+        let Some(c) = r.decode::<RawClient>(&key, value) else {
+            continue;
+        };
+        let Some(id) = c.id.filter(|s| !s.is_empty()) else {
+            r.err(format!("{key}.id"), "is required");
+            continue;
+        };
+        if clients.iter().any(|x: &ClientConfig| x.id == id) {
+            r.err(format!("{key}.id"), format!("{id:?} is listed twice"));
+        }
+        let hash = match (&c.api_key, &c.api_key_sha256) {
+            (Some(k), None) => {
+                if k.expose_secret().len() < 24 {
+                    r.err(
+                        format!("{key}.api_key"),
+                        "must be at least 24 characters (use a random value)",
+                    );
+                }
+                Some(crate::crypto::sha256(k.expose_secret().as_bytes()))
+            }
+            (None, Some(h)) => match hex::decode(h)
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            {
+                Some(b) => Some(b),
+                None => {
+                    r.err(format!("{key}.api_key_sha256"), "must be 64 hex characters");
+                    None
+                }
+            },
+            (Some(_), Some(_)) => {
+                r.err(&key, "give either `api_key` or `api_key_sha256`, not both");
+                None
+            }
+            (None, None) => {
+                r.err(&key, "needs `api_key` or `api_key_sha256`");
+                None
+            }
+        };
+        for p in &c.providers {
+            if !provider_names.contains(p) {
+                r.err(
+                    format!("{key}.providers"),
+                    format!("unknown provider {p:?}"),
+                );
+            }
+        }
+        let webhook = match (&c.webhook_url, &c.webhook_secret) {
+            (None, None) => None,
+            (Some(_), None) => {
+                r.err(
+                    format!("{key}.webhook_secret"),
+                    "is required with webhook_url (\"whsec_\" + base64 of 24 to 64 random bytes)",
+                );
+                None
+            }
+            (None, Some(_)) => {
+                r.err(
+                    format!("{key}.webhook_url"),
+                    "is required with webhook_secret",
+                );
+                None
+            }
+            (Some(u), Some(sec)) => {
+                let url = match Url::parse(u) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {
+                        if let Err(m) = require_https_off_loopback(&u) {
+                            r.err(format!("{key}.webhook_url"), m);
+                        }
+                        r.called(format!("{key}.webhook_url"), u.clone());
+                        Some(u)
+                    }
+                    Ok(_) => {
+                        r.err(format!("{key}.webhook_url"), "must be an http(s) URL");
+                        None
+                    }
+                    Err(e) => {
+                        r.err(format!("{key}.webhook_url"), format!("is not a URL: {e}"));
+                        None
+                    }
+                };
+                let secret = match parse_webhook_secret(sec.expose_secret()) {
+                    Ok(raw) => Some(raw),
+                    Err(m) => {
+                        r.err(format!("{key}.webhook_secret"), m);
+                        None
+                    }
+                };
+                match (url, secret) {
+                    (Some(url), Some(raw)) => Some(WebhookConfig {
+                        url,
+                        secret: std::sync::Arc::new(secrecy::SecretSlice::from(raw)),
+                    }),
+                    _ => None,
+                }
+            }
+        };
+        if let Some(g) = &c.grant_group {
+            if g.is_empty()
+                || g.len() > 64
+                || !g
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            {
+                r.err(
+                    format!("{key}.grant_group"),
+                    "must be 1 to 64 letters, digits, '-', '_' or '.'",
+                );
+            }
+        }
+        if let Some(a) = &c.subject_token_audience {
+            if a.trim().is_empty() {
+                r.err(format!("{key}.subject_token_audience"), "must not be empty");
+            }
+        }
+        if c.require_subject_token
+            && c.subject_token_audience.is_none()
+            && !c.subject_token_introspection
+        {
+            r.err(
+                format!("{key}.require_subject_token"),
+                "needs `subject_token_audience` (JWT access tokens) or `subject_token_introspection = true`",
+            );
+        }
+        if let Some(h) = hash {
+            clients.push(ClientConfig {
+                name: c.name.unwrap_or_else(|| id.clone()),
+                id,
+                api_key_sha256: h,
+                providers: c.providers,
+                webhook,
+                grant_group: c.grant_group,
+                subject_token_audience: c.subject_token_audience,
+                subject_token_introspection: c.subject_token_introspection,
+                require_subject_token: c.require_subject_token,
+            });
+        }
+    }
+
+    clients
+}

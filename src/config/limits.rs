@@ -1,0 +1,153 @@
+//! `[limits]`: timeouts, caps and rate limits at the service's edge, and the trusted proxies.
+
+use super::network::IpNet;
+use super::{Report, Section};
+
+/// Timeouts, caps and rate limits at the service's edge (`[limits]`). The defaults are aimed at
+/// strangers and runaway clients: a trusted MCP server fetching thousands of tokens a second, or
+/// a user completing several connect flows in a minute, never meets them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// A connection that has not sent a whole request header within this is closed.
+    pub header_read_timeout_seconds: u64,
+    /// Non-streaming requests are answered within this (long polls get their wait on top).
+    pub request_timeout_seconds: u64,
+    /// Open connections accepted at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// `GET /v1/events` streams open at once per API client.
+    pub sse_streams_per_client: usize,
+    /// Long polls (`?wait=`, `wait_seconds`) held at once per API client.
+    pub long_polls_per_client: usize,
+    /// API requests per second per API client (0 = no limit), with this burst.
+    pub api_requests_per_second: u64,
+    pub api_burst: u64,
+    /// Browser-route requests per minute per client address (0 = no limit), with this burst.
+    pub browser_requests_per_minute: u64,
+    pub browser_burst: u64,
+    /// Failed API authentications per minute per client address (0 = no limit), with this burst.
+    pub failed_auth_per_minute: u64,
+    pub failed_auth_burst: u64,
+    /// Addresses each per-address limit remembers at most (its memory bound).
+    pub tracked_addresses: usize,
+    /// Peers whose `X-Forwarded-For` is believed (reverse proxies). Empty (the default): the
+    /// client address is always the peer address.
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout_seconds: 20,
+            request_timeout_seconds: 30,
+            max_connections: 20_000,
+            sse_streams_per_client: 50,
+            long_polls_per_client: 10_000,
+            api_requests_per_second: 20_000,
+            api_burst: 20_000,
+            browser_requests_per_minute: 600,
+            browser_burst: 300,
+            failed_auth_per_minute: 60,
+            failed_auth_burst: 30,
+            tracked_addresses: 100_000,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+pub(super) fn read(t: Option<Section>, r: &mut Report) -> Limits {
+    let d = Limits::default();
+    let Some(mut t) = t else {
+        return d;
+    };
+    let mut bounded = |t: &mut Section, key: &'static str, default: u64, min: u64, max: u64| {
+        let v = t.get::<Option<u64>>(r, key).unwrap_or(default);
+        if !(min..=max).contains(&v) {
+            r.err(t.key(key), format!("must be between {min} and {max}"));
+            return default;
+        }
+        v
+    };
+    let mut l = Limits {
+        header_read_timeout_seconds: bounded(
+            &mut t,
+            "header_read_timeout_seconds",
+            d.header_read_timeout_seconds,
+            1,
+            30,
+        ),
+        request_timeout_seconds: bounded(
+            &mut t,
+            "request_timeout_seconds",
+            d.request_timeout_seconds,
+            1,
+            300,
+        ),
+        max_connections: bounded(
+            &mut t,
+            "max_connections",
+            d.max_connections as u64,
+            1,
+            1_000_000,
+        ) as usize,
+        sse_streams_per_client: bounded(
+            &mut t,
+            "sse_streams_per_client",
+            d.sse_streams_per_client as u64,
+            1,
+            100_000,
+        ) as usize,
+        long_polls_per_client: bounded(
+            &mut t,
+            "long_polls_per_client",
+            d.long_polls_per_client as u64,
+            1,
+            1_000_000,
+        ) as usize,
+        api_requests_per_second: bounded(
+            &mut t,
+            "api_requests_per_second",
+            d.api_requests_per_second,
+            0,
+            1_000_000,
+        ),
+        api_burst: bounded(&mut t, "api_burst", d.api_burst, 1, 1_000_000),
+        browser_requests_per_minute: bounded(
+            &mut t,
+            "browser_requests_per_minute",
+            d.browser_requests_per_minute,
+            0,
+            1_000_000,
+        ),
+        browser_burst: bounded(&mut t, "browser_burst", d.browser_burst, 1, 1_000_000),
+        failed_auth_per_minute: bounded(
+            &mut t,
+            "failed_auth_per_minute",
+            d.failed_auth_per_minute,
+            0,
+            1_000_000,
+        ),
+        failed_auth_burst: bounded(
+            &mut t,
+            "failed_auth_burst",
+            d.failed_auth_burst,
+            1,
+            1_000_000,
+        ),
+        tracked_addresses: bounded(
+            &mut t,
+            "tracked_addresses",
+            d.tracked_addresses as u64,
+            100,
+            10_000_000,
+        ) as usize,
+        trusted_proxies: Vec::new(),
+    };
+    for p in t.get::<Vec<String>>(r, "trusted_proxies") {
+        match IpNet::parse(&p) {
+            Ok(n) => l.trusted_proxies.push(n),
+            Err(m) => r.err("limits.trusted_proxies", m),
+        }
+    }
+    t.finish(r);
+    l
+}
