@@ -222,8 +222,8 @@ impl Db {
             )
         });
         let sql = SQL.as_str();
-        // The token hot path on Postgres: on connections of its own, without the pool's ping
-        // on release (`super::hot`).
+        // The token hot path on Postgres, when switched to connections of its own (without
+        // the pool's ping on release; `super::hot`, off by default).
         if let Some(hot) = self.hot_reads() {
             let (issuer, subject, provider) =
                 (issuer.to_owned(), subject.to_owned(), provider.to_owned());

@@ -92,7 +92,7 @@ impl Db {
     pub async fn client_may_use(&self, id: &str, client: &str) -> Result<bool, sqlx::Error> {
         const SQL: &str =
             "SELECT 1 FROM connection_clients WHERE connection_id = $1 AND client_id = $2";
-        // On Postgres, on the hot reads' own connections (see `super::hot`).
+        // On Postgres, on the hot reads' own connections when switched on (`super::hot`).
         if let Some(hot) = self.hot_reads() {
             let (id, client) = (id.to_owned(), client.to_owned());
             let row = hot
@@ -105,9 +105,9 @@ impl Db {
         }
         let read = || {
             sqlx::query_as::<_, (i64,)>(SQL)
-            .bind(id)
-            .bind(client)
-            .fetch_optional(&self.pool)
+                .bind(id)
+                .bind(client)
+                .fetch_optional(&self.pool)
         };
         // On the token hot path like `find_connection`: a pooled connection the server dropped
         // since its last use fails here and leaves the pool; a read is safe to repeat.

@@ -16,9 +16,11 @@
 //! Everything else (writes, transactions, `/readyz`) stays on the pool. SQLite keeps the pool
 //! too: it has no network round trip to save.
 //!
-//! [`HotMode`] also keeps the two other ways measured in `bench/` (the pool as before, and a
-//! `deadpool` pool managing sqlx connections without a ping), switchable at run time for an A/B
-//! in one process; the service uses [`HotMode::Dedicated`].
+//! [`HotMode`] switches between the three ways measured in `bench/` (`token-fetch --hot-modes`)
+//! at run time, for an A/B in one process: the pool, these slots, and a `deadpool` pool managing
+//! sqlx connections without a ping. **The service still uses [`HotMode::Pool`]**: on the shared
+//! 2-core machine of 2026-12-03 (load average 16-19 from other builds) neither other way won
+//! clearly (bench/results/2026-12-03/miss-*.md); re-measure on a quiet machine before switching.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -43,9 +45,9 @@ pub type Query<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Se
 /// Where the hot reads go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HotMode {
-    /// The sqlx pool, like every other query (a ping on every release).
+    /// The sqlx pool, like every other query (a ping on every release). The default.
     Pool,
-    /// [`HOT_CONNECTIONS`] connections in slots taken round-robin (the default).
+    /// [`HOT_CONNECTIONS`] connections in slots taken round-robin.
     Dedicated,
     /// A `deadpool` pool of as many sqlx connections, recycled without a ping.
     Deadpool,
@@ -138,7 +140,7 @@ impl HotReads {
             slots: (0..MAX_SLOTS).map(|_| Mutex::new(None)).collect(),
             width: AtomicUsize::new(HOT_CONNECTIONS),
             next: AtomicUsize::new(0),
-            mode: AtomicU8::new(HotMode::Dedicated as u8),
+            mode: AtomicU8::new(HotMode::Pool as u8),
             deadpool,
         })
     }
