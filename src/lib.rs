@@ -263,7 +263,7 @@ impl Application {
         for t in tasks {
             t.abort();
         }
-        self.state.db.pool.close().await;
+        self.state.db.close().await;
         Ok(())
     }
 }

@@ -55,6 +55,7 @@ impl Target {
 }
 
 /// What a run measured (only requests that finished inside the measurement window).
+#[derive(Clone)]
 pub struct LoadResult {
     pub requests: u64,
     pub errors: u64,

@@ -213,7 +213,13 @@ pub async fn prepare_connections(
             .bind(issuer)
             .fetch_one(&db.pool)
             .await?;
+    let (granted,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM connection_clients")
+        .fetch_one(&db.pool)
+        .await?;
     if count as u64 == n && same_issuer == 1 {
+        if granted as u64 != n {
+            grant_all(&db).await?;
+        }
         // Still valid for a day from the load; refresh the expiry so nothing is due.
         let now = mcp_connect::db::now();
         sqlx::query(
@@ -236,7 +242,30 @@ pub async fn prepare_connections(
         Engine::Postgres => load_postgres(&url, n, issuer).await?,
         Engine::Sqlite => load_sqlite(&url, n, issuer).await?,
     }
+    let db = mcp_connect::db::Db::connect(&url).await?;
+    grant_all(&db).await?;
+    db.pool.close().await;
     Ok((url, Some(t.elapsed())))
+}
+
+/// Every stored connection usable by the bench's API client, as the user's approval would have
+/// made it (`connection_clients`): otherwise each first fetch of a connection adopts it (a
+/// write) and the token path measured is not the read.
+async fn grant_all(db: &mcp_connect::db::Db) -> anyhow::Result<()> {
+    sqlx::query("DELETE FROM connection_clients")
+        .execute(&db.pool)
+        .await?;
+    sqlx::query(
+        "INSERT INTO connection_clients (connection_id, client_id, elicitation_id, granted_at) \
+         SELECT id, 'bench-mcp', NULL, $1 FROM connections",
+    )
+    .bind(mcp_connect::db::now())
+    .execute(&db.pool)
+    .await?;
+    sqlx::query("ANALYZE connection_clients")
+        .execute(&db.pool)
+        .await?;
+    Ok(())
 }
 
 /// One connection row with sealed tokens, as the library would have stored it.

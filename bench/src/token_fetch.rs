@@ -10,6 +10,8 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 
+use mcp_connect::db::hot::HotMode;
+
 use crate::load::{self, LoadResult, Target};
 use crate::setup::{self, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime};
 
@@ -51,6 +53,24 @@ pub struct Args {
     /// `refresh_ahead_seconds` for the app (the default config has it on; rows are not due).
     #[arg(long)]
     pub refresh_ahead_seconds: Option<u64>,
+    /// Postgres: where the app's two token reads go, one token-fetch run each in every cell
+    /// (`pool`: the sqlx pool, pinging each connection it takes back, the service's default;
+    /// `dedicated`: a few connections of their own; `deadpool`: a deadpool of sqlx
+    /// connections without the ping). See src/db/hot.rs.
+    #[arg(long, value_delimiter = ',', default_values = ["pool"])]
+    pub hot_modes: Vec<String>,
+    /// Postgres: connections for the hot reads (dedicated and deadpool; default 4).
+    #[arg(long)]
+    pub hot_width: Option<usize>,
+}
+
+fn hot_mode(name: &str) -> anyhow::Result<HotMode> {
+    Ok(match name {
+        "pool" => HotMode::Pool,
+        "dedicated" => HotMode::Dedicated,
+        "deadpool" => HotMode::Deadpool,
+        other => bail!("--hot-modes: unknown mode {other:?} (pool, dedicated, deadpool)"),
+    })
 }
 
 pub fn target(addr: std::net::SocketAddr, n: u64) -> Target {
@@ -106,6 +126,8 @@ struct Cell {
     engine: Engine,
     size: u64,
     conns: usize,
+    /// Where the token reads went (`sqlx pool` on SQLite).
+    hot: &'static str,
     fixed: LoadResult,
     token: LoadResult,
     pgbench: Option<PgBench>,
@@ -113,6 +135,7 @@ struct Cell {
     load: String,
 }
 
+#[derive(Clone, Copy)]
 pub struct PgBench {
     pub tps: f64,
     pub p50: f64,
@@ -242,6 +265,11 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     if !args.no_pgbench {
         prepare_pgbench().await?;
     }
+    let modes = args
+        .hot_modes
+        .iter()
+        .map(|m| hot_mode(m))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let fixed_addr = setup::start_fixed_json(server).await?;
     let mut cells = Vec::new();
     let mut rate_rows = Vec::new();
@@ -269,6 +297,14 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 None,
             )
             .await?;
+            let hot = app.state.db.hot.clone();
+            if let (Some(h), Some(w)) = (&hot, args.hot_width) {
+                h.set_width(w);
+            }
+            let modes: Vec<Option<HotMode>> = match &hot {
+                Some(_) => modes.iter().copied().map(Some).collect(),
+                None => vec![None],
+            };
             let token_target = Arc::new(target(app.addr, size));
             let fixed_target = Arc::new(target(fixed_addr, size));
             // Warm the pool and the caches once.
@@ -276,7 +312,23 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             for &c in &args.conns {
                 let load = setup::load_average();
                 let fixed = load::closed_loop(fixed_target.clone(), c, warmup, measure).await;
-                let token = load::closed_loop(token_target.clone(), c, warmup, measure).await;
+                let mut tokens = Vec::new();
+                for &mode in &modes {
+                    if let (Some(h), Some(m)) = (&hot, mode) {
+                        h.set_mode(m);
+                    }
+                    let label = mode.map_or(HotMode::Pool.label(), HotMode::label);
+                    eprintln!("{} {size} c={c} [{label}]: token fetch...", engine.label());
+                    let token = load::closed_loop(token_target.clone(), c, warmup, measure).await;
+                    eprintln!(
+                        "{} {size} c={c} [{label}]: fixed {:.0}/s, token {:.0}/s p99 {:.2} ms",
+                        engine.label(),
+                        fixed.throughput(),
+                        token.throughput(),
+                        token.ms(0.99),
+                    );
+                    tokens.push((label, token));
+                }
                 let breakdown = if args.breakdown {
                     let h = Arc::new(get_target(app.addr, "/healthz"));
                     let r = Arc::new(get_target(app.addr, "/readyz"));
@@ -292,27 +344,22 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 } else {
                     Some(run_pgbench(c, args.warmup, args.duration).await?)
                 };
-                eprintln!(
-                    "{} {size} c={c}: fixed {:.0}/s, token {:.0}/s p99 {:.2} ms{}",
-                    engine.label(),
-                    fixed.throughput(),
-                    token.throughput(),
-                    token.ms(0.99),
-                    pgbench
-                        .as_ref()
-                        .map(|p| format!(", pgbench {:.0}/s", p.tps))
-                        .unwrap_or_default()
-                );
-                cells.push(Cell {
-                    engine,
-                    size,
-                    conns: c,
-                    fixed,
-                    token,
-                    pgbench,
-                    breakdown,
-                    load,
-                });
+                if let Some(p) = &pgbench {
+                    eprintln!("{} {size} c={c}: pgbench {:.0}/s", engine.label(), p.tps);
+                }
+                for (i, (hot, token)) in tokens.into_iter().enumerate() {
+                    cells.push(Cell {
+                        engine,
+                        size,
+                        conns: c,
+                        hot,
+                        fixed: fixed.clone(),
+                        token,
+                        pgbench,
+                        breakdown: if i == 0 { breakdown.clone() } else { None },
+                        load: load.clone(),
+                    });
+                }
             }
             let c = args.conns.iter().copied().max().unwrap_or(64);
             if let Some(base) = cells
@@ -360,9 +407,9 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         args.warmup, args.duration
     );
     println!(
-        "| database | stored | conns | token fetch req/s | fixed JSON req/s | **÷ fixed JSON** | pgbench -S tps | **÷ pgbench** | errors | load avg |"
+        "| database | stored | conns | token reads on | token fetch req/s | fixed JSON req/s | **÷ fixed JSON** | pgbench -S tps | **÷ pgbench** | errors | load avg |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|");
     for c in &cells {
         let (pgb, pgr) = match &c.pgbench {
             Some(p) => (
@@ -372,10 +419,11 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             None => ("–".into(), "–".into()),
         };
         println!(
-            "| {} | {} | {} | {:.0} | {:.0} | **{:.0}%** | {pgb} | {pgr} | {} | {} |",
+            "| {} | {} | {} | {} | {:.0} | {:.0} | **{:.0}%** | {pgb} | {pgr} | {} | {} |",
             c.engine.label(),
             thousands(c.size),
             c.conns,
+            c.hot,
             c.token.throughput(),
             c.fixed.throughput(),
             100.0 * c.token.throughput() / c.fixed.throughput(),
@@ -388,19 +436,20 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         "\"p99 corr.\" is the wrk-style coordinated-omission correction of the closed-loop histogram (see bench/README.md).\n"
     );
     println!(
-        "| database | stored | conns | token p50 | p90 | p99 | p99 corr. | max | fixed JSON p50 | p99 | pgbench p50 | p99 |"
+        "| database | stored | conns | token reads on | token p50 | p90 | p99 | p99 corr. | max | fixed JSON p50 | p99 | pgbench p50 | p99 |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for c in &cells {
         let (pg50, pg99) = match &c.pgbench {
             Some(p) => (format!("{:.3}", p.p50), format!("{:.3}", p.p99)),
             None => ("–".into(), "–".into()),
         };
         println!(
-            "| {} | {} | {} | {:.3} | {:.3} | **{:.3}** | {:.3} | {:.2} | {:.3} | {:.3} | {pg50} | {pg99} |",
+            "| {} | {} | {} | {} | {:.3} | {:.3} | **{:.3}** | {:.3} | {:.2} | {:.3} | {:.3} | {pg50} | {pg99} |",
             c.engine.label(),
             thousands(c.size),
             c.conns,
+            c.hot,
             c.token.ms(0.50),
             c.token.ms(0.90),
             c.token.ms(0.99),

@@ -216,11 +216,30 @@ impl Db {
         subject: &str,
         provider: &str,
     ) -> Result<Option<Connection>, sqlx::Error> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
-        );
+        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
+            )
+        });
+        let sql = SQL.as_str();
+        // The token hot path on Postgres, when switched to connections of its own (without
+        // the pool's ping on release; `super::hot`, off by default).
+        if let Some(hot) = self.hot_reads() {
+            let (issuer, subject, provider) =
+                (issuer.to_owned(), subject.to_owned(), provider.to_owned());
+            let row = hot
+                .run(|c| {
+                    let q = sqlx::query_as::<_, Row>(sql)
+                        .bind(issuer.clone())
+                        .bind(subject.clone())
+                        .bind(provider.clone());
+                    Box::pin(q.fetch_optional(c))
+                })
+                .await?;
+            return row.map(TryInto::try_into).transpose();
+        }
         let read = || {
-            sqlx::query_as::<_, Row>(&sql)
+            sqlx::query_as::<_, Row>(sql)
                 .bind(issuer)
                 .bind(subject)
                 .bind(provider)

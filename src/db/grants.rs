@@ -90,13 +90,24 @@ impl Db {
 
     /// Whether `client` may use connection `id` (one indexed read on the token path).
     pub async fn client_may_use(&self, id: &str, client: &str) -> Result<bool, sqlx::Error> {
+        const SQL: &str =
+            "SELECT 1 FROM connection_clients WHERE connection_id = $1 AND client_id = $2";
+        // On Postgres, on the hot reads' own connections when switched on (`super::hot`).
+        if let Some(hot) = self.hot_reads() {
+            let (id, client) = (id.to_owned(), client.to_owned());
+            let row = hot
+                .run(|c| {
+                    let q = sqlx::query(SQL).bind(id.clone()).bind(client.clone());
+                    Box::pin(q.fetch_optional(c))
+                })
+                .await?;
+            return Ok(row.is_some());
+        }
         let read = || {
-            sqlx::query_as::<_, (i64,)>(
-                "SELECT 1 FROM connection_clients WHERE connection_id = $1 AND client_id = $2",
-            )
-            .bind(id)
-            .bind(client)
-            .fetch_optional(&self.pool)
+            sqlx::query_as::<_, (i64,)>(SQL)
+                .bind(id)
+                .bind(client)
+                .fetch_optional(&self.pool)
         };
         // On the token hot path like `find_connection`: a pooled connection the server dropped
         // since its last use fails here and leaves the pool; a read is safe to repeat.

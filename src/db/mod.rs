@@ -8,12 +8,14 @@ pub mod elicitations;
 pub mod events;
 pub mod flows;
 pub mod grants;
+pub mod hot;
 pub mod mcp_clients;
 pub mod refresh_lock;
 pub mod rotation;
 pub mod sessions;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -48,6 +50,8 @@ pub enum Engine {
 pub struct Db {
     pub pool: AnyPool,
     pub engine: Engine,
+    /// Postgres: the token path's reads, outside the pool (see `hot`).
+    pub hot: Option<Arc<hot::HotReads>>,
 }
 
 impl std::fmt::Debug for Db {
@@ -122,7 +126,28 @@ impl Db {
             .connect(&url)
             .await
             .context("connecting to the database")?;
-        Ok(Self { pool, engine })
+        let hot = match engine {
+            Engine::Postgres => Some(Arc::new(
+                hot::HotReads::new(&url).context("parsing the database URL")?,
+            )),
+            Engine::Sqlite => None,
+        };
+        Ok(Self { pool, engine, hot })
+    }
+
+    /// The hot reads' connections, when they are not to go through the pool.
+    pub fn hot_reads(&self) -> Option<&hot::HotReads> {
+        self.hot
+            .as_deref()
+            .filter(|h| h.mode() != hot::HotMode::Pool)
+    }
+
+    /// Closes the pool and the hot reads' connections (at shutdown).
+    pub async fn close(&self) {
+        self.pool.close().await;
+        if let Some(h) = &self.hot {
+            h.close().await;
+        }
     }
 
     pub async fn migrate(&self) -> anyhow::Result<()> {
