@@ -464,21 +464,10 @@ pub fn router(state: AppState) -> Router {
         .merge(api::router(state.clone()))
         .merge(web::router(state.clone()))
         .merge(ops::router(state.clone()))
-        .route_layer(axum::middleware::from_fn(metrics::remember_route))
         .fallback(web::fallback_with(state.clone()))
         .layer(middleware::Guard::new(timeout, Some(state.clone())))
-        .layer(axum::middleware::from_fn_with_state(
-            state.metrics.clone(),
-            metrics::track,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            csp,
-            middleware::security_headers,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            https,
-            middleware::hsts,
-        ))
+        .layer(metrics::Track(state.metrics.clone()))
+        .layer(middleware::response_headers(csp, https))
         .layer(middleware::trace_layer())
         .layer(middleware::request_id_layers())
 }

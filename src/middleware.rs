@@ -75,21 +75,40 @@ fn make_span(req: &Request) -> Span {
 /// host (not its parent domain) are included, so no sibling can be reached in clear either.
 const HSTS: &str = "max-age=63072000; includeSubDomains";
 
-/// `Strict-Transport-Security` on every response when `https` (`public_url` is https): once a
-/// browser has seen the service over https it never tries plain http again.
-pub async fn hsts(
-    axum::extract::State(https): axum::extract::State<bool>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let mut resp = next.run(req).await;
-    if https {
-        resp.headers_mut().insert(
-            header::STRICT_TRANSPORT_SECURITY,
-            HeaderValue::from_static(HSTS),
-        );
+/// `security_headers`, and `Strict-Transport-Security` when `https` (`public_url` is https: once
+/// a browser has seen the service over https it never tries plain http again), in one layer that
+/// maps the response (no boxed future, no clone of the inner service per request).
+pub fn response_headers(
+    csp: HeaderValue,
+    https: bool,
+) -> tower::util::MapResponseLayer<impl Fn(Response) -> Response + Clone + Send + Sync + 'static> {
+    tower::util::MapResponseLayer::new(move |mut resp: Response| {
+        set_security_headers(&mut resp, &csp);
+        if https {
+            resp.headers_mut().insert(
+                header::STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static(HSTS),
+            );
+        }
+        resp
+    })
+}
+
+fn set_security_headers(resp: &mut Response, csp: &HeaderValue) {
+    let h = resp.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CONTENT_SECURITY_POLICY, csp.clone());
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    resp
 }
 
 /// Headers every response carries; pages additionally must never be cached or framed. `csp` is
@@ -101,20 +120,7 @@ pub async fn security_headers(
     next: Next,
 ) -> Response {
     let mut resp = next.run(req).await;
-    let h = resp.headers_mut();
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::CONTENT_SECURITY_POLICY, csp);
-    if !h.contains_key(header::CACHE_CONTROL) {
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    }
+    set_security_headers(&mut resp, &csp);
     resp
 }
 
