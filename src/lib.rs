@@ -270,25 +270,27 @@ impl Application {
 
 /// Serves `app` on `listener` until `stop` resolves, then lets open requests finish (at most
 /// `DRAIN`). Unlike `axum::serve`, it bounds what slow or idle clients can hold: a connection
-/// must send each request's header within `header_read_timeout_seconds` (hyper's timer; an idle
-/// keep-alive connection is closed after the same time), and at most `max_connections` are open
-/// at once (the rest wait in the kernel's backlog). Each request carries the peer address as
-/// `ConnectInfo<SocketAddr>`.
+/// must send each request's header within `header_read_timeout_seconds` of opening or of its
+/// previous answer (an idle keep-alive connection is closed after the same time; see
+/// `HeaderWatch`), and at most `max_connections` are open at once (the rest wait in the kernel's
+/// backlog). Each request carries the peer address as `ConnectInfo<SocketAddr>`.
 async fn serve(
     listener: TcpListener,
     app: Router,
     limits: &config::Limits,
     stop: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::rt::TokioIo;
     use tower::ServiceExt;
 
     const DRAIN: Duration = Duration::from_secs(90);
+    let header_timeout = Duration::from_secs(limits.header_read_timeout_seconds);
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(limits.header_read_timeout_seconds));
+    // No hyper timer: the header deadline is `HeaderWatch`'s, one timer per connection instead
+    // of one armed (and an extra read) per request.
+    http.header_read_timeout(None);
     tokio::pin!(stop);
     loop {
         let permit = tokio::select! {
@@ -311,21 +313,48 @@ async fn serve(
             _ = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
-        let svc = app.clone().map_request(
-            move |mut req: axum::extract::Request<hyper::body::Incoming>| {
-                req.extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                req
-            },
-        );
+        let watch = Arc::new(HeaderWatch::new());
+        let (on_request, on_response) = (watch.clone(), watch.clone());
+        let svc = app
+            .clone()
+            .map_request(
+                move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                    req.extensions_mut()
+                        .insert(axum::extract::ConnectInfo(peer));
+                    on_request.request_started();
+                    req
+                },
+            )
+            .map_response(move |resp: axum::response::Response| {
+                let watch = on_response.clone();
+                resp.map(|body| WatchedBody { body, watch })
+            });
         let conn = http.serve_connection(
             TokioIo::new(stream),
             hyper_util::service::TowerToHyperService::new(svc),
         );
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            tokio::pin!(conn);
+            let timer = tokio::time::sleep(header_timeout);
+            tokio::pin!(timer);
+            loop {
+                tokio::select! {
+                    biased;
+                    r = &mut conn => {
+                        if let Err(e) = r {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                        break;
+                    }
+                    () = &mut timer => match watch.next_check(header_timeout) {
+                        Some(after) => timer.as_mut().reset(tokio::time::Instant::now() + after),
+                        None => {
+                            tracing::debug!("no request header in time: connection closed");
+                            break;
+                        }
+                    },
+                }
             }
             drop(permit);
         });
@@ -340,11 +369,90 @@ async fn serve(
     Ok(())
 }
 
+/// The header-read deadline of one connection (slowloris): the connection is closed when no
+/// request is in flight and none has started for `header_read_timeout_seconds` since it opened
+/// or since its last answer's body ended (a request starts when its header is complete). One
+/// timer per connection, checked when it fires; per request, only an atomic add and store.
+struct HeaderWatch {
+    opened: std::time::Instant,
+    in_flight: std::sync::atomic::AtomicU32,
+    /// Milliseconds after `opened` when the last answer ended (0: none yet).
+    idle_since_ms: std::sync::atomic::AtomicU64,
+}
+
+impl HeaderWatch {
+    fn new() -> Self {
+        Self {
+            opened: std::time::Instant::now(),
+            in_flight: Default::default(),
+            idle_since_ms: Default::default(),
+        }
+    }
+
+    fn request_started(&self) {
+        self.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn answer_ended(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let at = self.opened.elapsed().as_millis() as u64;
+        if self.in_flight.fetch_sub(1, Relaxed) == 1 {
+            self.idle_since_ms.store(at, Relaxed);
+        }
+    }
+
+    /// When to look again, or `None` when the connection waited too long for a header.
+    fn next_check(&self, limit: Duration) -> Option<Duration> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.in_flight.load(Relaxed) > 0 {
+            return Some(limit);
+        }
+        let idle = self
+            .opened
+            .elapsed()
+            .saturating_sub(Duration::from_millis(self.idle_since_ms.load(Relaxed)));
+        limit.checked_sub(idle).filter(|left| !left.is_zero())
+    }
+}
+
+/// An answer's body that tells its connection's `HeaderWatch` when it is done (sent, or dropped
+/// with the connection): a streamed answer (`/v1/events`) is a request in flight until it ends.
+struct WatchedBody {
+    body: axum::body::Body,
+    watch: Arc<HeaderWatch>,
+}
+
+impl Drop for WatchedBody {
+    fn drop(&mut self) {
+        self.watch.answer_ended();
+    }
+}
+
+impl hyper::body::Body for WatchedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// The whole HTTP surface: API, browser pages, ops routes, with shared middleware.
 pub fn router(state: AppState) -> Router {
     let https = state.config.is_https();
     let timeout = Duration::from_secs(state.config.limits.request_timeout_seconds);
-    let page_config = Some(Arc::new(state.config.clone()));
     let csp = axum::http::HeaderValue::from_str(&state.config.branding.content_security_policy())
         .unwrap_or_else(|_| {
             axum::http::HeaderValue::from_static(
@@ -355,28 +463,10 @@ pub fn router(state: AppState) -> Router {
         .merge(api::router(state.clone()))
         .merge(web::router(state.clone()))
         .merge(ops::router(state.clone()))
-        .route_layer(axum::middleware::from_fn(metrics::remember_route))
         .fallback(web::fallback_with(state.clone()))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            limits::browser_limit,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            (timeout, page_config),
-            middleware::request_timeout,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.metrics.clone(),
-            metrics::track,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            csp,
-            middleware::security_headers,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            https,
-            middleware::hsts,
-        ))
+        .layer(middleware::Guard::new(timeout, Some(state.clone())))
+        .layer(metrics::Track(state.metrics.clone()))
+        .layer(middleware::response_headers(csp, https))
         .layer(middleware::trace_layer())
         .layer(middleware::request_id_layers())
 }

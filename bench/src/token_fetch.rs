@@ -62,6 +62,14 @@ pub struct Args {
     /// Postgres: connections for the hot reads (dedicated and deadpool; default 4).
     #[arg(long)]
     pub hot_width: Option<usize>,
+    /// Draw users from a hot set with Zipf's law of this exponent (rank k picked with
+    /// probability ∝ 1/k^s) instead of uniformly; 0 = uniform.
+    #[arg(long, default_value_t = 0.0)]
+    pub zipf: f64,
+    /// Users the requests are drawn from: the first N stored rows (default: all of them).
+    /// `--hot-set 1` is the single-user case.
+    #[arg(long)]
+    pub hot_set: Option<u64>,
 }
 
 fn hot_mode(name: &str) -> anyhow::Result<HotMode> {
@@ -73,7 +81,50 @@ fn hot_mode(name: &str) -> anyhow::Result<HotMode> {
     })
 }
 
+/// Which of `n` users request `i` asks for: uniform (`s` = 0) or Zipf with exponent `s`.
+pub struct Users {
+    /// Zipf: cumulative probabilities of ranks 1..=n; empty when uniform.
+    cdf: Vec<f64>,
+    n: u64,
+}
+
+impl Users {
+    pub fn new(n: u64, s: f64) -> Self {
+        let n = n.max(1);
+        let mut cdf = Vec::new();
+        if s > 0.0 {
+            let mut acc = 0.0;
+            cdf = (1..=n)
+                .map(|k| {
+                    acc += 1.0 / (k as f64).powf(s);
+                    acc
+                })
+                .collect();
+            for x in &mut cdf {
+                *x /= acc;
+            }
+        }
+        Self { cdf, n }
+    }
+
+    pub fn pick(&self, i: u64) -> u64 {
+        let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        if self.cdf.is_empty() {
+            return (h >> 11) % self.n;
+        }
+        // A uniform draw in [0, 1) from the hash, then the rank whose cumulative share holds it.
+        let h = (h ^ (h >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+        self.cdf.partition_point(|&c| c <= u).min(self.cdf.len() - 1) as u64
+    }
+}
+
 pub fn target(addr: std::net::SocketAddr, n: u64) -> Target {
+    target_over(addr, Arc::new(Users::new(n, 0.0)))
+}
+
+/// Like `target`, users drawn by `users`.
+pub fn target_over(addr: std::net::SocketAddr, users: Arc<Users>) -> Target {
     Target {
         addr,
         method: hyper::Method::POST,
@@ -86,9 +137,9 @@ pub fn target(addr: std::net::SocketAddr, n: u64) -> Target {
             ),
             (CONTENT_TYPE, HeaderValue::from_static("application/json")),
         ],
-        // A different user each request, spread over all stored rows.
+        // A different user each request, spread over the hot set.
         body: Box::new(move |i| {
-            let u = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) % n.max(1);
+            let u = users.pick(i);
             Bytes::from(format!(r#"{{"subject":"user{u}","provider":"acme"}}"#))
         }),
         ok_status: 200,
@@ -305,8 +356,9 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 Some(_) => modes.iter().copied().map(Some).collect(),
                 None => vec![None],
             };
-            let token_target = Arc::new(target(app.addr, size));
-            let fixed_target = Arc::new(target(fixed_addr, size));
+            let users = Arc::new(Users::new(args.hot_set.unwrap_or(size).min(size), args.zipf));
+            let token_target = Arc::new(target_over(app.addr, users.clone()));
+            let fixed_target = Arc::new(target_over(fixed_addr, users));
             // Warm the pool and the caches once.
             let _ = load::closed_loop(token_target.clone(), 16, warmup, warmup).await;
             for &c in &args.conns {
@@ -402,8 +454,21 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     }
 
     println!("### Token fetch: throughput, and ratios to the baselines measured alongside\n");
+    let drawn = match (args.hot_set, args.zipf > 0.0) {
+        (Some(1), _) => "always the same user (single-user case)".to_owned(),
+        (h, zipf) => format!(
+            "users drawn {} over {}",
+            if zipf {
+                format!("by Zipf's law (s = {})", args.zipf)
+            } else {
+                "uniformly".to_owned()
+            },
+            h.map(|h| format!("the first {} stored rows", thousands(h)))
+                .unwrap_or_else(|| "all stored rows".to_owned())
+        ),
+    };
     println!(
-        "Closed loop, {:.0} s warm-up + {:.0} s measured per cell; every request asks for a different user, spread over all stored rows.\n",
+        "Closed loop, {:.0} s warm-up + {:.0} s measured per cell; {drawn}.\n",
         args.warmup, args.duration
     );
     println!(

@@ -246,13 +246,14 @@ pub async fn fetch(
     let mut connection = state
         .connection_for_token(&subject, &req.provider)
         .await?
-        .filter(|c| c.status != ConnectionStatus::Revoked);
+        .filter(|g| g.row.status != ConnectionStatus::Revoked);
     // Another app's grant is, for this client, no grant at all (and says nothing about it).
-    if let Some(c) = &connection {
-        if !state.may_use(&client.0, c).await? {
+    if let Some(g) = &connection {
+        if !state.may_use_granted(&client.0, g).await? {
             connection = None;
         }
     }
+    let connection = connection.map(|g| g.row);
     let Some(connection) = connection else {
         // The user said no to this very request: tell the caller, rather than hand out a new
         // elicitation it would show again.

@@ -79,13 +79,24 @@ pub async fn existing_status(
 impl Db {
     /// The clients that may use connection `id`, sorted.
     pub async fn connection_clients(&self, id: &str) -> Result<Vec<String>, sqlx::Error> {
-        let rows: Vec<(String,)> = sqlx::query_as(
-            "SELECT client_id FROM connection_clients WHERE connection_id = $1 ORDER BY client_id",
-        )
-        .bind(id)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(|(c,)| c).collect())
+        let read = || {
+            sqlx::query_as::<_, (String,)>(
+                "SELECT client_id FROM connection_clients WHERE connection_id = $1 ORDER BY client_id",
+            )
+            .bind(id)
+            .fetch_all(&self.pool)
+        };
+        // On the token path (a cache miss) like `find_connection`: a pooled connection the
+        // server dropped since its last use fails here and leaves the pool; a read is safe to
+        // repeat.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match read().await {
+                Err(e) if attempt < 4 && super::is_dropped_connection(&e) => continue,
+                r => return Ok(r?.into_iter().map(|(c,)| c).collect()),
+            }
+        }
     }
 
     /// Whether `client` may use connection `id` (one indexed read on the token path).

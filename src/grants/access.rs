@@ -73,6 +73,23 @@ impl AppState {
         Ok(self.connection_apps(c).await?.contains(&client.id))
     }
 
+    /// `may_use` for a connection read with its clients (`connection_for_token`: from the
+    /// token cache, no database work): only a row no client holds yet goes to the database, to
+    /// be adopted.
+    pub async fn may_use_granted(
+        &self,
+        client: &ClientConfig,
+        g: &crate::token_cache::Granted,
+    ) -> Result<bool> {
+        if g.names(&client.id) {
+            return Ok(true);
+        }
+        if !g.clients.is_empty() || g.row.status == ConnectionStatus::Revoked {
+            return Ok(false);
+        }
+        self.may_use(client, &g.row).await
+    }
+
     /// The ids of the clients that may use connection `c` (adopting an orphan, see `may_use`).
     pub async fn connection_apps(&self, c: &Connection) -> Result<Vec<String>> {
         let held = self.db.connection_clients(&c.id).await?;
@@ -115,6 +132,9 @@ impl AppState {
             drop(change);
             return self.revoke_connection(c, &client.id, request_id).await;
         }
+        // This process's cached row (with its clients) goes at the commit; other processes
+        // are told by migration 0017's trigger.
+        change.connection_changed(&c.id);
         let detail = members.join(" ");
         change
             .audit(AuditEvent {
@@ -130,6 +150,9 @@ impl AppState {
             })
             .await?;
         self.commit(change).await?;
+        // Like a revocation, strict: once this answers, no replica's token cache lets these
+        // apps use the grant (`token_cache`).
+        self.token_cache.wait_for_replicas().await;
         Ok(RevocationReport {
             connection_id: c.id.clone(),
             refresh_token: "kept",

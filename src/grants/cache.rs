@@ -1,15 +1,17 @@
 //! A per-process cache of recently used connection rows for `POST /v1/tokens`, with every
 //! change made anywhere applied within a fixed window.
 //!
-//! **What it holds.** `Arc<Connection>` rows exactly as read from the database: their token
-//! fields are the sealed (AES-256-GCM) strings, and `Connection` has no field that could hold
-//! a token in clear. Each hit opens the access token again (`AppState::token_of`); the clear
+//! **What it holds.** `Arc<Connection>` rows exactly as read from the database, each with the
+//! ids of the API clients that may use it (its `connection_clients` rows, issue 12), so a hit
+//! makes no database round trip at all. The token fields are the sealed (AES-256-GCM)
+//! strings, and `Connection` has no field that could hold a token in clear. Each hit opens the access token again (`AppState::token_of`); the clear
 //! value lives in that request's `SecretString` and response only. Only `active` rows with an
 //! access token are kept; bounded by `[cache] max_entries` and `max_bytes` (oldest first out),
 //! and each row for at most `max_age_seconds`, never past its token's own expiry.
 //!
-//! **How it learns of changes.** Every write to the `connections` table, by any process, is
-//! announced in the writing transaction by a trigger (migration 0016): on Postgres a `NOTIFY`
+//! **How it learns of changes.** Every write to the `connections` table (migration 0016) and to
+//! `connection_clients` (migration 0017), by any process, is announced in the writing
+//! transaction by a trigger, naming the connection: on Postgres a `NOTIFY`
 //! on the channel replicas already listen on (one listener per process, `listener.rs`), on
 //! SQLite a row in `connection_changes`, read by each process every few milliseconds. A change
 //! committed by this process is also applied here right after its commit (`Change::
@@ -33,10 +35,11 @@
 //! notifications in between are lost), and a heartbeat sent after that came back.
 //!
 //! Hence any change committed at *c* is seen by every replica's cache from *c* + W on (a
-//! refresh, reconnect, status change or key rotation reaches every replica within W).
-//! **Revocation is strict**: `revoke_connection` waits W after its commit before it returns, so
-//! once `DELETE /v1/connections/{id}` (or the admin page, or `connections revoke`) has answered,
-//! no replica hands the revoked token out. That costs the revocation W (100 ms by default) and
+//! refresh, reconnect, status change, key rotation or grant to another app reaches every
+//! replica within W). **Revocation is strict**: `revoke_connection` waits W after its commit
+//! before it returns, so once `DELETE /v1/connections/{id}` (or the admin page, or
+//! `connections revoke`) has answered, no replica hands the revoked token out; so does taking
+//! one app's use of a grant away (`disconnect_client`), so no replica hands it to that app. That costs the revocation W (100 ms by default) and
 //! each process a heartbeat round trip every W/5 on Postgres, a small read on SQLite. A process
 //! of a previous version (rolling upgrade) does not wait W after revoking: its revocations are
 //! seen within W, not strictly.
@@ -54,10 +57,26 @@ use std::time::{Duration, Instant};
 use crate::config::CacheConfig;
 use crate::db::connections::{Connection, ConnectionStatus};
 
+/// A connection row with the ids of the API clients that may use it (`connection_clients`),
+/// both as read from the database (or the cache).
+#[derive(Debug, Clone)]
+pub struct Granted {
+    pub row: Arc<Connection>,
+    /// Empty for a row no client holds yet (see `AppState::may_use_granted`).
+    pub clients: Arc<[Box<str>]>,
+}
+
+impl Granted {
+    /// Whether `client_id` is among the clients the user approved.
+    pub fn names(&self, client_id: &str) -> bool {
+        self.clients.iter().any(|c| &**c == client_id)
+    }
+}
+
 /// What a lookup found.
 pub enum Lookup {
     /// A row to use as if just read.
-    Hit(Arc<Connection>),
+    Hit(Granted),
     /// Not cached: read the database, then `fill` with this ticket.
     Miss(Ticket),
     /// The cache cannot be trusted right now (or is off): read the database, store nothing.
@@ -95,7 +114,7 @@ struct Counters {
 }
 
 struct Entry {
-    row: Arc<Connection>,
+    row: Granted,
     expires: Instant,
     bytes: usize,
     serial: u64,
@@ -126,7 +145,7 @@ impl Inner {
         if let Some(e) = by_subject.remove(subject) {
             self.entries -= 1;
             self.bytes -= e.bytes;
-            self.by_id.remove(e.row.id.as_str());
+            self.by_id.remove(e.row.row.id.as_str());
         }
     }
 
@@ -156,9 +175,11 @@ impl std::fmt::Debug for TokenCache {
     }
 }
 
-/// Heap bytes a row takes, roughly: its strings and a fixed overhead.
-fn size_of_row(c: &Connection) -> usize {
-    256 + c.id.len()
+/// Heap bytes an entry takes, roughly: its strings and a fixed overhead.
+fn size_of(g: &Granted) -> usize {
+    let c = &g.row;
+    256 + g.clients.iter().map(|id| id.len() + 16).sum::<usize>()
+        + c.id.len()
         + c.issuer.len()
         + 2 * (c.subject.len() + c.provider.len())
         + c.scopes.iter().map(|s| s.len() + 24).sum::<usize>()
@@ -242,7 +263,8 @@ impl TokenCache {
 
     /// Stores `row`, read after `ticket` was taken, unless a change was applied since (the row
     /// may predate it), the cache is not usable, or the row is not worth keeping.
-    pub fn fill(&self, ticket: Ticket, row: &Arc<Connection>) {
+    pub fn fill(&self, ticket: Ticket, granted: &Granted) {
+        let row = &granted.row;
         if row.status != ConnectionStatus::Active || !row.has_access_token() {
             return;
         }
@@ -252,7 +274,7 @@ impl TokenCache {
             Some(e) => self.max_age.min(Duration::from_secs((e - now_s) as u64)),
             None => self.max_age,
         };
-        let bytes = size_of_row(row);
+        let bytes = size_of(granted);
         if bytes > self.max_bytes {
             return;
         }
@@ -289,7 +311,7 @@ impl TokenCache {
         inner.rows.entry(provider).or_default().insert(
             subject,
             Entry {
-                row: row.clone(),
+                row: granted.clone(),
                 expires: now + ttl,
                 bytes,
                 serial,
@@ -381,7 +403,7 @@ impl TokenCache {
             .rows
             .values()
             .flat_map(|m| m.values())
-            .map(|e| format!("{:?}", e.row))
+            .map(|e| format!("{:?}", e.row.row))
             .collect()
     }
 
@@ -392,27 +414,46 @@ impl TokenCache {
 }
 
 impl crate::AppState {
-    /// The connection for `(subject, provider)` at this service's issuer, from the cache when
-    /// it can be trusted, else from the database (and then cached).
+    /// The connection for `(subject, provider)` at this service's issuer with the clients that
+    /// may use it, from the cache when it can be trusted, else from the database (and then
+    /// cached). A revoked row comes without its clients (no client may use it).
     pub async fn connection_for_token(
         &self,
         subject: &str,
         provider: &str,
-    ) -> Result<Option<Arc<Connection>>, sqlx::Error> {
+    ) -> Result<Option<Granted>, sqlx::Error> {
         let ticket = match self.token_cache.get(subject, provider) {
-            Lookup::Hit(row) => return Ok(Some(row)),
+            Lookup::Hit(g) => return Ok(Some(g)),
             Lookup::Miss(t) => Some(t),
             Lookup::Bypass => None,
         };
-        let row = self
+        // Both reads after the ticket: a change to either that is applied before the fill
+        // keeps the pair out; one applied after it drops the entry.
+        let Some(row) = self
             .db
             .find_connection(self.identity.issuer(), subject, provider)
             .await?
-            .map(Arc::new);
-        if let (Some(t), Some(row)) = (ticket, &row) {
-            self.token_cache.fill(t, row);
+        else {
+            return Ok(None);
+        };
+        let clients: Arc<[Box<str>]> = if row.status == ConnectionStatus::Revoked {
+            Arc::new([])
+        } else {
+            self.db
+                .connection_clients(&row.id)
+                .await?
+                .into_iter()
+                .map(String::into_boxed_str)
+                .collect()
+        };
+        let g = Granted {
+            row: Arc::new(row),
+            clients,
+        };
+        if let Some(t) = ticket {
+            self.token_cache.fill(t, &g);
         }
-        Ok(row)
+        Ok(Some(g))
     }
 }
 
@@ -430,8 +471,15 @@ mod tests {
         c
     }
 
-    fn row(n: usize) -> Arc<Connection> {
-        Arc::new(Connection::for_tests(
+    fn granted(c: Connection) -> Granted {
+        Granted {
+            row: Arc::new(c),
+            clients: Arc::new(["demo-mcp".into()]),
+        }
+    }
+
+    fn row(n: usize) -> Granted {
+        granted(Connection::for_tests(
             &format!("c{n}"),
             &format!("user{n}"),
             "acme",
@@ -463,7 +511,7 @@ mod tests {
         assert!(!is_hit(&c, 0) && !is_hit(&c, 1));
         assert!(is_hit(&c, 2) && is_hit(&c, 3) && is_hit(&c, 4));
 
-        let one = size_of_row(&row(0));
+        let one = size_of(&row(0));
         let c = cache(100, 2 * one + one / 2);
         for n in 0..4 {
             let t = ticket(&c, n);
@@ -510,10 +558,10 @@ mod tests {
         let mut expired = Connection::for_tests("c1", "user1", "acme", "k1.x");
         expired.expires_at = Some(crate::db::now() - 1);
         let t = ticket(&c, 1);
-        c.fill(t, &Arc::new(expired));
+        c.fill(t, &granted(expired));
         let mut revoked = Connection::for_tests("c1", "user1", "acme", "k1.x");
         revoked.status = ConnectionStatus::Revoked;
-        c.fill(t, &Arc::new(revoked));
+        c.fill(t, &granted(revoked));
         assert_eq!(c.stats().entries, 0);
         let off = TokenCache::new(&CacheConfig {
             max_entries: 0,

@@ -14,9 +14,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::Response;
 
 use crate::AppState;
@@ -317,28 +316,20 @@ fn exempt(path: &str) -> bool {
         || matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
 }
 
-/// Per-address rate limit on browser routes (and anything unmatched outside `/v1`), answered
-/// with a page.
-pub async fn browser_limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(l) = &state.limits.browser {
-        if !exempt(req.uri().path()) {
-            let ip = state
-                .limits
-                .client_ip(peer_ip(req.extensions()), req.headers());
-            if let Some(ip) = ip {
-                if let Err(d) = l.check(&ip.into()) {
-                    let ui = crate::web::ui::Ui::for_request(
-                        &state.config,
-                        req.method(),
-                        req.uri(),
-                        req.headers(),
-                    );
-                    return too_many_page(&ui, retry_secs(d).max(1));
-                }
-            }
-        }
+/// Per-address rate limit on browser routes (and anything unmatched outside `/v1`): the page to
+/// answer with when `req`'s address is over it. Called by `middleware::Guard` for every request;
+/// API and probe paths return at once.
+pub fn browser_refusal(state: &AppState, req: &Request) -> Option<Response> {
+    let l = state.limits.browser.as_ref()?;
+    if exempt(req.uri().path()) {
+        return None;
     }
-    next.run(req).await
+    let ip = state
+        .limits
+        .client_ip(peer_ip(req.extensions()), req.headers())?;
+    let d = l.check(&ip.into()).err()?;
+    let ui = crate::web::ui::Ui::for_request(&state.config, req.method(), req.uri(), req.headers());
+    Some(too_many_page(&ui, retry_secs(d).max(1)))
 }
 
 fn too_many_page(ui: &crate::web::ui::Ui, retry_after: u64) -> Response {

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::middleware::Next;
 use axum::response::Response;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -293,43 +292,100 @@ impl Metrics {
     }
 }
 
-/// Inner layer (on matched routes only): remembers the route pattern for the outer layer.
-pub async fn remember_route(req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().cloned();
-    let mut resp = next.run(req).await;
-    if let Some(r) = route {
-        resp.extensions_mut().insert(r);
+/// Counts and times every request by its route pattern; anything that matched no route is
+/// `unmatched`, so probing random URLs cannot blow up the label space. A `tower` layer (no boxed
+/// future, no clone of the inner service per request); added with `Router::layer`, it runs after
+/// routing, so the request carries its `MatchedPath`.
+#[derive(Clone)]
+pub struct Track(pub Metrics);
+
+impl<S> tower::Layer<S> for Track {
+    type Service = TrackService<S>;
+    fn layer(&self, inner: S) -> TrackService<S> {
+        TrackService {
+            inner,
+            metrics: self.0.clone(),
+        }
     }
-    resp
 }
 
-/// Outer layer: counts and times every request by its route pattern; anything that matched no
-/// route is `unmatched`, so probing random URLs cannot blow up the label space.
-pub async fn track(
-    axum::extract::State(metrics): axum::extract::State<Metrics>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let started = Instant::now();
-    let method = match req.method().as_str() {
-        m @ ("GET" | "POST" | "DELETE" | "PUT" | "PATCH" | "HEAD" | "OPTIONS") => m,
-        _ => "other",
+#[derive(Clone)]
+pub struct TrackService<S> {
+    inner: S,
+    metrics: Metrics,
+}
+
+impl<S> tower::Service<Request> for TrackService<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
+    S::Future: Unpin,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = TrackFuture<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
     }
-    .to_owned();
-    let resp = next.run(req).await;
-    if let Some(limit) = resp.extensions().get::<crate::server::limits::Limit>() {
-        metrics.rate_limited(limit.label());
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let method = match req.method().as_str() {
+            "GET" => "GET",
+            "POST" => "POST",
+            "DELETE" => "DELETE",
+            "PUT" => "PUT",
+            "PATCH" => "PATCH",
+            "HEAD" => "HEAD",
+            "OPTIONS" => "OPTIONS",
+            _ => "other",
+        };
+        let route = req.extensions().get::<MatchedPath>().cloned();
+        TrackFuture {
+            started: Instant::now(),
+            inner: self.inner.call(req),
+            method,
+            route,
+            metrics: self.metrics.clone(),
+        }
     }
-    let route = resp
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    metrics.record_request(
-        &method,
-        &route,
-        resp.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
-    resp
+}
+
+pub struct TrackFuture<F> {
+    inner: F,
+    started: Instant,
+    method: &'static str,
+    route: Option<MatchedPath>,
+    metrics: Metrics,
+}
+
+impl<F> Future for TrackFuture<F>
+where
+    F: Future<Output = Result<Response, std::convert::Infallible>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let me = self.get_mut();
+        let Ok(resp) = std::task::ready!(std::pin::Pin::new(&mut me.inner).poll(cx));
+        if let Some(limit) = resp.extensions().get::<crate::server::limits::Limit>() {
+            me.metrics.rate_limited(limit.label());
+        }
+        let route = me
+            .route
+            .take()
+            .or_else(|| resp.extensions().get::<MatchedPath>().cloned());
+        me.metrics.record_request(
+            me.method,
+            route.as_ref().map_or("unmatched", |r| r.as_str()),
+            resp.status().as_u16(),
+            me.started.elapsed().as_secs_f64(),
+        );
+        std::task::Poll::Ready(Ok(resp))
+    }
 }

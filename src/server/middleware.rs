@@ -75,21 +75,40 @@ fn make_span(req: &Request) -> Span {
 /// host (not its parent domain) are included, so no sibling can be reached in clear either.
 const HSTS: &str = "max-age=63072000; includeSubDomains";
 
-/// `Strict-Transport-Security` on every response when `https` (`public_url` is https): once a
-/// browser has seen the service over https it never tries plain http again.
-pub async fn hsts(
-    axum::extract::State(https): axum::extract::State<bool>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let mut resp = next.run(req).await;
-    if https {
-        resp.headers_mut().insert(
-            header::STRICT_TRANSPORT_SECURITY,
-            HeaderValue::from_static(HSTS),
-        );
+/// `security_headers`, and `Strict-Transport-Security` when `https` (`public_url` is https: once
+/// a browser has seen the service over https it never tries plain http again), in one layer that
+/// maps the response (no boxed future, no clone of the inner service per request).
+pub fn response_headers(
+    csp: HeaderValue,
+    https: bool,
+) -> tower::util::MapResponseLayer<impl Fn(Response) -> Response + Clone + Send + Sync + 'static> {
+    tower::util::MapResponseLayer::new(move |mut resp: Response| {
+        set_security_headers(&mut resp, &csp);
+        if https {
+            resp.headers_mut().insert(
+                header::STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static(HSTS),
+            );
+        }
+        resp
+    })
+}
+
+fn set_security_headers(resp: &mut Response, csp: &HeaderValue) {
+    let h = resp.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CONTENT_SECURITY_POLICY, csp.clone());
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    resp
 }
 
 /// Headers every response carries; pages additionally must never be cached or framed. `csp` is
@@ -101,20 +120,7 @@ pub async fn security_headers(
     next: Next,
 ) -> Response {
     let mut resp = next.run(req).await;
-    let h = resp.headers_mut();
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::CONTENT_SECURITY_POLICY, csp);
-    if !h.contains_key(header::CACHE_CONTROL) {
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    }
+    set_security_headers(&mut resp, &csp);
     resp
 }
 
@@ -134,50 +140,179 @@ fn deadline(req: &Request, base: Duration) -> Option<Duration> {
     Some(base)
 }
 
-/// Answers 503 `unavailable` (a page on browser routes, in the reader's language) when a request
-/// overruns its deadline. Without a config (unit tests), pages are plain English.
-pub async fn request_timeout(
-    axum::extract::State((base, config)): axum::extract::State<(
-        Duration,
-        Option<std::sync::Arc<crate::config::Config>>,
-    )>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let Some(limit) = deadline(&req, base) else {
-        return next.run(req).await;
-    };
-    let api = req.uri().path().starts_with("/v1/");
-    let ui =
-        config.map(|c| crate::web::ui::Ui::for_request(&c, req.method(), req.uri(), req.headers()));
-    match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(resp) => resp,
-        Err(_) => {
-            tracing::warn!(
-                seconds = limit.as_secs(),
-                "request timed out before it was answered"
-            );
-            if api {
-                use axum::response::IntoResponse;
-                crate::error::Error::page(
-                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "Took too long",
-                    "The request took too long to answer. Try again shortly.",
-                )
-                .into_response()
-            } else {
-                let ui = ui.unwrap_or_else(crate::web::ui::Ui::plain);
-                use crate::i18n::Msg;
-                crate::web::pages::MessagePage::new(
-                    &ui,
-                    "error",
-                    Msg::new("timeout-title"),
-                    Msg::new("timeout-lead"),
-                )
-                .next(Msg::new("timeout-next"))
-                .response(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+/// Routes whose answer is never a page: the API and the probes.
+fn never_a_page(path: &str) -> bool {
+    path.starts_with("/v1/")
+        || path == "/v1"
+        || matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
+}
+
+/// The per-request guards of issue 10 in one layer: the per-address browser rate limit
+/// (`limits::browser_refusal`, browser routes only) and the request deadline (`deadline`),
+/// answered with 503 `unavailable` (a page on browser routes, in the reader's language) when a
+/// request overruns it. Written out as a `tower` layer rather than two `from_fn` layers: no
+/// boxed future, no clone of the inner service per request, and a timer only for requests not
+/// answered at their first poll (most API answers from memory are). Without a state (unit
+/// tests), no browser limit and plain English pages.
+#[derive(Clone)]
+pub struct Guard {
+    base: Duration,
+    state: Option<crate::AppState>,
+}
+
+impl Guard {
+    pub fn new(base: Duration, state: Option<crate::AppState>) -> Self {
+        Self { base, state }
+    }
+}
+
+impl<S> tower::Layer<S> for Guard {
+    type Service = GuardService<S>;
+    fn layer(&self, inner: S) -> GuardService<S> {
+        GuardService {
+            inner,
+            guard: self.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct GuardService<S> {
+    inner: S,
+    guard: Guard,
+}
+
+impl<S> tower::Service<Request> for GuardService<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
+    S::Future: Unpin,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = GuardFuture<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        if let Some(state) = &self.guard.state {
+            if let Some(refused) = crate::limits::browser_refusal(state, &req) {
+                return GuardFuture::Done(Some(refused));
             }
+        }
+        let Some(limit) = deadline(&req, self.guard.base) else {
+            return GuardFuture::Open(self.inner.call(req));
+        };
+        // What a timeout page needs, taken before the request moves on; API and probe answers
+        // are never pages.
+        let page = if never_a_page(req.uri().path()) {
+            None
+        } else {
+            Some(
+                self.guard
+                    .state
+                    .as_ref()
+                    .map(|s| {
+                        crate::web::ui::Ui::for_request(
+                            &s.config,
+                            req.method(),
+                            req.uri(),
+                            req.headers(),
+                        )
+                    })
+                    .unwrap_or_else(crate::web::ui::Ui::plain),
+            )
+        };
+        GuardFuture::Timed {
+            inner: self.inner.call(req),
+            limit,
+            timer: None,
+            page,
+        }
+    }
+}
+
+/// The answer of `GuardService`.
+pub enum GuardFuture<F> {
+    /// Answered by the guard itself.
+    Done(Option<Response>),
+    /// No deadline (the event stream).
+    Open(F),
+    Timed {
+        inner: F,
+        limit: Duration,
+        /// Armed at the first poll that finds the answer not ready.
+        timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+        /// `Some` on browser routes: the timeout page's frame.
+        page: Option<crate::web::ui::Ui>,
+    },
+}
+
+impl<F> std::future::Future for GuardFuture<F>
+where
+    F: std::future::Future<Output = Result<Response, std::convert::Infallible>> + Unpin,
+{
+    type Output = Result<Response, std::convert::Infallible>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        match self.get_mut() {
+            GuardFuture::Done(r) => Poll::Ready(Ok(r.take().unwrap_or_else(|| {
+                use axum::response::IntoResponse;
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response()
+            }))),
+            GuardFuture::Open(inner) => std::pin::Pin::new(inner).poll(cx),
+            GuardFuture::Timed {
+                inner,
+                limit,
+                timer,
+                page,
+            } => {
+                if let Poll::Ready(r) = std::pin::Pin::new(inner).poll(cx) {
+                    return Poll::Ready(r);
+                }
+                let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(*limit)));
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                tracing::warn!(
+                    seconds = limit.as_secs(),
+                    "request timed out before it was answered"
+                );
+                Poll::Ready(Ok(timeout_response(page.take())))
+            }
+        }
+    }
+}
+
+/// 503 `unavailable`: JSON on API routes (`page` is `None`), else a page.
+fn timeout_response(page: Option<crate::web::ui::Ui>) -> Response {
+    use axum::response::IntoResponse;
+    match page {
+        None => crate::error::Error::page(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "Took too long",
+            "The request took too long to answer. Try again shortly.",
+        )
+        .into_response(),
+        Some(ui) => {
+            use crate::i18n::Msg;
+            crate::web::pages::MessagePage::new(
+                &ui,
+                "error",
+                Msg::new("timeout-title"),
+                Msg::new("timeout-lead"),
+            )
+            .next(Msg::new("timeout-next"))
+            .response(axum::http::StatusCode::SERVICE_UNAVAILABLE)
         }
     }
 }
@@ -203,10 +338,7 @@ mod tests {
             .route("/v1/events", get(slow))
             .route("/v1/tokens", post(slow))
             .route("/v1/elicitations/{id}", get(slow))
-            .layer(axum::middleware::from_fn_with_state(
-                (Duration::from_secs(1), None),
-                request_timeout,
-            ));
+            .layer(Guard::new(Duration::from_secs(1), None));
         let call = |method: &str, path: &str| {
             let req = axum::http::Request::builder()
                 .method(method)

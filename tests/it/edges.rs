@@ -147,6 +147,80 @@ async fn slow_header_sockets_are_closed_within_the_header_timeout() {
     app.stop().await;
 }
 
+/// The header deadline holds for every request of a kept-alive connection, counted from the
+/// previous answer's end; answers in flight (a long poll, an event stream) are not cut by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_header_timeout_holds_between_requests_and_spares_answers_in_flight() {
+    let app = Bare::spawn("[limits]\nheader_read_timeout_seconds = 1\n", None).await;
+    let mut s = tokio::net::TcpStream::connect(app.addr()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..3 {
+        // Whole requests, each well within the deadline, on one connection for longer than it.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+    }
+    // Then a header that never ends: closed within the deadline of the last answer.
+    let started = Instant::now();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+        .await
+        .expect("a stalled header on a kept-alive connection was left open")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // A long poll of 2 s and an event stream outlive the 1 s header deadline.
+    let http = reqwest::Client::new();
+    let (s, _, e) = api(
+        &http,
+        &app.url,
+        API_KEY,
+        reqwest::Method::POST,
+        "/v1/elicitations",
+        Some(json!({"subject": "alice", "provider": "acme"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{e}");
+    let mut stream = http
+        .get(format!("{}/v1/events", app.url))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let (s, _, body) = api(
+        &http,
+        &app.url,
+        API_KEY,
+        reqwest::Method::GET,
+        &format!("/v1/elicitations/{}?wait=2", e["id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Still open: nothing more to read yet (or a keep-alive comment), not the end.
+    match tokio::time::timeout(Duration::from_millis(300), stream.chunk()).await {
+        Err(_) | Ok(Ok(Some(_))) => {}
+        Ok(r) => panic!("the event stream was cut: {r:?}"),
+    }
+    drop(stream);
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_the_cap_wait_until_one_closes() {
     let app = Bare::spawn("[limits]\nmax_connections = 4\n", None).await;

@@ -1,5 +1,6 @@
 //! The token cache across replicas (`src/grants/cache.rs`): every change to a connection made on
 //! replica A reaches replica B's cache within the sync window, a revocation before A answers,
+//! so does an app's grant taken away (the apps that may use a connection are cached with it),
 //! a lost change feed turns the cache off until it is back and flushed, and nothing in clear is
 //! kept. Correctness only; its speed is in BENCHMARKS.md.
 
@@ -208,6 +209,122 @@ on_both_databases!(
                 "trial {trial}: B served a revoked connection after A's DELETE returned: {v}"
             );
         }
+        b.shutdown_keeping_database().await;
+        a.shutdown().await;
+    }
+);
+
+/// `POST /v1/tokens` for alice as the client with `key`.
+async fn fetch_as(app: &TestApp, key: &str) -> (StatusCode, Value) {
+    let r = app
+        .api
+        .post(format!("{}/v1/tokens", app.url))
+        .bearer_auth(key)
+        .json(&json!({"subject": "alice", "provider": "acme"}))
+        .send()
+        .await
+        .unwrap();
+    let s = r.status();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Fetches as the client with `key` on `app` until the answer (a token) came from the cache.
+async fn cached_fetch_as(app: &TestApp, key: &str) {
+    for _ in 0..20 {
+        wait_until_usable(app).await;
+        let (s, v) = fetch_as(app, key).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        let before = stats(app).hits;
+        let (s, v) = fetch_as(app, key).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        if stats(app).hits > before {
+            return;
+        }
+    }
+    panic!("never a cache hit: {:?}", stats(app));
+}
+
+async fn grant_other_app(a: &TestApp, id: &str) {
+    sqlx::query(
+        "INSERT INTO connection_clients (connection_id, client_id, granted_at) VALUES ($1, 'other-mcp', $2)",
+    )
+    .bind(id)
+    .bind(mcp_connect::db::now())
+    .execute(&a.db().pool)
+    .await
+    .unwrap();
+}
+
+on_both_databases!(
+    grants_changed_on_one_replica_reach_the_cache_of_another,
+    |kind| async move {
+        let a = TestApp::spawn(kind).await;
+        let id = a.connect("alice").await;
+        let b = replica(&a, &Options::default()).await;
+        let window = b.state.token_cache.window();
+        let after_window = || tokio::time::sleep(window + Duration::from_millis(20));
+
+        // Only Demo MCP was approved; B caches the row with that answer.
+        cached_fetch_as(&b, API_KEY).await;
+        let (s, v) = fetch_as(&b, OTHER_API_KEY).await;
+        assert_eq!(
+            (s, v["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("not_connected")),
+            "{v}"
+        );
+        assert!(b.state.token_cache.holds(&id));
+
+        // A grant to other-mcp written on A's side (the trigger tells B; an operator's SQL
+        // here, the consent page in the product): B lets other-mcp use it within the window.
+        grant_other_app(&a, &id).await;
+        after_window().await;
+        cached_fetch_as(&b, OTHER_API_KEY).await;
+
+        // other-mcp disconnects on A (Demo MCP keeps the grant): refused by B as soon as A has
+        // answered, from B's cache, trial after trial.
+        for trial in 0..5 {
+            if trial > 0 {
+                grant_other_app(&a, &id).await;
+                after_window().await;
+                cached_fetch_as(&b, OTHER_API_KEY).await;
+            }
+            let r = a
+                .api
+                .delete(format!("{}/v1/connections/{id}", a.url))
+                .bearer_auth(OTHER_API_KEY)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["tokens_deleted"], false, "{v}");
+            let (s, v) = fetch_as(&b, OTHER_API_KEY).await;
+            assert_eq!(
+                (s, v["error"].as_str()),
+                (StatusCode::NOT_FOUND, Some("not_connected")),
+                "trial {trial}: B let other-mcp use the grant after A's DELETE returned: {v}"
+            );
+            cached_fetch_as(&b, API_KEY).await;
+        }
+
+        // Taken away by SQL on A's side: B refuses within the window.
+        grant_other_app(&a, &id).await;
+        after_window().await;
+        cached_fetch_as(&b, OTHER_API_KEY).await;
+        sqlx::query(
+            "DELETE FROM connection_clients WHERE connection_id = $1 AND client_id = 'other-mcp'",
+        )
+        .bind(&id)
+        .execute(&a.db().pool)
+        .await
+        .unwrap();
+        after_window().await;
+        let (s, v) = fetch_as(&b, OTHER_API_KEY).await;
+        assert_eq!(
+            (s, v["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("not_connected")),
+            "B missed a grant deleted on A: {v}"
+        );
         b.shutdown_keeping_database().await;
         a.shutdown().await;
     }
