@@ -6,6 +6,7 @@ mod footprint;
 mod load;
 mod long_poll;
 mod refresh_storm;
+mod revoke;
 mod setup;
 mod token_fetch;
 
@@ -35,6 +36,9 @@ enum Scenario {
     RefreshStorm(refresh_storm::Args),
     /// Concurrent long polls held by the binary: memory, CPU, wake-up delay.
     LongPoll(long_poll::Args),
+    /// Revoke on one replica, fetch on another: never served after the DELETE returned, and
+    /// how soon the other replica refuses (1,000 trials).
+    Revoke(revoke::Args),
     /// Binary size, start-up time, idle RSS, RSS under load.
     Footprint(footprint::Args),
     /// (internal) The long-poll floor: an axum server that holds every request.
@@ -89,6 +93,11 @@ fn main() -> anyhow::Result<()> {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
             let server = setup::ServerRuntime::new()?;
             client.block_on(long_poll::run(args, &server))?;
+        }
+        Scenario::Revoke(args) => {
+            mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
+            let server = setup::ServerRuntime::new()?;
+            client.block_on(revoke::run(args, &server))?;
         }
         Scenario::Footprint(args) => {
             client.block_on(footprint::run(args))?;

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 
-use super::{ApiClient, ApiJson, ApiQuery};
+use super::{ApiClient, ApiJson, ApiLang, ApiQuery};
 use crate::AppState;
 use crate::connect::elicitations::ElicitationView;
 use crate::error::{Error, Result};
@@ -145,7 +145,7 @@ pub struct ShowQuery {
 pub async fn show(
     State(state): State<AppState>,
     client: ApiClient,
-    headers: HeaderMap,
+    ApiLang(lang): ApiLang,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ShowQuery>,
 ) -> Result<Json<ElicitationView>> {
@@ -157,17 +157,17 @@ pub async fn show(
             )));
         }
         Some(w) if w > 0 => {
+            // Nothing of the request is kept while waiting (see `ApiLang`), nor this first
+            // read: the wait reads the elicitation again once it changes.
+            drop(e);
             let _slot = state.limits.long_poll(&client.0.id)?;
             state
                 .waiters
-                .wait(&state.db, &e.id, Duration::from_secs(w))
+                .wait(&state.db, &id, Duration::from_secs(w))
                 .await?
                 .ok_or_else(|| Error::not_found("no such elicitation"))?
         }
         _ => e,
     };
-    Ok(Json(state.elicitation_view_in(
-        &e,
-        crate::i18n::api_lang(&headers),
-    )?))
+    Ok(Json(state.elicitation_view_in(&e, lang)?))
 }

@@ -151,6 +151,21 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
     }
 }
 
+/// The language of the API's messages (`Accept-Language`, see `i18n::api_lang`), read without
+/// keeping the request's headers. A long poll holds its extractors for up to a minute, and a
+/// copy of the headers (the `HeaderMap` extractor) points into the connection's read buffer,
+/// keeping that buffer alive next to the one hyper allocates for its next read.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiLang(pub crate::i18n::Lang);
+
+impl<S: Send + Sync> FromRequestParts<S> for ApiLang {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(crate::i18n::api_lang(&parts.headers)))
+    }
+}
+
 /// An optional whole number, also written with a zero fraction (`26.0`), as JSON Schema's
 /// `integer` allows. Anything else is a deserialisation error (so a 400).
 fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i128>, D::Error> {

@@ -132,6 +132,10 @@ impl Waiters {
 
     /// Returns the elicitation once it is no longer pending, or when `wait` has passed (or the
     /// service is shutting down), whichever is first.
+    ///
+    /// What a parked waiter holds is kept small, because ten thousand of them may be parked:
+    /// the database read is boxed (its future, larger than the rest, exists only while the
+    /// read runs) and the row read is dropped before parking.
     pub async fn wait(&self, db: &Db, id: &str, wait: Duration) -> Result<Option<Elicitation>> {
         let deadline = tokio::time::Instant::now() + wait;
         let registration = Registration::new(self.registry.clone(), id);
@@ -141,18 +145,19 @@ impl Waiters {
             let notified = registration.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let Some(e) = db.get_elicitation(id).await? else {
+            let Some(e) = Box::pin(db.get_elicitation(id)).await? else {
                 return Ok(None);
             };
             let now_s = now();
-            if e.effective_status(now_s) != ElicitationStatus::Pending || *shutdown.borrow() {
-                return Ok(Some(e));
-            }
-            if tokio::time::Instant::now() >= deadline {
+            if e.effective_status(now_s) != ElicitationStatus::Pending
+                || *shutdown.borrow()
+                || tokio::time::Instant::now() >= deadline
+            {
                 return Ok(Some(e));
             }
             // Wake at expiry too, to answer `expired` on time.
             let until_expiry = Duration::from_secs((e.expires_at - now_s).max(0) as u64);
+            drop(e);
             let wake = deadline
                 .min(tokio::time::Instant::now() + until_expiry + Duration::from_millis(50));
             tokio::select! {
