@@ -17,6 +17,7 @@ use crate::db::connections::{NewTokens, save_connected_tokens, set_connection_de
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::Result;
 use crate::ids::ConnectionId;
+use crate::providers::tokens::Metadata;
 use crate::providers::{Endpoints, Provider};
 use crate::time::now;
 
@@ -92,6 +93,39 @@ impl AppState {
             .learn(&self.http, endpoints, &tokens, &answer.redirect_query)
             .await;
 
+        self.store_grant(
+            user,
+            e,
+            &NewTokens {
+                access_token: &tokens.access_token,
+                refresh_token: tokens.refresh_token.as_ref(),
+                token_type: &tokens.token_type,
+                expires_at: tokens.expires_in.map(|s| now() + s),
+                scopes: &scopes,
+                account_label: account_label.as_deref(),
+            },
+            Some(&metadata),
+            None,
+            request_id,
+        )
+        .await?;
+        Ok(Completion::Connected)
+    }
+
+    /// Stores the grant the user gave for `e`: the credential sealed (`tokens`), the connection's
+    /// parameters and what the provider told about the account (`metadata`; `None` keeps what
+    /// is stored), the apps that may use it, its audit row (`detail`: the credential type for
+    /// API keys), the elicitation completed and its event — one transaction, one commit that
+    /// waits for the disk. Used by the OAuth callback and the API-key page alike.
+    pub async fn store_grant(
+        &self,
+        user: &SignedInUser,
+        e: &Elicitation,
+        tokens: &NewTokens<'_>,
+        metadata: Option<&Metadata>,
+        detail: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<()> {
         let mut change = Change::begin(&self.db).await?;
         let before =
             crate::db::grants::existing_status(change.conn(), &e.issuer, &e.subject, &e.provider)
@@ -102,17 +136,12 @@ impl AppState {
             &e.issuer,
             &e.subject,
             &e.provider,
-            &NewTokens {
-                access_token: &tokens.access_token,
-                refresh_token: tokens.refresh_token.as_ref(),
-                token_type: &tokens.token_type,
-                expires_at: tokens.expires_in.map(|s| now() + s),
-                scopes: &scopes,
-                account_label: account_label.as_deref(),
-            },
+            tokens,
         )
         .await?;
-        set_connection_details(change.conn(), &connection_id, &e.params, &metadata).await?;
+        if let Some(metadata) = metadata {
+            set_connection_details(change.conn(), &connection_id, &e.params, metadata).await?;
+        }
         let was_revoked = before.is_some_and(|(_, status)| status == "revoked");
         self.grant_to_approved_apps(&mut change, e, &connection_id, was_revoked)
             .await?;
@@ -131,7 +160,7 @@ impl AppState {
                 connection_id: Some(&connection_id),
                 elicitation_id: Some(&e.id),
                 request_id,
-                detail: None,
+                detail,
             })
             .await?;
         let completed = self
@@ -149,6 +178,6 @@ impl AppState {
             self.metrics
                 .elicitation(ElicitationStatus::Completed.as_str());
         }
-        Ok(Completion::Connected)
+        Ok(())
     }
 }

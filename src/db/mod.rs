@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod change;
+pub mod changes;
 pub mod connections;
 pub mod elicitations;
 pub mod events;

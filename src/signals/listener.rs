@@ -12,11 +12,12 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPoolOptions};
-use sqlx::{ConnectOptions, Row};
 
 use crate::AppState;
 use crate::db::change::ELICITATION_CHANNEL;
+use crate::db::changes;
 
 /// Payload prefix of a connection change (migration 0016's trigger).
 pub const CONNECTION_PREFIX: &str = "connection:";
@@ -162,10 +163,7 @@ async fn heartbeat(state: AppState, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) 
     loop {
         let session = async {
             let mut conn: PgConnection = options(&state, "heartbeat")?.connect().await?;
-            // Heartbeats carry no data: no reason to wait for the disk.
-            sqlx::query("SET synchronous_commit = off")
-                .execute(&mut conn)
-                .await?;
+            changes::prepare_heartbeat(&mut conn).await?;
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -179,11 +177,7 @@ async fn heartbeat(state: AppState, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) 
                         q.pop_front();
                     }
                 }
-                sqlx::query("SELECT pg_notify($1, $2)")
-                    .bind(&channel)
-                    .bind(seq.to_string())
-                    .execute(&mut conn)
-                    .await?;
+                changes::send_heartbeat(&mut conn, &channel, &seq.to_string()).await?;
             }
             #[allow(unreachable_code)]
             Ok::<(), sqlx::Error>(())
@@ -217,23 +211,13 @@ async fn poll_sqlite(state: AppState) {
         let r: Result<(), sqlx::Error> = async {
             match last {
                 None => {
-                    let (max,): (Option<i64>,) =
-                        sqlx::query_as("SELECT MAX(seq) FROM connection_changes")
-                            .fetch_one(&state.db.pool)
-                            .await?;
+                    let max = state.db.latest_change().await?;
                     state.token_cache.flush();
-                    last = Some(max.unwrap_or(0));
+                    last = Some(max);
                 }
                 Some(after) => {
-                    let rows = sqlx::query(
-                        "SELECT seq, connection_id FROM connection_changes WHERE seq > $1 ORDER BY seq",
-                    )
-                    .bind(after)
-                    .fetch_all(&state.db.pool)
-                    .await?;
-                    for r in rows {
-                        let seq: i64 = r.try_get(0)?;
-                        let id: String = r.try_get(1)?;
+                    let rows = state.db.changes_after(after).await?;
+                    for (seq, id) in rows {
                         state.token_cache.invalidate(&id);
                         last = Some(seq);
                     }

@@ -20,9 +20,8 @@ use crate::connect::credentials::{AuthKind, Validation, secret_from_form, valida
 use crate::connect::elicitations::is_valid_id;
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
-use crate::db::change::Change;
-use crate::db::connections::{NewTokens, save_connected_tokens};
-use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
+use crate::db::connections::NewTokens;
+use crate::db::elicitations::Elicitation;
 use crate::error::{Error, Result};
 use crate::providers::Provider;
 use crate::web::extract::{CsrfForm, CsrfProtected, RequestId};
@@ -211,64 +210,23 @@ pub async fn submit(
     }
     // The sealed credential, its audit row, the elicitation's completion and its event commit
     // together, exactly as tokens from an OAuth callback.
-    let mut change = Change::begin(&state.db).await?;
-    let before =
-        crate::db::grants::existing_status(change.conn(), &e.issuer, &e.subject, &e.provider)
-            .await?;
-    let (connection_id, reconnected) = save_connected_tokens(
-        change.conn(),
-        &state.config.keys,
-        &e.issuer,
-        &e.subject,
-        &e.provider,
-        &NewTokens {
-            access_token: &secret,
-            refresh_token: None,
-            token_type: settings.kind.as_str(),
-            expires_at: None,
-            scopes: &e.scopes,
-            account_label: None,
-        },
-    )
-    .await?;
-    let was_revoked = before.is_some_and(|(_, status)| status == "revoked");
     state
-        .grant_to_approved_apps(&mut change, &e, &connection_id, was_revoked)
-        .await?;
-    change
-        .audit(AuditEvent {
-            event: if reconnected {
-                AuditAction::ConnectionReconnected
-            } else {
-                AuditAction::ConnectionCreated
-            },
-            actor: Some(&user.subject),
-            issuer: Some(&e.issuer),
-            subject: Some(&e.subject),
-            provider: Some(&e.provider),
-            client_id: Some(&e.client_id),
-            connection_id: Some(&connection_id),
-            elicitation_id: Some(&e.id),
-            request_id: rid.as_deref(),
-            detail: Some(settings.kind.as_str()),
-        })
-        .await?;
-    let completed = state
-        .finish_elicitation_in(
-            &mut change,
+        .store_grant(
+            &user,
             &e,
-            Ending::Completed {
-                connection_id: &crate::ids::ConnectionId::from(connection_id.as_str()),
+            &NewTokens {
+                access_token: &secret,
+                refresh_token: None,
+                token_type: settings.kind.as_str(),
+                expires_at: None,
+                scopes: &e.scopes,
+                account_label: None,
             },
+            None,
+            Some(settings.kind.as_str()),
             rid.as_deref(),
         )
         .await?;
-    state.commit(change).await?;
-    if completed {
-        state
-            .metrics
-            .elicitation(ElicitationStatus::Completed.as_str());
-    }
     // POST/redirect/GET, as after an OAuth callback: a reload shows the outcome again.
     super::done::redirect_to_done(&state, &e.id)
 }

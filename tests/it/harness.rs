@@ -267,6 +267,7 @@ impl TestApp {
             .await
             .unwrap();
         });
+        *live_apps().entry(db_url.clone()).or_default() += 1;
         TestApp {
             url,
             db_url,
@@ -289,6 +290,7 @@ impl TestApp {
     pub async fn shutdown_keeping_database(mut self) {
         self.assert_audit_log_holds_no_secret().await;
         if let Some(tx) = self.stop.take() {
+            release(&self.db_url);
             let _ = tx.send(());
         }
         if let Some(t) = self.task.take() {
@@ -299,22 +301,23 @@ impl TestApp {
 
     /// Stops the app but keeps its peers running; returns what a restarted app needs (its
     /// database URL, peers and encryption key).
-    pub async fn stop_keeping_peers(self) -> (String, Peers, String) {
-        let TestApp {
-            db_url,
-            peers,
-            key,
-            stop,
-            task,
-            ..
-        } = self;
-        if let Some(tx) = stop {
+    pub async fn stop_keeping_peers(mut self) -> (String, Peers, String) {
+        if let Some(tx) = self.stop.take() {
+            release(&self.db_url);
             let _ = tx.send(());
         }
-        if let Some(t) = task {
+        if let Some(t) = self.task.take() {
             let _ = t.await;
         }
-        (db_url, peers, key)
+        let peers = std::mem::replace(
+            &mut self.peers,
+            Peers {
+                identity: String::new(),
+                upstream: String::new(),
+                child: None,
+            },
+        );
+        (self.db_url.clone(), peers, self.key.clone())
     }
 
     pub fn browser(&self) -> Browser {
@@ -471,62 +474,161 @@ impl TestApp {
     }
 
     pub async fn assert_audit_log_holds_no_secret(&self) {
-        use sqlx::Row;
-        let rows: Vec<sqlx::any::AnyRow> = sqlx::query(
-            "SELECT event, COALESCE(actor, ''), COALESCE(issuer, ''), COALESCE(subject, ''), COALESCE(provider, ''), \
-             COALESCE(client_id, ''), COALESCE(connection_id, ''), COALESCE(elicitation_id, ''), COALESCE(request_id, ''), \
-             COALESCE(detail, '') FROM audit_events",
-        )
-        .fetch_all(&self.state.db.pool)
-        .await
-        .unwrap_or_default();
-        let mut dump = String::new();
-        for r in rows {
-            for i in 0..r.len() {
-                dump.push_str(&r.try_get::<String, _>(i).unwrap_or_default());
-                dump.push('\n');
-            }
+        if let Err(problem) =
+            audit_log_secret_check(&self.state.db.pool, &self.secret_sources()).await
+        {
+            panic!("{problem}");
         }
-        let key_b64 = self.key.split_once(':').map(|k| k.1).unwrap_or_default();
-        let mut secrets: Vec<(String, String)> = [
-            ("API key", API_KEY),
-            ("other API key", OTHER_API_KEY),
-            ("identity secret", IDENTITY_SECRET),
-            ("upstream secret", UPSTREAM_SECRET),
-            ("encryption key", key_b64),
-        ]
-        .iter()
-        .map(|(l, v)| (l.to_string(), v.to_string()))
-        .collect();
-        if self.peers.child.is_some() {
-            for (peer, base) in [
-                ("identity", &self.peers.identity),
-                ("upstream", &self.peers.upstream),
-            ] {
-                let Ok(r) = reqwest::get(format!("{base}/__issued")).await else {
-                    continue;
-                };
-                let issued: Value = r.json().await.unwrap_or(Value::Null);
-                for kind in ["authorization_code", "access_token", "refresh_token"] {
-                    for v in issued[kind].as_array().into_iter().flatten() {
-                        if let Some(v) = v.as_str() {
-                            secrets.push((format!("{peer} {kind}"), v.to_owned()));
-                        }
-                    }
-                }
-            }
-        }
-        for (label, v) in &secrets {
-            assert!(
-                v.len() < 8 || !dump.contains(v.as_str()),
-                "the audit log holds a secret ({label})"
-            );
+    }
+
+    /// What the audit check compares the log against (values, or where to fetch them).
+    fn secret_sources(&self) -> SecretSources {
+        SecretSources {
+            key: self.key.clone(),
+            peers: self
+                .peers
+                .child
+                .is_some()
+                .then(|| (self.peers.identity.clone(), self.peers.upstream.clone())),
         }
     }
 
     /// Raw SQL against the app's database, for invariant checks.
     pub fn db(&self) -> &mcp_connect::db::Db {
         &self.state.db
+    }
+}
+
+/// The encryption key and, when this test runs the OAuth peers, their base URLs (whose
+/// `/__issued` lists every code and token they handed out).
+pub struct SecretSources {
+    key: String,
+    peers: Option<(String, String)>,
+}
+
+/// Fails (with what it found, never the value) if any audit row holds a secret: an API key, a
+/// client secret, the encryption key, or any code or token the peers issued.
+pub async fn audit_log_secret_check(
+    pool: &sqlx::AnyPool,
+    sources: &SecretSources,
+) -> Result<(), String> {
+    use sqlx::Row;
+    let rows: Vec<sqlx::any::AnyRow> = sqlx::query(
+        "SELECT event, COALESCE(actor, ''), COALESCE(issuer, ''), COALESCE(subject, ''), COALESCE(provider, ''), \
+         COALESCE(client_id, ''), COALESCE(connection_id, ''), COALESCE(elicitation_id, ''), COALESCE(request_id, ''), \
+         COALESCE(detail, '') FROM audit_events",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_default();
+    let mut dump = String::new();
+    for r in rows {
+        for i in 0..r.len() {
+            dump.push_str(&r.try_get::<String, _>(i).unwrap_or_default());
+            dump.push('\n');
+        }
+    }
+    let key_b64 = sources.key.split_once(':').map(|k| k.1).unwrap_or_default();
+    let mut secrets: Vec<(String, String)> = [
+        ("API key", API_KEY),
+        ("other API key", OTHER_API_KEY),
+        ("identity secret", IDENTITY_SECRET),
+        ("upstream secret", UPSTREAM_SECRET),
+        ("encryption key", key_b64),
+    ]
+    .iter()
+    .map(|(l, v)| (l.to_string(), v.to_string()))
+    .collect();
+    if let Some((identity, upstream)) = &sources.peers {
+        for (peer, base) in [("identity", identity), ("upstream", upstream)] {
+            let Ok(r) = reqwest::get(format!("{base}/__issued")).await else {
+                continue;
+            };
+            let issued: Value = r.json().await.unwrap_or(Value::Null);
+            for kind in ["authorization_code", "access_token", "refresh_token"] {
+                for v in issued[kind].as_array().into_iter().flatten() {
+                    if let Some(v) = v.as_str() {
+                        secrets.push((format!("{peer} {kind}"), v.to_owned()));
+                    }
+                }
+            }
+        }
+    }
+    match secrets
+        .iter()
+        .find(|(_, v)| v.len() >= 8 && dump.contains(v.as_str()))
+    {
+        Some((label, _)) => Err(format!("the audit log holds a secret ({label})")),
+        None => Ok(()),
+    }
+}
+
+/// How many running apps use each test database (an app and its replicas share one).
+fn live_apps() -> std::sync::MutexGuard<'static, std::collections::HashMap<String, usize>> {
+    static LIVE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, usize>>> =
+        std::sync::OnceLock::new();
+    LIVE.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// One app stopped using `db_url`; how many still do.
+fn release(db_url: &str) -> usize {
+    let mut live = live_apps();
+    let n = live.get(db_url).copied().unwrap_or(1).saturating_sub(1);
+    if n == 0 {
+        live.remove(db_url);
+    } else {
+        live.insert(db_url.to_owned(), n);
+    }
+    n
+}
+
+impl Drop for TestApp {
+    /// A test that ends without `shutdown` leaves nothing behind either: the app is told to stop,
+    /// the audit log is checked for secrets, and the database is dropped. A failing (panicking)
+    /// test keeps its database, to look at. The work runs on a thread of its own with its own
+    /// runtime and connection, so it needs nothing from the test's runtime.
+    fn drop(&mut self) {
+        let Some(stop) = self.stop.take() else {
+            return;
+        };
+        let _ = stop.send(());
+        // Another app (a replica) still uses this database: it is dropped with the last one.
+        let last = release(&self.db_url) == 0;
+        if std::thread::panicking() {
+            return;
+        }
+        let db_url = self.db_url.clone();
+        let sources = self.secret_sources();
+        let outcome = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cleanup runtime: {e}"))?;
+            rt.block_on(async move {
+                let checked = match sqlx::AnyPool::connect(&db_url).await {
+                    Ok(pool) => {
+                        let r = audit_log_secret_check(&pool, &sources).await;
+                        pool.close().await;
+                        r
+                    }
+                    // Gone already: an app that shared it (a replica) was shut down with
+                    // `shutdown`, which checked the log and dropped the database.
+                    Err(_) => Ok(()),
+                };
+                if last {
+                    drop_database(&db_url).await;
+                }
+                checked
+            })
+        })
+        .join();
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(problem)) => panic!("{problem}"),
+            Err(_) => panic!("the test database's clean-up panicked"),
+        }
     }
 }
 
