@@ -1,5 +1,5 @@
 -- Every write to a connection row tells every replica, in the writing transaction (so only on
--- commit): replicas keep a cache of recently used rows (src/grants/cache.rs) and drop a row when
+-- commit): replicas keep a cache of recently used rows (src/token_cache.rs) and drop a row when
 -- told. A trigger rather than calls in the code, so no write is ever missed: not one added later,
 -- not an operator's SQL, not a previous binary's during a rolling upgrade. The channel is the
 -- one replicas already listen on; the payload's prefix keeps it apart from elicitation ids.

@@ -1,5 +1,5 @@
 -- Which apps may use a connection (`connection_clients`) is cached with the connection's row
--- (src/token_cache.rs), so every write to it tells every replica too, in the writing transaction
+-- (src/grants/cache.rs), so every write to it tells every replica too, in the writing transaction
 -- and the same way as a write to the row itself (migration 0016): `connection:<id>` on the
 -- channel replicas listen on. A trigger, so no write is missed: not an operator's SQL, not a
 -- previous binary's during a rolling upgrade.

@@ -1,5 +1,5 @@
 -- Every write to a connection row is logged here, in the writing transaction: each process
--- keeps a cache of recently used rows (src/grants/cache.rs) and reads this log every few
+-- keeps a cache of recently used rows (src/token_cache.rs) and reads this log every few
 -- milliseconds to drop the rows other processes (a second `serve`, an operator command)
 -- changed. Triggers rather than code, so no write is ever missed, a previous binary's included.
 -- Rows older than ten minutes are pruned by the cleanup task.

@@ -856,3 +856,38 @@ fn upgrade_expand_only_check_finds_contract_steps() {
         ]
     );
 }
+
+/// A migration that shipped is never edited, not even a comment: sqlx records each applied
+/// migration's checksum and refuses to start on a database whose applied migration no longer
+/// matches ("migration N was previously applied but has been modified"), so every existing
+/// deployment would stop coming up. `migrations/SHA256SUMS` records each migration's SHA-256;
+/// a new migration is added to it (`sha256sum migrations/*/*.sql > migrations/SHA256SUMS`) and
+/// an existing line never changes.
+#[test]
+fn upgrade_shipped_migrations_are_never_edited() {
+    use sha2::Digest;
+    let recorded = std::fs::read_to_string(Path::new(ROOT).join("migrations/SHA256SUMS")).unwrap();
+    let mut listed = std::collections::BTreeSet::new();
+    for line in recorded.lines().filter(|l| !l.trim().is_empty()) {
+        let (sum, path) = line.split_once("  ").expect("sha256sum format: SUM  PATH");
+        let bytes = std::fs::read(Path::new(ROOT).join(path))
+            .unwrap_or_else(|e| panic!("{path} is recorded but cannot be read: {e}"));
+        assert_eq!(
+            hex::encode(sha2::Sha256::digest(&bytes)),
+            sum,
+            "{path} was edited after it was recorded in migrations/SHA256SUMS: databases that \
+             applied it would refuse to start. Put the change in a new migration instead."
+        );
+        listed.insert(path.to_owned());
+    }
+    for engine in ["postgres", "sqlite"] {
+        for entry in std::fs::read_dir(Path::new(ROOT).join("migrations").join(engine)).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            let path = format!("migrations/{engine}/{name}");
+            assert!(
+                !name.ends_with(".sql") || listed.contains(&path),
+                "{path} is not recorded in migrations/SHA256SUMS: add its line"
+            );
+        }
+    }
+}
