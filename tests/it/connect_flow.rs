@@ -533,7 +533,8 @@ on_both_databases!(
             );
         }
         sqlx::query(
-            "INSERT INTO sessions (id, data, expires_at) VALUES ('ephemeral-test', '{}', 0)",
+            // A far expiry: the cleanup task deletes expired sessions.
+            "INSERT INTO sessions (id, data, expires_at) VALUES ('ephemeral-test', '{}', 4102444800)",
         )
         .execute(&mut *tx)
         .await
