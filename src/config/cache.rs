@@ -34,19 +34,11 @@ pub(super) fn read(t: Option<Section>, r: &mut Report) -> CacheConfig {
     let Some(mut t) = t else {
         return d;
     };
-    let mut bounded = |t: &mut Section, key: &'static str, default: u64, min: u64, max: u64| {
-        let v = t.get::<Option<u64>>(r, key).unwrap_or(default);
-        if !(min..=max).contains(&v) {
-            r.err(t.key(key), format!("must be between {min} and {max}"));
-            return default;
-        }
-        v
-    };
     let c = CacheConfig {
-        max_entries: bounded(&mut t, "max_entries", d.max_entries as u64, 0, 10_000_000) as usize,
-        max_bytes: bounded(&mut t, "max_bytes", d.max_bytes as u64, 4096, 1 << 36) as usize,
-        max_age_seconds: bounded(&mut t, "max_age_seconds", d.max_age_seconds, 1, 86_400),
-        sync_window_ms: bounded(&mut t, "sync_window_ms", d.sync_window_ms, 20, 10_000),
+        max_entries: t.bounded(r, "max_entries", d.max_entries as u64, 0, 10_000_000) as usize,
+        max_bytes: t.bounded(r, "max_bytes", d.max_bytes as u64, 4096, 1 << 36) as usize,
+        max_age_seconds: t.bounded(r, "max_age_seconds", d.max_age_seconds, 1, 86_400),
+        sync_window_ms: t.bounded(r, "sync_window_ms", d.sync_window_ms, 20, 10_000),
     };
     t.finish(r);
     c

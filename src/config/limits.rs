@@ -59,82 +59,63 @@ pub(super) fn read(t: Option<Section>, r: &mut Report) -> Limits {
     let Some(mut t) = t else {
         return d;
     };
-    let mut bounded = |t: &mut Section, key: &'static str, default: u64, min: u64, max: u64| {
-        let v = t.get::<Option<u64>>(r, key).unwrap_or(default);
-        if !(min..=max).contains(&v) {
-            r.err(t.key(key), format!("must be between {min} and {max}"));
-            return default;
-        }
-        v
-    };
     let mut l = Limits {
-        header_read_timeout_seconds: bounded(
-            &mut t,
+        header_read_timeout_seconds: t.bounded(
+            r,
             "header_read_timeout_seconds",
             d.header_read_timeout_seconds,
             1,
             30,
         ),
-        request_timeout_seconds: bounded(
-            &mut t,
+        request_timeout_seconds: t.bounded(
+            r,
             "request_timeout_seconds",
             d.request_timeout_seconds,
             1,
             300,
         ),
-        max_connections: bounded(
-            &mut t,
-            "max_connections",
-            d.max_connections as u64,
-            1,
-            1_000_000,
-        ) as usize,
-        sse_streams_per_client: bounded(
-            &mut t,
+        max_connections: t.bounded(r, "max_connections", d.max_connections as u64, 1, 1_000_000)
+            as usize,
+        sse_streams_per_client: t.bounded(
+            r,
             "sse_streams_per_client",
             d.sse_streams_per_client as u64,
             1,
             100_000,
         ) as usize,
-        long_polls_per_client: bounded(
-            &mut t,
+        long_polls_per_client: t.bounded(
+            r,
             "long_polls_per_client",
             d.long_polls_per_client as u64,
             1,
             1_000_000,
         ) as usize,
-        api_requests_per_second: bounded(
-            &mut t,
+        api_requests_per_second: t.bounded(
+            r,
             "api_requests_per_second",
             d.api_requests_per_second,
             0,
             1_000_000,
         ),
-        api_burst: bounded(&mut t, "api_burst", d.api_burst, 1, 1_000_000),
-        browser_requests_per_minute: bounded(
-            &mut t,
+        api_burst: t.bounded(r, "api_burst", d.api_burst, 1, 1_000_000),
+        browser_requests_per_minute: t.bounded(
+            r,
             "browser_requests_per_minute",
             d.browser_requests_per_minute,
             0,
             1_000_000,
         ),
-        browser_burst: bounded(&mut t, "browser_burst", d.browser_burst, 1, 1_000_000),
-        failed_auth_per_minute: bounded(
-            &mut t,
+        browser_burst: t.bounded(r, "browser_burst", d.browser_burst, 1, 1_000_000),
+        failed_auth_per_minute: t.bounded(
+            r,
             "failed_auth_per_minute",
             d.failed_auth_per_minute,
             0,
             1_000_000,
         ),
-        failed_auth_burst: bounded(
-            &mut t,
-            "failed_auth_burst",
-            d.failed_auth_burst,
-            1,
-            1_000_000,
-        ),
-        tracked_addresses: bounded(
-            &mut t,
+        failed_auth_burst: t.bounded(r, "failed_auth_burst", d.failed_auth_burst, 1, 1_000_000),
+        tracked_addresses: t.bounded(
+            r,
             "tracked_addresses",
             d.tracked_addresses as u64,
             100,

@@ -293,6 +293,24 @@ impl Section {
         }
     }
 
+    /// Takes the whole number `key`, `default` when absent; outside `min..=max` it is reported
+    /// (by key, with the range) and `default` is used.
+    fn bounded(
+        &mut self,
+        r: &mut Report,
+        key: &'static str,
+        default: u64,
+        min: u64,
+        max: u64,
+    ) -> u64 {
+        let v = self.get::<Option<u64>>(r, key).unwrap_or(default);
+        if !(min..=max).contains(&v) {
+            r.err(self.key(key), format!("must be between {min} and {max}"));
+            return default;
+        }
+        v
+    }
+
     /// Takes the table `key` (`None` when absent or not a table, which is reported).
     fn table(&mut self, r: &mut Report, key: &'static str) -> Option<Section> {
         self.read.push(key);
