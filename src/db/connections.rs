@@ -39,6 +39,14 @@ impl std::str::FromStr for ConnectionStatus {
     }
 }
 
+/// `Row` with the clients that may use it, as a JSON array (`find_connection_with_clients`).
+#[derive(Debug, FromRow)]
+struct RowWithClients {
+    #[sqlx(flatten)]
+    row: Row,
+    clients: Option<String>,
+}
+
 #[derive(Debug, Clone, FromRow)]
 struct Row {
     id: String,
@@ -221,38 +229,96 @@ impl Db {
                 "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
             )
         });
-        let sql = SQL.as_str();
-        // The token hot path on Postgres, when switched to connections of its own (without
-        // the pool's ping on release; `super::hot`, off by default).
+        let row: Option<Row> = self.token_read(&SQL, issuer, subject, provider).await?;
+        row.map(TryInto::try_into).transpose()
+    }
+
+    /// The token path's read on a cache miss: the connection for `(issuer, subject, provider)`
+    /// and the ids of the clients that may use it (sorted), in one statement — one round trip
+    /// where `find_connection` + `connection_clients` took two.
+    pub async fn find_connection_with_clients(
+        &self,
+        issuer: &str,
+        subject: &str,
+        provider: &str,
+    ) -> Result<Option<(Connection, Vec<String>)>, sqlx::Error> {
+        // The clients as a JSON array of strings: any client id survives the trip.
+        static PG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "SELECT {COLUMNS}, (SELECT COALESCE(json_agg(client_id), '[]'::json)::text \
+                 FROM connection_clients WHERE connection_id = connections.id) AS clients \
+                 FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
+            )
+        });
+        static SQLITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "SELECT {COLUMNS}, (SELECT json_group_array(client_id) \
+                 FROM connection_clients WHERE connection_id = connections.id) AS clients \
+                 FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
+            )
+        });
+        let sql = match self.engine {
+            super::Engine::Postgres => &PG,
+            super::Engine::Sqlite => &SQLITE,
+        };
+        let Some(r): Option<RowWithClients> =
+            self.token_read(sql, issuer, subject, provider).await?
+        else {
+            return Ok(None);
+        };
+        let mut clients: Vec<String> = serde_json::from_str(r.clients.as_deref().unwrap_or("[]"))
+            .map_err(|e| sqlx::Error::ColumnDecode {
+            index: "clients".into(),
+            source: Box::new(e),
+        })?;
+        clients.sort_unstable();
+        Ok(Some((r.row.try_into()?, clients)))
+    }
+
+    /// A read on the token path by `(issuer, subject, provider)`: on the hot connections when
+    /// switched to them (`super::hot`, off by default), else on the pool, repeated once on
+    /// another connection when the first was dropped by the server.
+    async fn token_read<T>(
+        &self,
+        sql: &'static str,
+        issuer: &str,
+        subject: &str,
+        provider: &str,
+    ) -> Result<Option<T>, sqlx::Error>
+    where
+        T: for<'r> FromRow<'r, sqlx::any::AnyRow>
+            + for<'r> FromRow<'r, sqlx::postgres::PgRow>
+            + Send
+            + Unpin
+            + 'static,
+    {
         if let Some(hot) = self.hot_reads() {
             let (issuer, subject, provider) =
                 (issuer.to_owned(), subject.to_owned(), provider.to_owned());
-            let row = hot
+            return hot
                 .run(|c| {
-                    let q = sqlx::query_as::<_, Row>(sql)
+                    let q = sqlx::query_as::<_, T>(sql)
                         .bind(issuer.clone())
                         .bind(subject.clone())
                         .bind(provider.clone());
                     Box::pin(q.fetch_optional(c))
                 })
-                .await?;
-            return row.map(TryInto::try_into).transpose();
+                .await;
         }
         let read = || {
-            sqlx::query_as::<_, Row>(sql)
+            sqlx::query_as::<_, T>(sql)
                 .bind(issuer)
                 .bind(subject)
                 .bind(provider)
                 .fetch_optional(&self.pool)
         };
-        // The token hot path: a pooled connection used in the last second is not pinged before
-        // use (see `Db::connect`), so one the server dropped since fails here. The failed one
-        // leaves the pool; a read is safe to repeat on another.
-        let row = match read().await {
-            Err(e) if super::is_dropped_connection(&e) => read().await?,
-            r => r?,
-        };
-        row.map(TryInto::try_into).transpose()
+        // A pooled connection used in the last second is not pinged before use (see
+        // `Db::connect`), so one the server dropped since fails here. The failed one leaves the
+        // pool; a read is safe to repeat on another.
+        match read().await {
+            Err(e) if super::is_dropped_connection(&e) => read().await,
+            r => r,
+        }
     }
 
     pub async fn list_connections(
