@@ -4,18 +4,17 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 
 use super::elicitations::MAX_WAIT_SECONDS;
-use super::{ApiClient, ApiJson};
+use super::{ApiClient, ApiJson, ApiLang};
 use crate::AppState;
 use crate::db::connections::ConnectionStatus;
 use crate::db::elicitations::ElicitationStatus;
 use crate::error::{Error, Result};
 use crate::ids::{ProviderName, UserRef};
-use crate::server::middleware::request_id;
+use crate::server::middleware::RequestId;
 use crate::time::rfc3339;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -162,10 +161,10 @@ impl TokenResponse {
 pub async fn fetch(
     State(state): State<AppState>,
     client: ApiClient,
-    headers: HeaderMap,
+    rid: RequestId,
+    ApiLang(lang): ApiLang,
     ApiJson(req): ApiJson<TokenRequest>,
 ) -> Result<Json<TokenResponse>> {
-    let rid = request_id(&headers);
     super::elicitations::validate_scopes(&req.scopes)?;
     let subject = state
         .resolve_subject(
@@ -271,7 +270,7 @@ pub async fn fetch(
                 &provider,
                 req.scopes.clone(),
                 rid.as_deref(),
-                crate::i18n::api_lang(&headers),
+                lang,
             )
             .await?;
             return Err(Error::AuthorizationRequired {
@@ -304,7 +303,7 @@ pub async fn fetch(
                 &provider,
                 Some(union),
                 rid.as_deref(),
-                crate::i18n::api_lang(&headers),
+                lang,
             )
             .await?;
             return Err(Error::AuthorizationRequired {
@@ -319,7 +318,7 @@ pub async fn fetch(
             provider.clone(),
             min_ttl,
             req.force_refresh,
-            rid.clone(),
+            rid.0.clone(),
         )
         .await
     {
@@ -338,7 +337,7 @@ pub async fn fetch(
                 &provider,
                 req.scopes.clone(),
                 rid.as_deref(),
-                crate::i18n::api_lang(&headers),
+                lang,
             )
             .await?;
             Err(Error::ReauthorizationRequired {
