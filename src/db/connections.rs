@@ -4,7 +4,7 @@
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::{AnyConnection, FromRow};
 
-use super::{Db, now};
+use super::{Db, Error, Result, now};
 use crate::crypto::{CryptoError, KeyRing, connection_aad, random_token};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -29,7 +29,7 @@ impl ConnectionStatus {
 impl std::str::FromStr for ConnectionStatus {
     type Err = String;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
             "needs_reauth" => Ok(Self::NeedsReauth),
             "revoked" => Ok(Self::Revoked),
@@ -90,22 +90,17 @@ pub struct Connection {
 
 /// A row whose status does not decode is an error naming the row, never a default.
 impl TryFrom<Row> for Connection {
-    type Error = sqlx::Error;
+    type Error = Error;
 
-    fn try_from(r: Row) -> Result<Self, sqlx::Error> {
-        let status: ConnectionStatus = r
-            .status
-            .parse()
-            .map_err(|e: String| sqlx::Error::Decode(format!("connection {}: {e}", r.id).into()))?;
+    fn try_from(r: Row) -> Result<Self> {
+        let bad = |problem: String| Error::undecodable("connections", &r.id, problem);
+        let status: ConnectionStatus = r.status.parse().map_err(bad)?;
         let params = super::elicitations::decode_params(r.params.as_deref())
-            .map_err(|e| sqlx::Error::Decode(format!("connection {}: params: {e}", r.id).into()))?;
+            .map_err(|e| bad(format!("params: {e}")))?;
         let metadata = match r.metadata.as_deref() {
             None => Default::default(),
-            Some(m) => serde_json::from_str(m).map_err(|e| {
-                sqlx::Error::Decode(
-                    format!("connection {}: metadata is not an object: {e}", r.id).into(),
-                )
-            })?,
+            Some(m) => serde_json::from_str(m)
+                .map_err(|e| bad(format!("metadata is not an object: {e}")))?,
         };
         Ok(Self {
             id: r.id,
@@ -131,14 +126,20 @@ impl TryFrom<Row> for Connection {
 }
 
 impl Connection {
-    pub fn access_token(&self, keys: &KeyRing) -> Result<Option<SecretString>, CryptoError> {
+    pub fn access_token(
+        &self,
+        keys: &KeyRing,
+    ) -> std::result::Result<Option<SecretString>, CryptoError> {
         self.sealed_access_token
             .as_deref()
             .map(|s| keys.open_string(s, &connection_aad(&self.id, "access_token")))
             .transpose()
     }
 
-    pub fn refresh_token(&self, keys: &KeyRing) -> Result<Option<SecretString>, CryptoError> {
+    pub fn refresh_token(
+        &self,
+        keys: &KeyRing,
+    ) -> std::result::Result<Option<SecretString>, CryptoError> {
         self.sealed_refresh_token
             .as_deref()
             .map(|s| keys.open_string(s, &connection_aad(&self.id, "refresh_token")))
@@ -185,15 +186,19 @@ pub struct NewTokens<'a> {
 const COLUMNS: &str = "id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, expires_at, \
                        account_label, created_at, updated_at, last_refresh_at, last_error, token_version, params, metadata";
 
+/// `SELECT` of every column of the connections matching `filter` (what follows `WHERE`).
+fn select(filter: &str) -> String {
+    format!("SELECT {COLUMNS} FROM connections WHERE {filter}")
+}
+
+fn decode_all(rows: Vec<Row>) -> Result<Vec<Connection>> {
+    rows.into_iter().map(TryInto::try_into).collect()
+}
+
 /// Seals a token for its row and field; a value that cannot be sealed is never stored.
-fn seal(
-    keys: &KeyRing,
-    id: &str,
-    field: &str,
-    value: &SecretString,
-) -> Result<String, sqlx::Error> {
+fn seal(keys: &KeyRing, id: &str, field: &str, value: &SecretString) -> Result<String> {
     keys.seal(value.expose_secret().as_bytes(), &connection_aad(id, field))
-        .map_err(|e| sqlx::Error::Encode(Box::new(e)))
+        .map_err(|e| Error::encode(format!("the {field} of connection {id}"), e))
 }
 
 fn seal_optional(
@@ -201,12 +206,12 @@ fn seal_optional(
     id: &str,
     field: &str,
     value: Option<&SecretString>,
-) -> Result<Option<String>, sqlx::Error> {
+) -> Result<Option<String>> {
     value.map(|v| seal(keys, id, field, v)).transpose()
 }
 
 impl Db {
-    pub async fn get_connection(&self, id: &str) -> Result<Option<Connection>, sqlx::Error> {
+    pub async fn get_connection(&self, id: &str) -> Result<Option<Connection>> {
         get_connection(&mut *self.pool.acquire().await?, id).await
     }
 
@@ -215,12 +220,9 @@ impl Db {
         issuer: &str,
         subject: &str,
         provider: &str,
-    ) -> Result<Option<Connection>, sqlx::Error> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
-            )
-        });
+    ) -> Result<Option<Connection>> {
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| select("issuer = $1 AND subject = $2 AND provider = $3"));
         let sql = SQL.as_str();
         // The token hot path on Postgres, when switched to connections of its own (without
         // the pool's ping on release; `super::hot`, off by default).
@@ -248,26 +250,17 @@ impl Db {
         // The token hot path: a pooled connection used in the last second is not pinged before
         // use (see `Db::connect`), so one the server dropped since fails here. The failed one
         // leaves the pool; a read is safe to repeat on another.
-        let row = match read().await {
-            Err(e) if super::is_dropped_connection(&e) => read().await?,
-            r => r?,
-        };
+        let row = super::error::retry_dropped(2, read).await?;
         row.map(TryInto::try_into).transpose()
     }
 
-    pub async fn list_connections(
-        &self,
-        issuer: &str,
-        subject: &str,
-    ) -> Result<Vec<Connection>, sqlx::Error> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 ORDER BY provider"
-        ))
-        .bind(issuer)
-        .bind(subject)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(TryInto::try_into).collect()
+    pub async fn list_connections(&self, issuer: &str, subject: &str) -> Result<Vec<Connection>> {
+        let rows = sqlx::query_as(&select("issuer = $1 AND subject = $2 ORDER BY provider"))
+            .bind(issuer)
+            .bind(subject)
+            .fetch_all(&self.pool)
+            .await?;
+        decode_all(rows)
     }
 
     /// Active, refreshable connections whose token expires before `expiring_before`, or that
@@ -278,11 +271,11 @@ impl Db {
         idle_before: i64,
         failed_since: i64,
         limit: i64,
-    ) -> Result<Vec<Connection>, sqlx::Error> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM connections WHERE status = 'active' AND refresh_token IS NOT NULL \
+    ) -> Result<Vec<Connection>> {
+        let rows = sqlx::query_as(&select(
+            "status = 'active' AND refresh_token IS NOT NULL \
              AND ((expires_at IS NOT NULL AND expires_at < $1) OR last_refresh_at IS NULL OR last_refresh_at < $2) \
-             AND (last_error IS NULL OR updated_at < $3) ORDER BY expires_at LIMIT $4"
+             AND (last_error IS NULL OR updated_at < $3) ORDER BY expires_at LIMIT $4",
         ))
         .bind(expiring_before)
         .bind(idle_before)
@@ -290,18 +283,20 @@ impl Db {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter().map(TryInto::try_into).collect()
+        decode_all(rows)
     }
 
     /// Test and operator helper: the raw sealed columns of a row.
     pub async fn raw_connection_secrets(
         &self,
         id: &str,
-    ) -> Result<(Option<String>, Option<String>), sqlx::Error> {
-        sqlx::query_as("SELECT access_token, refresh_token FROM connections WHERE id = $1")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await
+    ) -> Result<(Option<String>, Option<String>)> {
+        Ok(
+            sqlx::query_as("SELECT access_token, refresh_token FROM connections WHERE id = $1")
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 }
 
@@ -333,16 +328,16 @@ impl Db {
         f: &ConnectionFilter,
         limit: i64,
         offset: i64,
-    ) -> Result<(Vec<Connection>, i64), sqlx::Error> {
+    ) -> Result<(Vec<Connection>, i64)> {
         let pattern = f
             .subject
             .as_deref()
             .map(|s| format!("%{}%", like_escape(&s.to_lowercase())));
         const WHERE: &str = "($1 IS NULL OR lower(subject) LIKE $1 ESCAPE '\\') AND ($2 IS NULL OR provider = $2) \
                              AND ($3 IS NULL OR status = $3)";
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM connections WHERE {WHERE} ORDER BY updated_at DESC, id LIMIT $4 OFFSET $5"
-        ))
+        let rows = sqlx::query_as(&select(&format!(
+            "{WHERE} ORDER BY updated_at DESC, id LIMIT $4 OFFSET $5"
+        )))
         .bind(pattern.as_deref())
         .bind(f.provider.as_deref())
         .bind(f.status.as_deref())
@@ -357,32 +352,25 @@ impl Db {
                 .bind(f.status.as_deref())
                 .fetch_one(&self.pool)
                 .await?;
-        Ok((
-            rows.into_iter()
-                .map(TryInto::try_into)
-                .collect::<Result<_, _>>()?,
-            total,
-        ))
+        Ok((decode_all(rows)?, total))
     }
 
     /// Connections per status, for the operator overview.
-    pub async fn count_connections_by_status(&self) -> Result<Vec<(String, i64)>, sqlx::Error> {
-        sqlx::query_as("SELECT status, COUNT(*) FROM connections GROUP BY status ORDER BY status")
-            .fetch_all(&self.pool)
-            .await
+    pub async fn count_connections_by_status(&self) -> Result<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT status, COUNT(*) FROM connections GROUP BY status ORDER BY status",
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 }
 
 /// The connection `id`, read on `conn` (inside the caller's transaction or lock).
-pub async fn get_connection(
-    conn: &mut AnyConnection,
-    id: &str,
-) -> Result<Option<Connection>, sqlx::Error> {
-    let row: Option<Row> =
-        sqlx::query_as(&format!("SELECT {COLUMNS} FROM connections WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(conn)
-            .await?;
+pub async fn get_connection(conn: &mut AnyConnection, id: &str) -> Result<Option<Connection>> {
+    let row: Option<Row> = sqlx::query_as(&select("id = $1"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await?;
     row.map(TryInto::try_into).transpose()
 }
 
@@ -395,7 +383,7 @@ pub async fn save_connected_tokens(
     subject: &str,
     provider: &str,
     t: &NewTokens<'_>,
-) -> Result<(String, bool), sqlx::Error> {
+) -> Result<(String, bool)> {
     let now = now();
     let id = random_token(16);
     let inserted = sqlx::query(
@@ -458,7 +446,7 @@ pub async fn save_refreshed_tokens(
     id: &str,
     expected_version: i64,
     t: &NewTokens<'_>,
-) -> Result<bool, sqlx::Error> {
+) -> Result<bool> {
     let now = now();
     let refresh = seal_optional(keys, id, "refresh_token", t.refresh_token)?;
     let r = sqlx::query(
@@ -487,11 +475,16 @@ pub async fn set_connection_details(
     id: &str,
     params: &crate::providers::ConnParams,
     metadata: &crate::providers::tokens::Metadata,
-) -> Result<(), sqlx::Error> {
+) -> Result<()> {
+    // A value that does not encode is an error, never stored as an empty one.
+    let metadata = (!metadata.is_empty())
+        .then(|| serde_json::to_string(metadata))
+        .transpose()
+        .map_err(|e| Error::encode(format!("the metadata of connection {id}"), e))?;
     sqlx::query("UPDATE connections SET params = $2, metadata = $3 WHERE id = $1")
         .bind(id)
-        .bind(super::elicitations::encode_params(params))
-        .bind((!metadata.is_empty()).then(|| serde_json::to_string(metadata).unwrap_or_default()))
+        .bind(super::elicitations::encode_params(params)?)
+        .bind(metadata)
         .execute(&mut *conn)
         .await?;
     Ok(())
@@ -503,7 +496,7 @@ pub async fn record_refresh_failure(
     id: &str,
     error: &str,
     needs_reauth: bool,
-) -> Result<(), sqlx::Error> {
+) -> Result<()> {
     sqlx::query(
         "UPDATE connections SET last_error = $2, refresh_failures = refresh_failures + 1, updated_at = $3, \
          status = CASE WHEN $4 = 1 THEN 'needs_reauth' ELSE status END WHERE id = $1",
@@ -519,11 +512,7 @@ pub async fn record_refresh_failure(
 
 /// Removes the tokens and marks the connection revoked (the row stays for its history, listed
 /// to the apps that held it; a later connect replaces them with the apps it names).
-pub async fn mark_revoked(
-    conn: &mut AnyConnection,
-    id: &str,
-    note: Option<&str>,
-) -> Result<bool, sqlx::Error> {
+pub async fn mark_revoked(conn: &mut AnyConnection, id: &str, note: Option<&str>) -> Result<bool> {
     let r = sqlx::query(
         "UPDATE connections SET status = 'revoked', access_token = NULL, refresh_token = NULL, expires_at = NULL, \
          updated_at = $2, last_error = $3, token_version = token_version + 1 WHERE id = $1",

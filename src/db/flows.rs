@@ -5,7 +5,7 @@
 
 use sqlx::FromRow;
 
-use super::{Db, now};
+use super::{Db, Result, now};
 
 /// The `kind` column: only `provider` rows are written (rows of kind `login` were written by
 /// earlier versions; they are never read and expire like the others).
@@ -97,7 +97,7 @@ impl Db {
         &self,
         f: &NewFlow<'_>,
         new_params: Option<&crate::providers::ConnParams>,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<()> {
         let now = now();
         let mut tx = self.begin_ephemeral().await?;
         if let (Some(params), Some(id)) = (new_params, f.elicitation_id) {
@@ -119,12 +119,12 @@ impl Db {
         .bind(now + f.ttl_seconds)
         .execute(&mut *tx)
         .await?;
-        tx.commit().await
+        Ok(tx.commit().await?)
     }
 
     /// The flow a state names, and whether it was used already. Reads only: presenting a state
     /// changes nothing until `claim_flow`.
-    pub async fn find_flow(&self, state_hash: &str) -> Result<Option<(Flow, bool)>, sqlx::Error> {
+    pub async fn find_flow(&self, state_hash: &str) -> Result<Option<(Flow, bool)>> {
         let row: Option<FlowRow> = sqlx::query_as(
             "SELECT state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, expires_at, used_at \
              FROM auth_flows WHERE state_hash = $1 AND kind = $2",
@@ -144,7 +144,7 @@ impl Db {
     /// code presented twice makes the provider refuse the second and, often, revoke the tokens
     /// the first one got (RFC 6749 §4.1.2). It is short-lived data (`Db::begin_ephemeral`): the
     /// grant's own synchronous commit makes it durable too.
-    pub async fn claim_flow(&self, state_hash: &str) -> Result<bool, sqlx::Error> {
+    pub async fn claim_flow(&self, state_hash: &str) -> Result<bool> {
         Ok(self
             .execute_ephemeral(
                 sqlx::query(
