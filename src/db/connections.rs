@@ -4,43 +4,22 @@
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::{AnyConnection, FromRow};
 
-use super::{Db, Error, Result, now};
+use super::{Db, Error, Result, Table, now};
 use crate::crypto::{CryptoError, KeyRing, connection_aad, random_token};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ConnectionStatus {
-    Active,
-    NeedsReauth,
-    Revoked,
-}
-
-impl ConnectionStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Active => "active",
-            Self::NeedsReauth => "needs_reauth",
-            Self::Revoked => "revoked",
-        }
-    }
-}
-
-/// A stored status that is none of the known ones: an error naming the value, never a default.
-impl std::str::FromStr for ConnectionStatus {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "needs_reauth" => Ok(Self::NeedsReauth),
-            "revoked" => Ok(Self::Revoked),
-            "active" => Ok(Self::Active),
-            other => Err(format!("unknown connection status {other:?}")),
-        }
+stored_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum ConnectionStatus ("connection status") {
+        Active = "active",
+        NeedsReauth = "needs_reauth",
+        Revoked = "revoked",
     }
 }
 
 #[derive(Debug, Clone, FromRow)]
-struct Row {
+#[cfg_attr(test, derive(Default))]
+pub(super) struct Row {
     id: String,
     issuer: String,
     subject: String,
@@ -93,7 +72,7 @@ impl TryFrom<Row> for Connection {
     type Error = Error;
 
     fn try_from(r: Row) -> Result<Self> {
-        let bad = |problem: String| Error::undecodable("connections", &r.id, problem);
+        let bad = |problem: String| Error::undecodable(Self::TABLE, &r.id, problem);
         let status: ConnectionStatus = r.status.parse().map_err(bad)?;
         let params = super::elicitations::decode_params(r.params.as_deref())
             .map_err(|e| bad(format!("params: {e}")))?;
@@ -186,13 +165,10 @@ pub struct NewTokens<'a> {
 const COLUMNS: &str = "id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, expires_at, \
                        account_label, created_at, updated_at, last_refresh_at, last_error, token_version, params, metadata";
 
-/// `SELECT` of every column of the connections matching `filter` (what follows `WHERE`).
-fn select(filter: &str) -> String {
-    format!("SELECT {COLUMNS} FROM connections WHERE {filter}")
-}
-
-fn decode_all(rows: Vec<Row>) -> Result<Vec<Connection>> {
-    rows.into_iter().map(TryInto::try_into).collect()
+impl Table for Connection {
+    type Row = Row;
+    const TABLE: &'static str = "connections";
+    const COLUMNS: &'static str = COLUMNS;
 }
 
 /// Seals a token for its row and field; a value that cannot be sealed is never stored.
@@ -221,8 +197,9 @@ impl Db {
         subject: &str,
         provider: &str,
     ) -> Result<Option<Connection>> {
-        static SQL: std::sync::LazyLock<String> =
-            std::sync::LazyLock::new(|| select("issuer = $1 AND subject = $2 AND provider = $3"));
+        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            Connection::select("issuer = $1 AND subject = $2 AND provider = $3")
+        });
         let sql = SQL.as_str();
         // The token hot path on Postgres, when switched to connections of its own (without
         // the pool's ping on release; `super::hot`, off by default).
@@ -255,12 +232,14 @@ impl Db {
     }
 
     pub async fn list_connections(&self, issuer: &str, subject: &str) -> Result<Vec<Connection>> {
-        let rows = sqlx::query_as(&select("issuer = $1 AND subject = $2 ORDER BY provider"))
+        self.fetch_rows(
+            sqlx::query_as(&Connection::select(
+                "issuer = $1 AND subject = $2 ORDER BY provider",
+            ))
             .bind(issuer)
-            .bind(subject)
-            .fetch_all(&self.pool)
-            .await?;
-        decode_all(rows)
+            .bind(subject),
+        )
+        .await
     }
 
     /// Active, refreshable connections whose token expires before `expiring_before`, or that
@@ -272,18 +251,17 @@ impl Db {
         failed_since: i64,
         limit: i64,
     ) -> Result<Vec<Connection>> {
-        let rows = sqlx::query_as(&select(
-            "status = 'active' AND refresh_token IS NOT NULL \
+        const DUE: &str = "status = 'active' AND refresh_token IS NOT NULL \
              AND ((expires_at IS NOT NULL AND expires_at < $1) OR last_refresh_at IS NULL OR last_refresh_at < $2) \
-             AND (last_error IS NULL OR updated_at < $3) ORDER BY expires_at LIMIT $4",
-        ))
-        .bind(expiring_before)
-        .bind(idle_before)
-        .bind(failed_since)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        decode_all(rows)
+             AND (last_error IS NULL OR updated_at < $3) ORDER BY expires_at LIMIT $4";
+        self.fetch_rows(
+            sqlx::query_as(&Connection::select(DUE))
+                .bind(expiring_before)
+                .bind(idle_before)
+                .bind(failed_since)
+                .bind(limit),
+        )
+        .await
     }
 
     /// Test and operator helper: the raw sealed columns of a row.
@@ -335,16 +313,18 @@ impl Db {
             .map(|s| format!("%{}%", like_escape(&s.to_lowercase())));
         const WHERE: &str = "($1 IS NULL OR lower(subject) LIKE $1 ESCAPE '\\') AND ($2 IS NULL OR provider = $2) \
                              AND ($3 IS NULL OR status = $3)";
-        let rows = sqlx::query_as(&select(&format!(
-            "{WHERE} ORDER BY updated_at DESC, id LIMIT $4 OFFSET $5"
-        )))
-        .bind(pattern.as_deref())
-        .bind(f.provider.as_deref())
-        .bind(f.status.as_deref())
-        .bind(limit)
-        .bind(offset)
-        .fetch_all(&self.pool)
-        .await?;
+        let page = self
+            .fetch_rows(
+                sqlx::query_as(&Connection::select(&format!(
+                    "{WHERE} ORDER BY updated_at DESC, id LIMIT $4 OFFSET $5"
+                )))
+                .bind(pattern.as_deref())
+                .bind(f.provider.as_deref())
+                .bind(f.status.as_deref())
+                .bind(limit)
+                .bind(offset),
+            )
+            .await?;
         let (total,): (i64,) =
             sqlx::query_as(&format!("SELECT COUNT(*) FROM connections WHERE {WHERE}"))
                 .bind(pattern.as_deref())
@@ -352,7 +332,7 @@ impl Db {
                 .bind(f.status.as_deref())
                 .fetch_one(&self.pool)
                 .await?;
-        Ok((decode_all(rows)?, total))
+        Ok((page, total))
     }
 
     /// Connections per status, for the operator overview.
@@ -367,7 +347,7 @@ impl Db {
 
 /// The connection `id`, read on `conn` (inside the caller's transaction or lock).
 pub async fn get_connection(conn: &mut AnyConnection, id: &str) -> Result<Option<Connection>> {
-    let row: Option<Row> = sqlx::query_as(&select("id = $1"))
+    let row: Option<Row> = sqlx::query_as(&Connection::select("id = $1"))
         .bind(id)
         .fetch_optional(conn)
         .await?;
@@ -556,18 +536,28 @@ impl Connection {
 mod tests {
     use super::*;
 
+    fn row(status: &str) -> Row {
+        Row {
+            id: "c1".into(),
+            status: status.into(),
+            ..Row::default()
+        }
+    }
+
     #[test]
-    fn every_status_round_trips_and_an_unknown_one_is_an_error() {
-        for s in [
-            ConnectionStatus::Active,
-            ConnectionStatus::NeedsReauth,
-            ConnectionStatus::Revoked,
-        ] {
-            assert_eq!(s.as_str().parse::<ConnectionStatus>(), Ok(s));
-        }
-        for bad in ["", "Active", "paused", "active "] {
-            let e = bad.parse::<ConnectionStatus>().unwrap_err();
-            assert!(e.contains(&format!("{bad:?}")), "{e}");
-        }
+    fn a_row_with_an_unknown_status_or_bad_params_is_an_error_naming_the_row() {
+        assert!(Connection::try_from(row("needs_reauth")).is_ok());
+        let e = Connection::try_from(row("paused")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "connections row c1: unknown connection status \"paused\""
+        );
+        let e = Connection::try_from(Row {
+            params: Some("[1]".into()),
+            ..row("active")
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("connections row c1: params: "), "{e}");
     }
 }

@@ -2,44 +2,18 @@
 
 use sqlx::{AnyConnection, FromRow};
 
-use super::{Db, Error, Result, now};
+use super::{Db, Error, Result, Table, now};
 use crate::ids::ConnectionId;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ElicitationStatus {
-    Pending,
-    Completed,
-    Declined,
-    Expired,
-    Failed,
-}
-
-impl ElicitationStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Completed => "completed",
-            Self::Declined => "declined",
-            Self::Expired => "expired",
-            Self::Failed => "failed",
-        }
-    }
-}
-
-/// A stored status that is none of the known ones: an error naming the value, never a default.
-impl std::str::FromStr for ElicitationStatus {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "completed" => Ok(Self::Completed),
-            "declined" => Ok(Self::Declined),
-            "expired" => Ok(Self::Expired),
-            "failed" => Ok(Self::Failed),
-            "pending" => Ok(Self::Pending),
-            other => Err(format!("unknown elicitation status {other:?}")),
-        }
+stored_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum ElicitationStatus ("elicitation status") {
+        Pending = "pending",
+        Completed = "completed",
+        Declined = "declined",
+        Expired = "expired",
+        Failed = "failed",
     }
 }
 
@@ -82,7 +56,8 @@ impl<'a> Ending<'a> {
 }
 
 #[derive(Debug, Clone, FromRow)]
-struct Row {
+#[cfg_attr(test, derive(Default))]
+pub(super) struct Row {
     id: String,
     client_id: String,
     issuer: String,
@@ -130,7 +105,7 @@ impl TryFrom<Row> for Elicitation {
     type Error = Error;
 
     fn try_from(r: Row) -> Result<Self> {
-        let bad = |problem: String| Error::undecodable("elicitations", &r.id, problem);
+        let bad = |problem: String| Error::undecodable(Self::TABLE, &r.id, problem);
         let status: ElicitationStatus = r.status.parse().map_err(bad)?;
         let params = decode_params(r.params.as_deref()).map_err(|e| bad(format!("params: {e}")))?;
         Ok(Self {
@@ -167,13 +142,10 @@ pub fn encode_params(p: &crate::providers::ConnParams) -> Result<Option<String>>
         .map_err(|e| Error::encode("connection parameters", e))
 }
 
-/// `SELECT` of every column of the elicitations matching `filter` (what follows `WHERE`).
-fn select(filter: &str) -> String {
-    format!("SELECT {COLUMNS} FROM elicitations WHERE {filter}")
-}
-
-fn decode_all(rows: Vec<Row>) -> Result<Vec<Elicitation>> {
-    rows.into_iter().map(TryInto::try_into).collect()
+impl Table for Elicitation {
+    type Row = Row;
+    const TABLE: &'static str = "elicitations";
+    const COLUMNS: &'static str = COLUMNS;
 }
 
 pub fn split_scopes(s: &str) -> Vec<String> {
@@ -198,7 +170,7 @@ impl Db {
         params: &crate::providers::ConnParams,
         min_remaining: i64,
     ) -> Result<Option<Elicitation>> {
-        let row: Option<Row> = sqlx::query_as(&select(
+        let row: Option<Row> = sqlx::query_as(&Elicitation::select(
             "client_id = $1 AND issuer = $2 AND subject = $3 \
              AND provider = $4 AND scopes = $5 AND status = 'pending' AND expires_at > $6 \
              AND COALESCE(params, '') = $7 ORDER BY created_at DESC LIMIT 1",
@@ -216,7 +188,7 @@ impl Db {
     }
 
     pub async fn get_elicitation(&self, id: &str) -> Result<Option<Elicitation>> {
-        let row: Option<Row> = sqlx::query_as(&select("id = $1"))
+        let row: Option<Row> = sqlx::query_as(&Elicitation::select("id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -253,16 +225,15 @@ impl Db {
         subject: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Elicitation>> {
-        let rows = sqlx::query_as(&select(
-            "status = 'pending' AND expires_at > $1 \
-             AND ($2 IS NULL OR subject = $2) ORDER BY created_at DESC, id LIMIT $3",
-        ))
-        .bind(now())
-        .bind(subject)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        decode_all(rows)
+        const PENDING: &str = "status = 'pending' AND expires_at > $1 \
+             AND ($2 IS NULL OR subject = $2) ORDER BY created_at DESC, id LIMIT $3";
+        self.fetch_rows(
+            sqlx::query_as(&Elicitation::select(PENDING))
+                .bind(now())
+                .bind(subject)
+                .bind(limit),
+        )
+        .await
     }
 
     /// Elicitations that have an outcome (or ran out of time), newest first, one page.
@@ -272,17 +243,16 @@ impl Db {
         limit: i64,
         offset: i64,
     ) -> Result<Vec<Elicitation>> {
-        let rows = sqlx::query_as(&select(
-            "(status <> 'pending' OR expires_at <= $1) \
-             AND ($2 IS NULL OR subject = $2) ORDER BY created_at DESC, id LIMIT $3 OFFSET $4",
-        ))
-        .bind(now())
-        .bind(subject)
-        .bind(limit)
-        .bind(offset)
-        .fetch_all(&self.pool)
-        .await?;
-        decode_all(rows)
+        const FINISHED: &str = "(status <> 'pending' OR expires_at <= $1) \
+             AND ($2 IS NULL OR subject = $2) ORDER BY created_at DESC, id LIMIT $3 OFFSET $4";
+        self.fetch_rows(
+            sqlx::query_as(&Elicitation::select(FINISHED))
+                .bind(now())
+                .bind(subject)
+                .bind(limit)
+                .bind(offset),
+        )
+        .await
     }
 
     /// Elicitations that ended in a connection, newest first (who asked for it, and how).
@@ -290,13 +260,13 @@ impl Db {
         &self,
         connection_id: &str,
     ) -> Result<Vec<Elicitation>> {
-        let rows = sqlx::query_as(&select(
-            "connection_id = $1 ORDER BY created_at DESC LIMIT 20",
-        ))
-        .bind(connection_id)
-        .fetch_all(&self.pool)
-        .await?;
-        decode_all(rows)
+        self.fetch_rows(
+            sqlx::query_as(&Elicitation::select(
+                "connection_id = $1 ORDER BY created_at DESC LIMIT 20",
+            ))
+            .bind(connection_id),
+        )
+        .await
     }
 }
 
@@ -343,7 +313,7 @@ pub async fn expire_pending_elicitations(conn: &mut AnyConnection) -> Result<Vec
     .bind(now())
     .fetch_all(conn)
     .await?;
-    decode_all(rows)
+    Elicitation::decode_all(rows)
 }
 
 /// Moves a pending elicitation to a final status. Returns false if it was no longer pending.
@@ -385,19 +355,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_status_round_trips_and_an_unknown_one_is_an_error() {
-        for s in [
-            ElicitationStatus::Pending,
-            ElicitationStatus::Completed,
-            ElicitationStatus::Declined,
-            ElicitationStatus::Expired,
-            ElicitationStatus::Failed,
-        ] {
-            assert_eq!(s.as_str().parse::<ElicitationStatus>(), Ok(s));
-        }
-        for bad in ["", "Pending", "cancelled", "done"] {
-            let e = bad.parse::<ElicitationStatus>().unwrap_err();
-            assert!(e.contains(&format!("{bad:?}")), "{e}");
-        }
+    fn a_row_with_an_unknown_status_is_an_error_naming_the_row() {
+        let row = |status: &str| Row {
+            id: "e1".into(),
+            status: status.into(),
+            ..Row::default()
+        };
+        assert!(Elicitation::try_from(row("declined")).is_ok());
+        let e = Elicitation::try_from(row("cancelled"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "elicitations row e1: unknown elicitation status \"cancelled\""
+        );
+    }
+
+    #[test]
+    fn parameters_round_trip_and_a_stored_non_object_is_an_error() {
+        let p: crate::providers::ConnParams = [("tenant".to_owned(), "acme".to_owned())].into();
+        let stored = encode_params(&p).unwrap();
+        assert_eq!(decode_params(stored.as_deref()), Ok(p));
+        assert_eq!(encode_params(&Default::default()).unwrap(), None);
+        assert!(decode_params(Some("[1]")).is_err());
     }
 }

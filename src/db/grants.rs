@@ -48,6 +48,11 @@ pub async fn remove_client(conn: &mut AnyConnection, id: &str, client: &str) -> 
         .bind(client)
         .execute(&mut *conn)
         .await?;
+    count_clients(conn, id).await
+}
+
+/// How many clients may use connection `id`.
+async fn count_clients(conn: &mut AnyConnection, id: &str) -> Result<i64> {
     let (n,): (i64,) =
         sqlx::query_as("SELECT COUNT(*) FROM connection_clients WHERE connection_id = $1")
             .bind(id)
@@ -137,12 +142,7 @@ impl Db {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        let (held,): (i64,) =
-            sqlx::query_as("SELECT COUNT(*) FROM connection_clients WHERE connection_id = $1")
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?;
-        if held == 0 {
+        if count_clients(&mut tx, id).await? == 0 {
             let approved: Vec<(String, String)> = sqlx::query_as(
                 "SELECT e.client_id, MAX(e.id) FROM elicitations e \
                  WHERE e.connection_id = $1 AND e.status = 'completed' \

@@ -1,6 +1,54 @@
 //! Storage: one data-access layer over Postgres and SQLite (sqlx's `Any` driver with portable
 //! SQL; times are Unix seconds), migrations for each engine, and the session store.
 
+/// An enum stored as one of a fixed set of names: `as_str` gives the stored name, and `FromStr` /
+/// `TryFrom<&str>` take one back, a name this binary does not know being an error that names it
+/// (`unknown connection status "paused"`), never a default. `ALL` lists every value.
+macro_rules! stored_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident ($what:literal) {
+            $($(#[$doc:meta])* $variant:ident = $text:literal,)*
+        }
+    ) => {
+        $(#[$meta])*
+        $vis enum $name {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &[$name] = &[$(Self::$variant,)*];
+
+            /// The stored name.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)*
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+
+            fn from_str(s: &str) -> std::result::Result<Self, String> {
+                match s {
+                    $($text => Ok(Self::$variant),)*
+                    other => Err(format!(concat!("unknown ", $what, " {:?}"), other)),
+                }
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = String;
+
+            fn try_from(s: &str) -> std::result::Result<Self, String> {
+                s.parse()
+            }
+        }
+    };
+}
+
 pub mod audit;
 pub mod change;
 pub mod changes;
@@ -27,6 +75,32 @@ use sqlx::{Any, AnyPool};
 pub use error::{Error, Result};
 
 use crate::config::DatabaseUrl;
+
+/// A table whose rows decode into `Self`: an error naming the row when one does not, never a
+/// default.
+trait Table: Sized + TryFrom<Self::Row, Error = Error> {
+    /// A row as read, before decoding.
+    type Row: for<'r> sqlx::FromRow<'r, sqlx::any::AnyRow> + Send + Unpin;
+    const TABLE: &'static str;
+    /// The columns `Row` reads.
+    const COLUMNS: &'static str;
+
+    /// `SELECT` of every column of the rows matching `filter` (what follows `WHERE`).
+    fn select(filter: &str) -> String {
+        format!(
+            "SELECT {} FROM {} WHERE {filter}",
+            Self::COLUMNS,
+            Self::TABLE
+        )
+    }
+
+    fn decode_all(rows: Vec<Self::Row>) -> Result<Vec<Self>> {
+        rows.into_iter().map(Self::try_from).collect()
+    }
+}
+
+/// A query over [`Table::select`], its parameters bound.
+type Select<'q, R> = sqlx::query::QueryAs<'q, Any, R, sqlx::any::AnyArguments<'q>>;
 
 /// Pooled connections idle for at least this long are pinged before use.
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
@@ -124,6 +198,11 @@ impl Db {
             Engine::Sqlite => None,
         };
         Ok(Self { pool, engine, hot })
+    }
+
+    /// The rows `q` finds, decoded.
+    async fn fetch_rows<T: Table>(&self, q: Select<'_, T::Row>) -> Result<Vec<T>> {
+        T::decode_all(q.fetch_all(&self.pool).await?)
     }
 
     /// The hot reads' connections, when they are not to go through the pool.
@@ -234,4 +313,61 @@ fn prepare_sqlite_url(url: &str) -> Result<String> {
     } else {
         format!("{url}?mode=rwc")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::audit::AuditAction;
+    use super::connections::ConnectionStatus;
+    use super::elicitations::ElicitationStatus;
+    use super::flows::FlowKind;
+
+    /// Every value of `$t` comes back from its stored name; each of `$bad` is refused with an
+    /// error that names it.
+    macro_rules! round_trips_and_refuses {
+        ($t:ty, $what:literal, [$($bad:literal),* $(,)?]) => {
+            assert!(!<$t>::ALL.is_empty());
+            for v in <$t>::ALL {
+                assert_eq!(v.as_str().parse::<$t>(), Ok(*v));
+                assert_eq!(<$t>::try_from(v.as_str()), Ok(*v));
+            }
+            for bad in [$($bad),*] {
+                let e = <$t>::try_from(bad).unwrap_err();
+                assert_eq!(e, format!(concat!("unknown ", $what, " {:?}"), bad));
+                assert_eq!(bad.parse::<$t>(), Err(e));
+            }
+        };
+    }
+
+    #[test]
+    fn every_stored_name_round_trips_and_an_unknown_one_is_an_error_naming_it() {
+        round_trips_and_refuses!(
+            ConnectionStatus,
+            "connection status",
+            ["", "Active", "paused", "active "]
+        );
+        round_trips_and_refuses!(
+            ElicitationStatus,
+            "elicitation status",
+            ["", "Pending", "cancelled", "done"]
+        );
+        round_trips_and_refuses!(
+            FlowKind,
+            "auth flow kind",
+            ["", "Provider", "signin", "provider "]
+        );
+        round_trips_and_refuses!(
+            AuditAction,
+            "audit event",
+            [
+                "",
+                "connection.deleted",
+                "Connection.revoked",
+                "admin.",
+                "connection.revoked ",
+            ]
+        );
+        assert_eq!(ConnectionStatus::ALL.len(), 3);
+        assert_eq!(ElicitationStatus::ALL.len(), 5);
+    }
 }
