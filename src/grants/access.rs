@@ -38,7 +38,7 @@ impl AppState {
         e: &crate::db::elicitations::Elicitation,
         connection_id: &str,
         was_revoked: bool,
-    ) -> std::result::Result<(), sqlx::Error> {
+    ) -> std::result::Result<(), crate::db::Error> {
         if was_revoked {
             crate::db::grants::clear_clients(change.conn(), connection_id).await?;
         }

@@ -421,7 +421,7 @@ impl crate::AppState {
         &self,
         subject: &str,
         provider: &str,
-    ) -> Result<Option<Granted>, sqlx::Error> {
+    ) -> Result<Option<Granted>, crate::db::Error> {
         let ticket = match self.token_cache.get(subject, provider) {
             Lookup::Hit(g) => return Ok(Some(g)),
             Lookup::Miss(t) => Some(t),
