@@ -218,6 +218,17 @@ impl RegisteredClient {
     }
 }
 
+/// The credentials of the request's `Authorization: <scheme> ...` header, when it uses `scheme`
+/// (compared without case).
+pub fn authorization<'a>(headers: &'a HeaderMap, scheme: &str) -> Option<&'a str> {
+    let (given, rest) = headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .split_once(' ')?;
+    given.eq_ignore_ascii_case(scheme).then_some(rest.trim())
+}
+
 /// Client authentication at the token and revocation endpoints (RFC 6749 §2.3.1):
 /// `client_secret_basic` or `client_secret_post`, exactly one of them.
 pub fn authenticate_client(
@@ -226,13 +237,7 @@ pub fn authenticate_client(
     form_id: Option<&str>,
     form_secret: Option<&str>,
 ) -> Result<(), OAuthError> {
-    let basic = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("basic").then_some(rest.trim())
-        });
+    let basic = authorization(headers, "basic");
     let (id, secret) = match (basic, form_secret) {
         (Some(_), Some(_)) => {
             return Err(OAuthError::new(

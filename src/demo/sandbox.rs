@@ -22,7 +22,8 @@ use serde_json::json;
 
 use super::oauth::{
     AuthRequest, AuthorizePolicy, AuthorizeQuery, CODE_TTL, ClientRequest, DevServer, Expiring,
-    OAuthError, REQUEST_TTL, RegisteredClient, SignInForm, redirect_back, token_json, valid_login,
+    OAuthError, REQUEST_TTL, RegisteredClient, SignInForm, authorization, redirect_back,
+    token_json, valid_login,
 };
 use super::pages::{ConsentPage, render_page};
 use crate::crypto::{random_token, sha256_b64};
@@ -613,14 +614,7 @@ fn invalid_token(why: &'static str) -> Response {
 
 /// The protected resource: who the bearer access token belongs to.
 async fn whoami(State(s): State<Arc<Sandbox>>, headers: HeaderMap) -> Response {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then_some(rest.trim())
-        })
-        .filter(|t| !t.is_empty());
+    let token = authorization(&headers, "bearer").filter(|t| !t.is_empty());
     let Some(token) = token else {
         let mut r = (
             StatusCode::UNAUTHORIZED,
