@@ -97,7 +97,7 @@ pub async fn own_pending_elicitation(
 /// What a `/connect/{id}` request acts on.
 pub enum Visit {
     /// The signed-in user, and their own elicitation, still pending.
-    Own(SignedInUser, Elicitation),
+    Own(SignedInUser, Box<Elicitation>),
     /// What to answer instead: the sign-in redirect, or the refusal page.
     Respond(Response),
 }
@@ -122,7 +122,7 @@ pub async fn visit(
     };
     Ok(
         match own_pending_elicitation(state, session, ui, &user, id, stage).await? {
-            Own::Pending(e) => Visit::Own(user, e),
+            Own::Pending(e) => Visit::Own(user, Box::new(e)),
             Own::Respond(r) => Visit::Respond(r),
         },
     )
@@ -198,7 +198,7 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Response> {
     let (user, e) = match visit(&state, &session, &headers, &ui, &id, "connect").await? {
-        Visit::Own(user, e) => (user, e),
+        Visit::Own(user, e) => (user, *e),
         Visit::Respond(r) => return Ok(r),
     };
     consent_page(&state, &session, &ui, &user, &e, &e.params, None).await
@@ -388,7 +388,7 @@ pub async fn answer(
     CsrfForm(form): CsrfForm<ConsentForm>,
 ) -> Result<Response> {
     let (user, e) = match visit(&state, &session, &headers, &ui, &id, "consent").await? {
-        Visit::Own(user, e) => (user, e),
+        Visit::Own(user, e) => (user, *e),
         Visit::Respond(r) => return Ok(r),
     };
     let provider = configured_provider(&state, &e)?;

@@ -104,7 +104,7 @@ pub async fn submit(
     CsrfForm(form): CsrfForm<CredentialForm>,
 ) -> Result<Response> {
     let (user, e) = match visit(&state, &session, &headers, &ui, &id, "credential").await? {
-        Visit::Own(user, e) => (user, e),
+        Visit::Own(user, e) => (user, *e),
         Visit::Respond(r) => return Ok(r),
     };
     let provider = configured_provider(&state, &e)?;
