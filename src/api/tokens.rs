@@ -253,6 +253,18 @@ pub async fn fetch(
         }
     }
     let connection = connection.map(|g| g.row);
+    // A new elicitation (or the pending one) for the caller to show its user.
+    let offer = |scopes: Option<Vec<String>>| {
+        offer_elicitation(
+            &state,
+            &client,
+            &subject,
+            &provider,
+            scopes,
+            rid.as_deref(),
+            lang,
+        )
+    };
     let Some(connection) = connection else {
         // The user said no to this very request: tell the caller, rather than hand out a new
         // elicitation it would show again.
@@ -263,23 +275,14 @@ pub async fn fetch(
             });
         }
         if req.elicit {
-            let view = offer_elicitation(
-                &state,
-                &client,
-                &subject,
-                &provider,
-                req.scopes.clone(),
-                rid.as_deref(),
-                lang,
-            )
-            .await?;
+            let view = offer(req.scopes.clone()).await?;
             return Err(Error::AuthorizationRequired {
                 provider: provider.name.clone(),
                 elicitation: Box::new(view),
             });
         }
         return Err(Error::NotConnected {
-            subject,
+            subject: subject.clone(),
             provider: req.provider.to_string(),
         });
     };
@@ -296,16 +299,7 @@ pub async fn fetch(
             // What this client asks for by default, what is granted, and what is new.
             let mut union = provider.scopes.clone();
             union.extend(asked.iter().cloned());
-            let view = offer_elicitation(
-                &state,
-                &client,
-                &subject,
-                &provider,
-                Some(union),
-                rid.as_deref(),
-                lang,
-            )
-            .await?;
+            let view = offer(Some(union)).await?;
             return Err(Error::AuthorizationRequired {
                 provider: provider.name.clone(),
                 elicitation: Box::new(view),
@@ -330,16 +324,7 @@ pub async fn fetch(
             })
         }
         Err(Error::ReauthorizationRequired { provider: p, .. }) if req.elicit => {
-            let view = offer_elicitation(
-                &state,
-                &client,
-                &subject,
-                &provider,
-                req.scopes.clone(),
-                rid.as_deref(),
-                lang,
-            )
-            .await?;
+            let view = offer(req.scopes.clone()).await?;
             Err(Error::ReauthorizationRequired {
                 provider: p,
                 elicitation: Some(Box::new(view)),

@@ -139,14 +139,10 @@ impl AppState {
         change
             .audit(AuditEvent {
                 actor: Some(&client.id),
-                issuer: Some(&c.issuer),
-                subject: Some(&c.subject),
-                provider: Some(&c.provider),
                 client_id: Some(&client.id),
-                connection_id: Some(&c.id),
                 request_id,
                 detail: Some(&detail),
-                ..AuditEvent::new(AuditAction::ConnectionClientRemoved)
+                ..AuditEvent::connection(AuditAction::ConnectionClientRemoved, c)
             })
             .await?;
         self.commit(change).await?;
