@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_connect::crypto::{KeyRing, connection_aad, generate_key};
+use mcp_connect::crypto::{connection_aad, generate_key};
 use mcp_connect::grants::cache::CacheStats;
 use reqwest::StatusCode;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -79,14 +79,6 @@ async fn cached_token(app: &TestApp) -> String {
     panic!("never a cache hit: {:?}", stats(app));
 }
 
-fn ring(entries: &[&str]) -> KeyRing {
-    let e: Vec<SecretString> = entries
-        .iter()
-        .map(|s| SecretString::from(s.to_string()))
-        .collect();
-    KeyRing::parse(&e).unwrap()
-}
-
 on_both_databases!(
     changes_on_one_replica_reach_the_cache_of_another,
     |kind| async move {
@@ -136,10 +128,15 @@ on_both_databases!(
 
         // Key rotation (another process: its own pool) re-seals the row under k2.
         let cli = mcp_connect::db::Db::connect(&a.db_url).await.unwrap();
-        let report =
-            mcp_connect::grants::rotation::rotate(&cli, &ring(&[&k2, &k1]), 100, "test", &|_| {})
-                .await
-                .unwrap();
+        let report = mcp_connect::grants::rotation::rotate(
+            &cli,
+            &key_ring(&[&k2, &k1]),
+            100,
+            "test",
+            &|_| {},
+        )
+        .await
+        .unwrap();
         assert_eq!(report.rows_rotated, 1, "{report:?}");
         cli.pool.close().await;
         after_window().await;

@@ -68,14 +68,6 @@ const WEBHOOK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 // --- the fleet ---------------------------------------------------------------------------------
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Replica {
     name: String,
     url: String,
@@ -189,14 +181,7 @@ impl Fleet {
             let port = free_port();
             let name = format!("r{i}");
             let config = dir.join(format!("{name}.toml"));
-            std::fs::write(
-                &config,
-                toml.replace(
-                    "listen = \"127.0.0.1:0\"",
-                    &format!("listen = \"127.0.0.1:{port}\""),
-                ),
-            )
-            .unwrap();
+            std::fs::write(&config, testkit::process::listening_on(&toml, port)).unwrap();
             servers.push((name.clone(), format!("127.0.0.1:{port}")));
             replicas.push(Replica {
                 log: dir.join(format!("{name}.log")),
@@ -237,17 +222,8 @@ impl Fleet {
             fleet.start_replica(i).await;
         }
         // The balancer answers once it is listening (servers start UP: they are ready).
-        for _ in 0..100 {
-            if fleet
-                .api
-                .get(format!("{}/readyz", fleet.lb))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                return fleet;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if testkit::process::wait_ready(&fleet.lb, 100, Duration::from_millis(100)).await {
+            return fleet;
         }
         panic!("haproxy did not answer; see {}", fleet.dir.display());
     }
@@ -260,27 +236,15 @@ impl Fleet {
             .append(true)
             .open(&r.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
-            .args(["serve", "--config", r.config.to_str().unwrap()])
+        let child = testkit::process::serve(env!("CARGO_BIN_EXE_mcp-connect").as_ref(), &r.config)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
             .stderr(Stdio::from(log))
-            .kill_on_drop(true)
             .spawn()
             .unwrap();
         r.child = Some(child);
-        for _ in 0..400 {
-            if self
-                .api
-                .get(format!("{}/readyz", r.url))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        if testkit::process::wait_ready(&r.url, 400, Duration::from_millis(50)).await {
+            return;
         }
         panic!(
             "replica {} did not become ready; see {}",
@@ -425,7 +389,7 @@ impl Fleet {
         }
         self.peers.kill().await;
         self.db.pool.close().await;
-        drop_database(&self.db_url).await;
+        let _ = drop_database(&self.db_url).await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
