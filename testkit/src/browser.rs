@@ -184,6 +184,34 @@ impl Browser {
             .await
     }
 
+    /// In a `stopping_at_callback` browser: the flow from a connect URL up to the provider's
+    /// Allow (only `decision=allow` posted); asserts that the provider redirects and returns where
+    /// to, mcp-connect's callback URL (with code and state), not yet followed.
+    pub async fn provider_callback_url(&self, connect_url: &str, user: &str) -> String {
+        let consent = self.sign_in_to_consent(connect_url, user).await;
+        let login = self
+            .submit(&consent, "form.actions", &[("action", "continue")])
+            .await;
+        let upstream_consent = self.submit(&login, "form", &[("login", user)]).await;
+        let (action, _) = upstream_consent.form("form");
+        let r = self
+            .client
+            .post(&action)
+            .form(&[("decision", "allow")])
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status().is_redirection(),
+            "expected a redirect to the callback, got {}",
+            r.status()
+        );
+        r.headers()[reqwest::header::LOCATION]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+
     /// The whole flow for `user` from a connect URL; asserts that it ends well (200) and returns
     /// mcp-connect's last page.
     pub async fn connect(&self, connect_url: &str, user: &str) -> Page {

@@ -473,6 +473,16 @@ pub async fn reply(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
     (s, r.json().await.unwrap_or(Value::Null))
 }
 
+/// `POST {base}/v1/tokens` as `demo-mcp` (to any replica, with `api`).
+pub async fn fetch_token(api: &reqwest::Client, base: &str, body: Value) -> (StatusCode, Value) {
+    reply(
+        api.post(format!("{base}/v1/tokens"))
+            .bearer_auth(API_KEY)
+            .json(&body),
+    )
+    .await
+}
+
 pub fn config_toml(url: &str, db_url: &str, peers: &Peers, opts: &Options) -> String {
     let key = &opts.key;
     let extra = &opts.extra_toml;

@@ -16,18 +16,6 @@ fn short_lived() -> Options {
     }
 }
 
-async fn fetch(api: &reqwest::Client, base: &str, body: Value) -> (StatusCode, Value) {
-    let r = api
-        .post(format!("{base}/v1/tokens"))
-        .bearer_auth(API_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
-}
-
 on_both_databases!(
     near_expiry_token_is_refreshed_and_rotation_keeps_working,
     |kind| async move {
@@ -78,7 +66,7 @@ async fn storm(kind: DbKind, n: usize) {
         };
         let api = a.api.clone();
         tasks.push(tokio::spawn(async move {
-            fetch(
+            fetch_token(
                 &api,
                 &base,
                 json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
@@ -130,7 +118,7 @@ on_both_databases!(
             let api = app.api.clone();
             let base = app.url.clone();
             tasks.push(tokio::spawn(async move {
-                fetch(
+                fetch_token(
                     &api,
                     &base,
                     json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
@@ -455,7 +443,7 @@ on_both_databases!(
             let http = http.clone();
             let url = url.clone();
             tokio::spawn(async move {
-                fetch(
+                fetch_token(
                     &http,
                     &url,
                     json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),

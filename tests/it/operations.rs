@@ -43,18 +43,6 @@ async fn restart(app: TestApp, opts: &Options) -> TestApp {
     TestApp::spawn_on(listener, peers, db_url, opts).await
 }
 
-async fn fetch(api: &reqwest::Client, base: &str, body: Value) -> (StatusCode, Value) {
-    let r = api
-        .post(format!("{base}/v1/tokens"))
-        .bearer_auth(API_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
-}
-
 async fn not_under(db: &Db, key_id: &str) -> i64 {
     let prefix = format!("{key_id}.");
     let (n,): (i64,) = sqlx::query_as(
@@ -92,7 +80,7 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
             let mut failures = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 if worker == 0 {
-                    let (s, v) = fetch(
+                    let (s, v) = fetch_token(
                         &api,
                         &base,
                         json!({"subject": "alice", "provider": "acme", "force_refresh": true}),
@@ -103,7 +91,7 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
                     }
                 } else {
                     i = (i + 101) % n;
-                    let (s, v) = fetch(
+                    let (s, v) = fetch_token(
                         &api,
                         &base,
                         json!({"subject": format!("bulk-{i:05}"), "provider": "acme"}),

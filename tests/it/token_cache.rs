@@ -213,16 +213,13 @@ on_both_databases!(
 
 /// `POST /v1/tokens` for alice as the client with `key`.
 async fn fetch_as(app: &TestApp, key: &str) -> (StatusCode, Value) {
-    let r = app
-        .api
-        .post(format!("{}/v1/tokens", app.url))
-        .bearer_auth(key)
-        .json(&json!({"subject": "alice", "provider": "acme"}))
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
+    reply(
+        app.api
+            .post(format!("{}/v1/tokens", app.url))
+            .bearer_auth(key)
+            .json(&json!({"subject": "alice", "provider": "acme"})),
+    )
+    .await
 }
 
 /// Fetches as the client with `key` on `app` until the answer (a token) came from the cache.

@@ -317,28 +317,17 @@ impl Fleet {
     }
 
     async fn api_post(&self, key: &str, path: &str, body: Value) -> (StatusCode, Value) {
-        let r = self
-            .api
-            .post(format!("{}{path}", self.lb))
-            .bearer_auth(key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let s = r.status();
-        (s, r.json().await.unwrap_or(Value::Null))
+        reply(
+            self.api
+                .post(format!("{}{path}", self.lb))
+                .bearer_auth(key)
+                .json(&body),
+        )
+        .await
     }
 
     async fn api_get(&self, base: &str, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .api
-            .get(format!("{base}{path}"))
-            .bearer_auth(API_KEY)
-            .send()
-            .await
-            .unwrap();
-        let s = r.status();
-        (s, r.json().await.unwrap_or(Value::Null))
+        reply(self.api.get(format!("{base}{path}")).bearer_auth(API_KEY)).await
     }
 
     async fn elicit(&self, subject: &str) -> Value {
@@ -747,23 +736,9 @@ async fn topology_three_replicas_behind_haproxy_share_flows_refreshes_waiters_an
         })
     };
     let b = Browser::stopping_at_callback();
-    let consent = b
-        .sign_in_to_consent(e["url"].as_str().unwrap(), "bob")
+    let callback = b
+        .provider_callback_url(e["url"].as_str().unwrap(), "bob")
         .await;
-    let login = b
-        .submit(&consent, "form.actions", &[("action", "continue")])
-        .await;
-    let up_consent = b.submit(&login, "form", &[("login", "bob")]).await;
-    let (action, _) = up_consent.form("form");
-    let r = b
-        .client
-        .post(&action)
-        .form(&[("decision", "allow")])
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_redirection(), "{}", r.status());
-    let callback = r.headers()[reqwest::header::LOCATION].to_str().unwrap();
     assert!(callback.starts_with(&fleet.lb), "{callback}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
