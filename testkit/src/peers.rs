@@ -119,6 +119,22 @@ impl Peers {
             .unwrap()
     }
 
+    /// Revokes `refresh_token` at the upstream provider, as mcp-connect's client (the user
+    /// taking the grant back behind mcp-connect's back). The provider's answer.
+    pub async fn revoke_refresh_token(&self, refresh_token: &str) -> StatusCode {
+        client()
+            .post(format!("{}/token/revocation", self.upstream))
+            .basic_auth(UPSTREAM_CLIENT_ID, Some(UPSTREAM_SECRET))
+            .form(&[
+                ("token", refresh_token),
+                ("token_type_hint", "refresh_token"),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
     /// The upstream provider's API: who `token` belongs to.
     pub async fn whoami(&self, token: &str) -> (StatusCode, Value) {
         let r = client()

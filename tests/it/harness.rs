@@ -473,6 +473,17 @@ pub async fn reply(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
     (s, r.json().await.unwrap_or(Value::Null))
 }
 
+/// `r` sends the browser to sign in at `app`'s identity issuer (303 to it).
+pub fn assert_sent_to_sign_in(r: &reqwest::Response, app: &TestApp) {
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(
+        r.headers()["location"]
+            .to_str()
+            .unwrap()
+            .starts_with(&app.peers.identity)
+    );
+}
+
 /// `POST {base}/v1/tokens` as `demo-mcp` (to any replica, with `api`).
 pub async fn fetch_token(api: &reqwest::Client, base: &str, body: Value) -> (StatusCode, Value) {
     reply(

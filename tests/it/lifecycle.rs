@@ -210,17 +210,8 @@ on_both_databases!(
         // The user revokes the grant at the provider behind our back.
         let c = app.db().get_connection(&id).await.unwrap().unwrap();
         let rt = c.refresh_token(&app.state.config.keys).unwrap().unwrap();
-        let r = reqwest::Client::new()
-            .post(format!("{}/token/revocation", app.peers.upstream))
-            .basic_auth("mcp-connect-upstream", Some(UPSTREAM_SECRET))
-            .form(&[
-                ("token", rt.expose_secret()),
-                ("token_type_hint", "refresh_token"),
-            ])
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "{}", r.status());
+        let s = app.peers.revoke_refresh_token(rt.expose_secret()).await;
+        assert!(s.is_success(), "{s}");
         app.age("alice").await;
         let (s, v) = app
             .post(

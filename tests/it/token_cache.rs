@@ -151,17 +151,8 @@ on_both_databases!(
         // Status change on A: the grant died at the provider, A finds out on a refresh.
         let c = a.db().get_connection(&id).await.unwrap().unwrap();
         let rt = c.refresh_token(&a.state.config.keys).unwrap().unwrap();
-        let r = reqwest::Client::new()
-            .post(format!("{}/token/revocation", a.peers.upstream))
-            .basic_auth("mcp-connect-upstream", Some(UPSTREAM_SECRET))
-            .form(&[
-                ("token", rt.expose_secret()),
-                ("token_type_hint", "refresh_token"),
-            ])
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
+        let s = a.peers.revoke_refresh_token(rt.expose_secret()).await;
+        assert!(s.is_success());
         let (s, v) = fetch(
             &a,
             json!({"subject": "alice", "provider": "acme", "force_refresh": true}),

@@ -994,17 +994,7 @@ async fn topology_a_postgres_restart_heals_every_replica_by_itself() {
     user_connects(e["url"].as_str().unwrap(), "alice").await;
     let token_on = |base: String| {
         let api = fleet.api.clone();
-        async move {
-            let r = api
-                .post(format!("{base}/v1/tokens"))
-                .bearer_auth(API_KEY)
-                .json(&json!({"subject": "alice", "provider": "acme"}))
-                .send()
-                .await
-                .unwrap();
-            let s = r.status();
-            (s, r.json::<Value>().await.unwrap_or(Value::Null))
-        }
+        async move { fetch_token(&api, &base, json!({"subject": "alice", "provider": "acme"})).await }
     };
     let (_, before) = token_on(fleet.lb.clone()).await;
 
