@@ -473,6 +473,14 @@ pub async fn reply(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
     (s, r.json().await.unwrap_or(Value::Null))
 }
 
+/// The Postgres server's `postgres` database, to act on a test database from outside (cut it
+/// off, end its sessions).
+pub async fn postgres_admin() -> sqlx::PgPool {
+    sqlx::PgPool::connect(&format!("{}/postgres", testkit::db::postgres_base()))
+        .await
+        .unwrap()
+}
+
 /// `r` sends the browser to sign in at `app`'s identity issuer (303 to it).
 pub fn assert_sent_to_sign_in(r: &reqwest::Response, app: &TestApp) {
     assert_eq!(r.status(), StatusCode::SEE_OTHER);

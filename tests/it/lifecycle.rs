@@ -298,11 +298,7 @@ async fn database_outage_gives_503_and_the_service_recovers() {
     let app = TestApp::spawn(DbKind::Postgres).await;
     app.connect("alice").await;
     let name = app.db_url.rsplit('/').next().unwrap().to_owned();
-    let base = std::env::var("MCP_CONNECT_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
-        .await
-        .unwrap();
+    let admin = postgres_admin().await;
     sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
         .execute(&admin)
         .await
@@ -348,11 +344,7 @@ async fn pooled_connections_dropped_while_idle_are_replaced_without_an_error() {
     let app = TestApp::spawn(DbKind::Postgres).await;
     app.connect("alice").await;
     let name = app.db_url.rsplit('/').next().unwrap().to_owned();
-    let base = std::env::var("MCP_CONNECT_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
-        .await
-        .unwrap();
+    let admin = postgres_admin().await;
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
         .bind(&name)

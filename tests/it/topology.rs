@@ -894,11 +894,7 @@ async fn topology_a_database_outage_shows_on_every_replica_and_heals_by_itself()
     user_connects(e["url"].as_str().unwrap(), "alice").await;
 
     let name = fleet.db_url.rsplit('/').next().unwrap().to_owned();
-    let base = std::env::var("MCP_CONNECT_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
-        .await
-        .unwrap();
+    let admin = postgres_admin().await;
     fleet.db.pool.close().await;
     sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
         .execute(&admin)
