@@ -251,44 +251,17 @@ impl IntoResponse for Error {
     }
 }
 
-impl From<sqlx::Error> for Error {
-    fn from(e: sqlx::Error) -> Self {
-        let transient = match &e {
-            sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::Protocol(_)
-            | sqlx::Error::WorkerCrashed => true,
-            sqlx::Error::Database(d) => is_transient_db_error(d.code().as_deref(), d.message()),
-            _ => false,
-        };
-        if transient {
+/// A storage failure: "unavailable" (503) when trying again later may succeed (the database is
+/// unreachable or busy, a lock was not free in time), else "internal" (500) — a row that does
+/// not decode included: it is never served as if it meant something.
+impl From<crate::db::Error> for Error {
+    fn from(e: crate::db::Error) -> Self {
+        if e.is_transient() {
             Self::Unavailable(e.into())
         } else {
             Self::Internal(e.into())
         }
     }
-}
-
-/// Database errors that mean "not reachable right now" rather than "bad query": Postgres
-/// connection exceptions (08*), shutdowns (57P*), resource exhaustion (53*), a database that
-/// refuses connections (55000); SQLite busy/locked.
-fn is_transient_db_error(code: Option<&str>, msg: &str) -> bool {
-    let by_code = code.is_some_and(|c| {
-        c.starts_with("08")
-            || c.starts_with("57P")
-            || c.starts_with("53")
-            || c == "55000"
-            || c == "5"
-            || c == "6"
-            || c == "517"
-    });
-    let m = msg.to_ascii_lowercase();
-    by_code
-        || m.contains("database is locked")
-        || m.contains("terminating connection")
-        || m.contains("shutting down")
 }
 
 impl From<crate::crypto::CryptoError> for Error {

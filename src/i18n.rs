@@ -190,15 +190,19 @@ pub fn has(lang: Lang, key: &str) -> bool {
         .is_some_and(|b| b.get_message(key).is_some_and(|m| m.value().is_some()))
 }
 
-/// Every message id in a language's catalog, as written (the test that both catalogs hold the
-/// same keys reads this).
-pub fn keys(lang: Lang) -> Vec<String> {
-    let src = SOURCES
+/// The catalog file of `lang`, as written.
+fn source(lang: Lang) -> &'static str {
+    SOURCES
         .iter()
         .find(|(l, _)| *l == lang)
         .map(|(_, s)| *s)
-        .unwrap_or("");
-    let res = match FluentResource::try_new(src.to_owned()) {
+        .unwrap_or("")
+}
+
+/// Every message id in a language's catalog, as written (the test that both catalogs hold the
+/// same keys reads this).
+pub fn keys(lang: Lang) -> Vec<String> {
+    let res = match FluentResource::try_new(source(lang).to_owned()) {
         Ok(r) => r,
         Err((r, _)) => r,
     };
@@ -215,12 +219,7 @@ pub fn keys(lang: Lang) -> Vec<String> {
 
 /// Whether a language's catalog parses without errors.
 pub fn parse_errors(lang: Lang) -> Vec<String> {
-    let src = SOURCES
-        .iter()
-        .find(|(l, _)| *l == lang)
-        .map(|(_, s)| *s)
-        .unwrap_or("");
-    match FluentResource::try_new(src.to_owned()) {
+    match FluentResource::try_new(source(lang).to_owned()) {
         Ok(_) => Vec::new(),
         Err((_, errors)) => errors.iter().map(|e| format!("{e:?}")).collect(),
     }

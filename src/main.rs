@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mcp_connect::cli::{self, Cli as Ops};
-use mcp_connect::config::{Config, redact_url};
+use mcp_connect::config::Config;
 use mcp_connect::db::audit::AuditFilter;
 use mcp_connect::db::connections::ConnectionFilter;
 use mcp_connect::server::telemetry;
@@ -235,7 +235,7 @@ async fn main() -> ExitCode {
                 println!(
                     "configuration is valid: public_url {}, database {}, {} provider(s), {} client(s), encrypting with key {}",
                     c.public_url,
-                    redact_url(&c.database_url),
+                    c.database_url,
                     c.providers.len(),
                     c.clients.len(),
                     c.keys.current_id()
@@ -257,7 +257,7 @@ async fn main() -> ExitCode {
             .await;
             match r {
                 Ok(()) => {
-                    tracing::info!(database = %redact_url(&c.database_url), "migrations applied");
+                    tracing::info!(database = %c.database_url, "migrations applied");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -355,7 +355,7 @@ async fn main() -> ExitCode {
             };
             telemetry::init(c.log_format);
             let public_url = c.public_url.clone();
-            let db_url = redact_url(&c.database_url);
+            let db_url = c.database_url.clone();
             let app = match Application::build(c).await {
                 Ok(a) => a,
                 Err(e) => {

@@ -6,10 +6,12 @@
 //!   app's own trace middleware, closed when the response is done) and counts `sqlx::query`
 //!   events inside it (SQLite runs queries on its worker threads, outside the request span; the
 //!   flow is sequential, so such events go to the one request that is open);
-//! - the app's outbound HTTP goes through a forward proxy in this process (`HTTP_PROXY`, which
-//!   reqwest honours), which times each call to the identity issuer and the provider from the
-//!   moment it has the request head to the moment it has the whole answer. Server time of a hop
-//!   = its span time − the proxied time inside it;
+//! - every call the app makes to the identity issuer or the provider runs in an `outbound` span
+//!   (`src/outbound/mod.rs`, `Request::send`: from handing the request to the client to having
+//!   the answer's head; the peers here answer with small bodies in one write). Server time of a
+//!   hop = its span time − the time of the `outbound` spans inside it. (Until December 2026 a
+//!   forward proxy timed these calls; the SSRF-guarded client ignores `HTTP_PROXY`, so its
+//!   figures then included the peers' time.)
 //! - query counting makes sqlx format every statement, which costs time; so timing flows run with
 //!   the query events off and counting flows run separately with them on.
 
@@ -18,12 +20,6 @@ use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tracing::span::{Attributes, Id};
 use tracing::{Event, Subscriber, field::Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -54,7 +50,7 @@ pub struct Hop {
     pub statements: Vec<String>,
 }
 
-/// One outbound call through the proxy.
+/// One outbound call (an `outbound` span of the app).
 #[derive(Debug, Clone)]
 struct Outbound {
     start: Instant,
@@ -77,6 +73,9 @@ fn recorder() -> &'static Mutex<Recorder> {
 fn rec() -> std::sync::MutexGuard<'static, Recorder> {
     recorder().lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// When an `outbound` span opened.
+struct OutboundStart(Instant);
 
 struct SpanData {
     method: String,
@@ -170,7 +169,16 @@ struct FlowLayer;
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for FlowLayer {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let m = attrs.metadata();
-        if m.name() != "request" || !m.target().starts_with("mcp_connect") {
+        if !m.target().starts_with("mcp_connect") {
+            return;
+        }
+        if m.name() == "outbound" {
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().insert(OutboundStart(Instant::now()));
+            }
+            return;
+        }
+        if m.name() != "request" {
             return;
         }
         let mut f = Fields::default();
@@ -219,6 +227,13 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for FlowLayer {
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(&id) else { return };
+        if let Some(OutboundStart(start)) = span.extensions_mut().remove::<OutboundStart>() {
+            rec().outbound.push(Outbound {
+                start,
+                end: Instant::now(),
+            });
+            return;
+        }
         let Some(d) = span.extensions_mut().remove::<SpanData>() else {
             return;
         };
@@ -237,8 +252,10 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for FlowLayer {
 
 type FilterHandle = reload::Handle<EnvFilter, tracing_subscriber::Registry>;
 
-const TIMING_FILTER: &str = "info,sqlx=warn,tower_sessions=warn,hyper=warn";
-const COUNTING_FILTER: &str = "info,sqlx=warn,sqlx::query=trace,tower_sessions=warn,hyper=warn";
+const TIMING_FILTER: &str =
+    "info,mcp_connect::outbound=debug,sqlx=warn,tower_sessions=warn,hyper=warn";
+const COUNTING_FILTER: &str =
+    "info,mcp_connect::outbound=debug,sqlx=warn,sqlx::query=trace,tower_sessions=warn,hyper=warn";
 
 /// Installs the recording subscriber; returns the handle that switches query events on and off.
 pub fn install_subscriber() -> FilterHandle {
@@ -248,71 +265,6 @@ pub fn install_subscriber() -> FilterHandle {
         .with(FlowLayer)
         .try_init();
     handle
-}
-
-/// Binds the forward proxy's port before any thread starts, and points `HTTP_PROXY` at it.
-pub fn bind_proxy() -> anyhow::Result<std::net::TcpListener> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = l.local_addr()?;
-    // SAFETY: called from `main` before any other thread exists.
-    unsafe {
-        std::env::set_var("HTTP_PROXY", format!("http://{addr}"));
-        std::env::remove_var("NO_PROXY");
-        std::env::remove_var("no_proxy");
-    }
-    Ok(l)
-}
-
-/// A forward proxy for plain-HTTP absolute-form requests; times every call.
-async fn serve_proxy(listener: std::net::TcpListener) -> anyhow::Result<()> {
-    listener.set_nonblocking(true)?;
-    let listener = tokio::net::TcpListener::from_std(listener)?;
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let _ = stream.set_nodelay(true);
-        let client = client.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-                let client = client.clone();
-                async move {
-                    let start = Instant::now();
-                    let (parts, body) = req.into_parts();
-                    let body = body
-                        .collect()
-                        .await
-                        .map(|b| b.to_bytes())
-                        .unwrap_or_default();
-                    let fwd = hyper::Request::from_parts(parts, Full::new(body));
-                    let resp = match client.request(fwd).await {
-                        Ok(r) => {
-                            let (parts, body) = r.into_parts();
-                            let body = body
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            hyper::Response::from_parts(parts, Full::new(body))
-                        }
-                        Err(e) => {
-                            let mut r = hyper::Response::new(Full::new(Bytes::from(e.to_string())));
-                            *r.status_mut() = hyper::StatusCode::BAD_GATEWAY;
-                            r
-                        }
-                    };
-                    rec().outbound.push(Outbound {
-                        start,
-                        end: Instant::now(),
-                    });
-                    Ok::<_, std::convert::Infallible>(resp)
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
-    }
 }
 
 /// A hop as reported: which request, how long in total, how much of it was the peers.
@@ -437,10 +389,8 @@ fn ms(d: Duration) -> f64 {
 pub async fn run(
     args: Args,
     server: &ServerRuntime,
-    proxy: std::net::TcpListener,
     filter: FilterHandle,
 ) -> anyhow::Result<()> {
-    server.rt.spawn(serve_proxy(proxy));
     let api = setup::api_client()?;
     for &engine in &args.engines {
         OUTSIDE_SPANS.store(
@@ -520,7 +470,7 @@ fn print_engine(
         engine.label()
     );
     println!(
-        "Server time = time inside the app's request span − time of the app's calls to the identity issuer / provider (measured at a forward proxy). Median and p90 over {n} warm flows; \"cold\" is the first flow after start.\n"
+        "Server time = time inside the app's request span − time of the app's calls to the identity issuer / provider (the app's `outbound` spans). Median and p90 over {n} warm flows; \"cold\" is the first flow after start.\n"
     );
     println!(
         "One committed single-row INSERT on this database, measured alongside: **{commit:.2} ms** (median of 40).\n"

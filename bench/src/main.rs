@@ -55,11 +55,6 @@ fn main() -> anyhow::Result<()> {
         // Like the binary: a default multi-thread runtime.
         return tokio::runtime::Runtime::new()?.block_on(long_poll::hold_server(port));
     }
-    // Before any thread exists: the connect flow points HTTP_PROXY at its timing proxy.
-    let proxy = match &cli.scenario {
-        Scenario::ConnectFlow(_) => Some(connect_flow::bind_proxy()?),
-        _ => None,
-    };
     let command: Vec<String> = std::env::args().skip(1).collect();
     println!(
         "Command: `cargo run --release --manifest-path bench/Cargo.toml -- {}`  ",
@@ -81,8 +76,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::ConnectFlow(args) => {
             let filter = connect_flow::install_subscriber();
             let server = setup::ServerRuntime::new()?;
-            let proxy = proxy.ok_or_else(|| anyhow::anyhow!("no proxy"))?;
-            client.block_on(connect_flow::run(args, &server, proxy, filter))?;
+            client.block_on(connect_flow::run(args, &server, filter))?;
         }
         Scenario::RefreshStorm(args) => {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);

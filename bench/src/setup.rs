@@ -176,7 +176,7 @@ pub async fn prepare_connections(
         drop_db(engine, name).await?;
     }
     let url = db_url(engine, name);
-    let db = mcp_connect::db::Db::connect(&url).await?;
+    let db = mcp_connect::db::Db::connect(&url.parse().map_err(anyhow::Error::msg)?).await?;
     db.migrate().await?;
     let (count,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM connections")
         .fetch_one(&db.pool)
@@ -215,7 +215,7 @@ pub async fn prepare_connections(
         Engine::Postgres => load_postgres(&url, n, issuer).await?,
         Engine::Sqlite => load_sqlite(&url, n, issuer).await?,
     }
-    let db = mcp_connect::db::Db::connect(&url).await?;
+    let db = mcp_connect::db::Db::connect(&url.parse().map_err(anyhow::Error::msg)?).await?;
     grant_all(&db).await?;
     db.pool.close().await;
     Ok((url, Some(t.elapsed())))

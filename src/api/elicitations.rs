@@ -4,14 +4,14 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use serde::Deserialize;
 
 use super::{ApiClient, ApiJson, ApiLang, ApiQuery};
 use crate::AppState;
 use crate::connect::elicitations::ElicitationView;
 use crate::error::{Error, Result};
-use crate::server::middleware::request_id;
+use crate::server::middleware::RequestId;
 
 /// The longest a long-poll is held.
 pub const MAX_WAIT_SECONDS: u64 = 60;
@@ -95,11 +95,11 @@ pub fn validate_scopes(scopes: &Option<Vec<String>>) -> Result<()> {
 pub async fn create(
     State(state): State<AppState>,
     client: ApiClient,
-    headers: HeaderMap,
+    rid: RequestId,
+    ApiLang(lang): ApiLang,
     ApiJson(body): ApiJson<CreateElicitation>,
 ) -> Result<(StatusCode, Json<ElicitationView>)> {
     validate_scopes(&body.scopes)?;
-    let rid = request_id(&headers);
     let subject = state
         .resolve_subject(
             &client.0,
@@ -124,7 +124,7 @@ pub async fn create(
         .await?;
     Ok((
         StatusCode::CREATED,
-        Json(state.elicitation_view_in(&e, crate::i18n::api_lang(&headers))?),
+        Json(state.elicitation_view_in(&e, lang)?),
     ))
 }
 

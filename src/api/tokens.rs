@@ -4,18 +4,17 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 
 use super::elicitations::MAX_WAIT_SECONDS;
-use super::{ApiClient, ApiJson};
+use super::{ApiClient, ApiJson, ApiLang};
 use crate::AppState;
 use crate::db::connections::ConnectionStatus;
 use crate::db::elicitations::ElicitationStatus;
 use crate::error::{Error, Result};
 use crate::ids::{ProviderName, UserRef};
-use crate::server::middleware::request_id;
+use crate::server::middleware::RequestId;
 use crate::time::rfc3339;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -162,10 +161,10 @@ impl TokenResponse {
 pub async fn fetch(
     State(state): State<AppState>,
     client: ApiClient,
-    headers: HeaderMap,
+    rid: RequestId,
+    ApiLang(lang): ApiLang,
     ApiJson(req): ApiJson<TokenRequest>,
 ) -> Result<Json<TokenResponse>> {
-    let rid = request_id(&headers);
     super::elicitations::validate_scopes(&req.scopes)?;
     let subject = state
         .resolve_subject(
@@ -254,6 +253,18 @@ pub async fn fetch(
         }
     }
     let connection = connection.map(|g| g.row);
+    // A new elicitation (or the pending one) for the caller to show its user.
+    let offer = |scopes: Option<Vec<String>>| {
+        offer_elicitation(
+            &state,
+            &client,
+            &subject,
+            &provider,
+            scopes,
+            rid.as_deref(),
+            lang,
+        )
+    };
     let Some(connection) = connection else {
         // The user said no to this very request: tell the caller, rather than hand out a new
         // elicitation it would show again.
@@ -264,23 +275,14 @@ pub async fn fetch(
             });
         }
         if req.elicit {
-            let view = offer_elicitation(
-                &state,
-                &client,
-                &subject,
-                &provider,
-                req.scopes.clone(),
-                rid.as_deref(),
-                crate::i18n::api_lang(&headers),
-            )
-            .await?;
+            let view = offer(req.scopes.clone()).await?;
             return Err(Error::AuthorizationRequired {
                 provider: provider.name.clone(),
                 elicitation: Box::new(view),
             });
         }
         return Err(Error::NotConnected {
-            subject,
+            subject: subject.clone(),
             provider: req.provider.to_string(),
         });
     };
@@ -297,16 +299,7 @@ pub async fn fetch(
             // What this client asks for by default, what is granted, and what is new.
             let mut union = provider.scopes.clone();
             union.extend(asked.iter().cloned());
-            let view = offer_elicitation(
-                &state,
-                &client,
-                &subject,
-                &provider,
-                Some(union),
-                rid.as_deref(),
-                crate::i18n::api_lang(&headers),
-            )
-            .await?;
+            let view = offer(Some(union)).await?;
             return Err(Error::AuthorizationRequired {
                 provider: provider.name.clone(),
                 elicitation: Box::new(view),
@@ -319,7 +312,7 @@ pub async fn fetch(
             provider.clone(),
             min_ttl,
             req.force_refresh,
-            rid.clone(),
+            rid.0.clone(),
         )
         .await
     {
@@ -331,16 +324,7 @@ pub async fn fetch(
             })
         }
         Err(Error::ReauthorizationRequired { provider: p, .. }) if req.elicit => {
-            let view = offer_elicitation(
-                &state,
-                &client,
-                &subject,
-                &provider,
-                req.scopes.clone(),
-                rid.as_deref(),
-                crate::i18n::api_lang(&headers),
-            )
-            .await?;
+            let view = offer(req.scopes.clone()).await?;
             Err(Error::ReauthorizationRequired {
                 provider: p,
                 elicitation: Some(Box::new(view)),

@@ -36,7 +36,7 @@ use crate::crypto::KeyRing;
 pub use admin::AdminConfig;
 pub use cache::CacheConfig;
 pub use clients::{ClientConfig, WebhookConfig, parse_webhook_secret};
-pub use database::{DEFAULT_DATABASE_URL, redact_url};
+pub use database::{DEFAULT_DATABASE_URL, DatabaseUrl, redact_url};
 pub use identity::IdentityConfig;
 pub use limits::Limits;
 pub use network::{IpNet, is_loopback_url, require_https_off_loopback};
@@ -89,7 +89,7 @@ impl From<ConfigError> for ConfigErrors {
 pub struct Config {
     pub public_url: Url,
     pub listen: SocketAddr,
-    pub database_url: String,
+    pub database_url: DatabaseUrl,
     pub keys: KeyRing,
     pub elicitation_ttl_seconds: u64,
     pub session_ttl_seconds: u64,
@@ -125,7 +125,7 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("public_url", &self.public_url.as_str())
             .field("listen", &self.listen)
-            .field("database_url", &redact_url(&self.database_url))
+            .field("database_url", &self.database_url)
             .field("keys", &self.keys)
             .field("audit_retention_days", &self.audit_retention_days)
             .field(
@@ -365,30 +365,38 @@ fn validate(mut top: Section, sources: figment::Figment) -> Result<Config, Confi
     if !r.errors.is_empty() {
         return Err(ConfigErrors(r.errors));
     }
-    match (server.public_url, server.listen, database.keys, identity) {
-        (Some(public_url), Some(listen), Some(keys), Some(identity)) => Ok(Config {
-            public_url,
-            listen,
-            database_url: database.url,
-            keys,
-            elicitation_ttl_seconds: server.elicitation_ttl_seconds,
-            session_ttl_seconds: server.session_ttl_seconds,
-            refresh: server.refresh,
-            log_format: server.log_format,
-            audit_retention_days: database.audit_retention_days,
-            elicitation_retention_days: database.elicitation_retention_days,
-            drain_delay_seconds: server.drain_delay_seconds,
-            metrics_listen: server.metrics_listen,
-            metrics_token: server.metrics_token,
-            limits,
-            outbound,
-            cache,
-            identity,
-            clients,
-            admin,
-            providers,
-            branding,
-        }),
+    match (
+        server.public_url,
+        server.listen,
+        database.url,
+        database.keys,
+        identity,
+    ) {
+        (Some(public_url), Some(listen), Some(database_url), Some(keys), Some(identity)) => {
+            Ok(Config {
+                public_url,
+                listen,
+                database_url,
+                keys,
+                elicitation_ttl_seconds: server.elicitation_ttl_seconds,
+                session_ttl_seconds: server.session_ttl_seconds,
+                refresh: server.refresh,
+                log_format: server.log_format,
+                audit_retention_days: database.audit_retention_days,
+                elicitation_retention_days: database.elicitation_retention_days,
+                drain_delay_seconds: server.drain_delay_seconds,
+                metrics_listen: server.metrics_listen,
+                metrics_token: server.metrics_token,
+                limits,
+                outbound,
+                cache,
+                identity,
+                clients,
+                admin,
+                providers,
+                branding,
+            })
+        }
         _ => Err(ConfigErrors(vec![ConfigError::new(
             "(config)",
             "incomplete",

@@ -31,7 +31,7 @@ client_secret = "gh-super-secret"
 fn a_full_config_loads() {
     let c = Config::from_parts(&base(), &[]).unwrap();
     assert!(c.is_https());
-    assert_eq!(c.database_url, DEFAULT_DATABASE_URL);
+    assert_eq!(c.database_url.expose_secret(), DEFAULT_DATABASE_URL);
     assert_eq!(c.clients[0].providers, vec!["github"]);
 }
 
@@ -48,6 +48,44 @@ fn debug_output_leaks_no_secret() {
     ] {
         assert!(!dbg.contains(s), "{s} leaked in {dbg}");
     }
+}
+
+#[test]
+fn the_database_url_names_its_engine_and_keeps_its_password_out_of_logs() {
+    let text = format!(
+        "database_url = \"postgres://svc:db-super-secret@db.internal/connect\"\n{}",
+        base()
+    );
+    let c = Config::from_parts(&text, &[]).unwrap();
+    assert_eq!(c.database_url.engine(), crate::db::Engine::Postgres);
+    assert_eq!(
+        c.database_url.expose_secret(),
+        "postgres://svc:db-super-secret@db.internal/connect"
+    );
+    for shown in [
+        format!("{c:?}"),
+        format!("{:?}", c.database_url),
+        c.database_url.to_string(),
+    ] {
+        assert!(!shown.contains("db-super-secret"), "{shown}");
+        assert!(shown.contains("db.internal"), "{shown}");
+    }
+    for (raw, engine) in [
+        ("postgresql://db/x", crate::db::Engine::Postgres),
+        ("sqlite::memory:", crate::db::Engine::Sqlite),
+        ("sqlite://data/x.db", crate::db::Engine::Sqlite),
+    ] {
+        assert_eq!(
+            DatabaseUrl::parse(raw).map(|u| u.engine()).ok(),
+            Some(engine)
+        );
+    }
+    let bad = format!("database_url = \"mysql://db/x\"\n{}", base());
+    let e = Config::from_parts(&bad, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("`database_url`: must start with postgres:// or sqlite:"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -13,7 +13,9 @@ use crate::AppState;
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
-use crate::db::connections::{NewTokens, save_connected_tokens, set_connection_details};
+use crate::db::connections::{
+    ConnectionStatus, NewTokens, save_connected_tokens, set_connection_details,
+};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::Result;
 use crate::ids::ConnectionId;
@@ -142,7 +144,7 @@ impl AppState {
         if let Some(metadata) = metadata {
             set_connection_details(change.conn(), &connection_id, &e.params, metadata).await?;
         }
-        let was_revoked = before.is_some_and(|(_, status)| status == "revoked");
+        let was_revoked = before.is_some_and(|(_, status)| status == ConnectionStatus::Revoked);
         self.grant_to_approved_apps(&mut change, e, &connection_id, was_revoked)
             .await?;
         change

@@ -10,7 +10,7 @@ use sqlx::{Any, AnyConnection, Transaction};
 
 use super::audit::{AuditEvent, insert_audit};
 use super::events::{NewEvent, insert_events};
-use super::{Db, Engine};
+use super::{Db, Engine, Result};
 
 /// The Postgres channel on which elicitation changes reach other replicas.
 pub const ELICITATION_CHANNEL: &str = "mcp_connect_elicitations";
@@ -35,7 +35,7 @@ pub struct Announce {
 }
 
 impl Change {
-    pub async fn begin(db: &Db) -> Result<Self, sqlx::Error> {
+    pub async fn begin(db: &Db) -> Result<Self> {
         Ok(Self::on(db.pool.begin().await?, db.engine))
     }
 
@@ -53,11 +53,11 @@ impl Change {
         &mut self.tx
     }
 
-    pub async fn audit(&mut self, e: AuditEvent<'_>) -> Result<(), sqlx::Error> {
+    pub async fn audit(&mut self, e: AuditEvent<'_>) -> Result<()> {
         insert_audit(&mut self.tx, &e).await
     }
 
-    pub async fn events(&mut self, rows: Vec<NewEvent>) -> Result<(), sqlx::Error> {
+    pub async fn events(&mut self, rows: Vec<NewEvent>) -> Result<()> {
         insert_events(&mut self.tx, &rows).await?;
         self.announce
             .event_clients
@@ -67,7 +67,7 @@ impl Change {
 
     /// Marks elicitation `id` as changed: its waiters here and on other replicas are woken
     /// once the change commits.
-    pub async fn elicitation_changed(&mut self, id: &str) -> Result<(), sqlx::Error> {
+    pub async fn elicitation_changed(&mut self, id: &str) -> Result<()> {
         if self.engine == Engine::Postgres {
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(ELICITATION_CHANNEL)
@@ -86,7 +86,7 @@ impl Change {
     }
 
     /// Commits; returns what to announce in this process (see `AppState::commit`).
-    pub async fn commit(self) -> Result<Announce, sqlx::Error> {
+    pub async fn commit(self) -> Result<Announce> {
         self.tx.commit().await?;
         Ok(self.announce)
     }

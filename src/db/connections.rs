@@ -4,43 +4,30 @@
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::{AnyConnection, FromRow};
 
-use super::{Db, now};
+use super::{Db, Error, Result, Table, now};
 use crate::crypto::{CryptoError, KeyRing, connection_aad, random_token};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ConnectionStatus {
-    Active,
-    NeedsReauth,
-    Revoked,
-}
-
-impl ConnectionStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Active => "active",
-            Self::NeedsReauth => "needs_reauth",
-            Self::Revoked => "revoked",
-        }
+stored_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum ConnectionStatus ("connection status") {
+        Active = "active",
+        NeedsReauth = "needs_reauth",
+        Revoked = "revoked",
     }
 }
 
-/// A stored status that is none of the known ones: an error naming the value, never a default.
-impl std::str::FromStr for ConnectionStatus {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "needs_reauth" => Ok(Self::NeedsReauth),
-            "revoked" => Ok(Self::Revoked),
-            "active" => Ok(Self::Active),
-            other => Err(format!("unknown connection status {other:?}")),
-        }
-    }
+/// `Row` with the clients that may use it, as a JSON array (`find_connection_with_clients`).
+#[derive(Debug, FromRow)]
+struct RowWithClients {
+    #[sqlx(flatten)]
+    row: Row,
+    clients: Option<String>,
 }
 
 #[derive(Debug, Clone, FromRow)]
-struct Row {
+#[cfg_attr(test, derive(Default))]
+pub(super) struct Row {
     id: String,
     issuer: String,
     subject: String,
@@ -90,22 +77,17 @@ pub struct Connection {
 
 /// A row whose status does not decode is an error naming the row, never a default.
 impl TryFrom<Row> for Connection {
-    type Error = sqlx::Error;
+    type Error = Error;
 
-    fn try_from(r: Row) -> Result<Self, sqlx::Error> {
-        let status: ConnectionStatus = r
-            .status
-            .parse()
-            .map_err(|e: String| sqlx::Error::Decode(format!("connection {}: {e}", r.id).into()))?;
+    fn try_from(r: Row) -> Result<Self> {
+        let bad = |problem: String| Error::undecodable(Self::TABLE, &r.id, problem);
+        let status: ConnectionStatus = r.status.parse().map_err(bad)?;
         let params = super::elicitations::decode_params(r.params.as_deref())
-            .map_err(|e| sqlx::Error::Decode(format!("connection {}: params: {e}", r.id).into()))?;
+            .map_err(|e| bad(format!("params: {e}")))?;
         let metadata = match r.metadata.as_deref() {
             None => Default::default(),
-            Some(m) => serde_json::from_str(m).map_err(|e| {
-                sqlx::Error::Decode(
-                    format!("connection {}: metadata is not an object: {e}", r.id).into(),
-                )
-            })?,
+            Some(m) => serde_json::from_str(m)
+                .map_err(|e| bad(format!("metadata is not an object: {e}")))?,
         };
         Ok(Self {
             id: r.id,
@@ -131,14 +113,20 @@ impl TryFrom<Row> for Connection {
 }
 
 impl Connection {
-    pub fn access_token(&self, keys: &KeyRing) -> Result<Option<SecretString>, CryptoError> {
+    pub fn access_token(
+        &self,
+        keys: &KeyRing,
+    ) -> std::result::Result<Option<SecretString>, CryptoError> {
         self.sealed_access_token
             .as_deref()
             .map(|s| keys.open_string(s, &connection_aad(&self.id, "access_token")))
             .transpose()
     }
 
-    pub fn refresh_token(&self, keys: &KeyRing) -> Result<Option<SecretString>, CryptoError> {
+    pub fn refresh_token(
+        &self,
+        keys: &KeyRing,
+    ) -> std::result::Result<Option<SecretString>, CryptoError> {
         self.sealed_refresh_token
             .as_deref()
             .map(|s| keys.open_string(s, &connection_aad(&self.id, "refresh_token")))
@@ -185,15 +173,16 @@ pub struct NewTokens<'a> {
 const COLUMNS: &str = "id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, expires_at, \
                        account_label, created_at, updated_at, last_refresh_at, last_error, token_version, params, metadata";
 
+impl Table for Connection {
+    type Row = Row;
+    const TABLE: &'static str = "connections";
+    const COLUMNS: &'static str = COLUMNS;
+}
+
 /// Seals a token for its row and field; a value that cannot be sealed is never stored.
-fn seal(
-    keys: &KeyRing,
-    id: &str,
-    field: &str,
-    value: &SecretString,
-) -> Result<String, sqlx::Error> {
+fn seal(keys: &KeyRing, id: &str, field: &str, value: &SecretString) -> Result<String> {
     keys.seal(value.expose_secret().as_bytes(), &connection_aad(id, field))
-        .map_err(|e| sqlx::Error::Encode(Box::new(e)))
+        .map_err(|e| Error::encode(format!("the {field} of connection {id}"), e))
 }
 
 fn seal_optional(
@@ -201,12 +190,12 @@ fn seal_optional(
     id: &str,
     field: &str,
     value: Option<&SecretString>,
-) -> Result<Option<String>, sqlx::Error> {
+) -> Result<Option<String>> {
     value.map(|v| seal(keys, id, field, v)).transpose()
 }
 
 impl Db {
-    pub async fn get_connection(&self, id: &str) -> Result<Option<Connection>, sqlx::Error> {
+    pub async fn get_connection(&self, id: &str) -> Result<Option<Connection>> {
         get_connection(&mut *self.pool.acquire().await?, id).await
     }
 
@@ -215,59 +204,108 @@ impl Db {
         issuer: &str,
         subject: &str,
         provider: &str,
-    ) -> Result<Option<Connection>, sqlx::Error> {
+    ) -> Result<Option<Connection>> {
         static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            Connection::select("issuer = $1 AND subject = $2 AND provider = $3")
+        });
+        let row: Option<Row> = self.token_read(&SQL, issuer, subject, provider).await?;
+        row.map(TryInto::try_into).transpose()
+    }
+
+    /// The token path's read on a cache miss: the connection for `(issuer, subject, provider)`
+    /// and the ids of the clients that may use it (sorted), in one statement — one round trip
+    /// where `find_connection` + `connection_clients` took two.
+    pub async fn find_connection_with_clients(
+        &self,
+        issuer: &str,
+        subject: &str,
+        provider: &str,
+    ) -> Result<Option<(Connection, Vec<String>)>> {
+        // The clients as a JSON array of strings: any client id survives the trip.
+        static PG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             format!(
-                "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
+                "SELECT {COLUMNS}, (SELECT COALESCE(json_agg(client_id), '[]'::json)::text \
+                 FROM connection_clients WHERE connection_id = connections.id) AS clients \
+                 FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
             )
         });
-        let sql = SQL.as_str();
-        // The token hot path on Postgres, when switched to connections of its own (without
-        // the pool's ping on release; `super::hot`, off by default).
+        static SQLITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "SELECT {COLUMNS}, (SELECT json_group_array(client_id) \
+                 FROM connection_clients WHERE connection_id = connections.id) AS clients \
+                 FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
+            )
+        });
+        let sql = match self.engine {
+            super::Engine::Postgres => &PG,
+            super::Engine::Sqlite => &SQLITE,
+        };
+        let Some(r): Option<RowWithClients> =
+            self.token_read(sql, issuer, subject, provider).await?
+        else {
+            return Ok(None);
+        };
+        let mut clients: Vec<String> = serde_json::from_str(r.clients.as_deref().unwrap_or("[]"))
+            .map_err(|e| {
+            Error::undecodable(Connection::TABLE, &r.row.id, format!("clients: {e}"))
+        })?;
+        clients.sort_unstable();
+        Ok(Some((r.row.try_into()?, clients)))
+    }
+
+    /// A read on the token path by `(issuer, subject, provider)`: on the hot connections when
+    /// switched to them (`super::hot`, off by default), else on the pool, repeated once on
+    /// another connection when the first was dropped by the server.
+    async fn token_read<T>(
+        &self,
+        sql: &'static str,
+        issuer: &str,
+        subject: &str,
+        provider: &str,
+    ) -> Result<Option<T>>
+    where
+        T: for<'r> FromRow<'r, sqlx::any::AnyRow>
+            + for<'r> FromRow<'r, sqlx::postgres::PgRow>
+            + Send
+            + Unpin
+            + 'static,
+    {
         if let Some(hot) = self.hot_reads() {
             let (issuer, subject, provider) =
                 (issuer.to_owned(), subject.to_owned(), provider.to_owned());
-            let row = hot
+            return hot
                 .run(|c| {
-                    let q = sqlx::query_as::<_, Row>(sql)
+                    let q = sqlx::query_as::<_, T>(sql)
                         .bind(issuer.clone())
                         .bind(subject.clone())
                         .bind(provider.clone());
                     Box::pin(q.fetch_optional(c))
                 })
-                .await?;
-            return row.map(TryInto::try_into).transpose();
+                .await
+                .map_err(Into::into);
         }
         let read = || {
-            sqlx::query_as::<_, Row>(sql)
+            sqlx::query_as::<_, T>(sql)
                 .bind(issuer)
                 .bind(subject)
                 .bind(provider)
                 .fetch_optional(&self.pool)
         };
-        // The token hot path: a pooled connection used in the last second is not pinged before
-        // use (see `Db::connect`), so one the server dropped since fails here. The failed one
-        // leaves the pool; a read is safe to repeat on another.
-        let row = match read().await {
-            Err(e) if super::is_dropped_connection(&e) => read().await?,
-            r => r?,
-        };
-        row.map(TryInto::try_into).transpose()
+        // A pooled connection used in the last second is not pinged before use (see
+        // `Db::connect`), so one the server dropped since fails here. The failed one leaves the
+        // pool; a read is safe to repeat on another.
+        Ok(super::error::retry_dropped(2, read).await?)
     }
 
-    pub async fn list_connections(
-        &self,
-        issuer: &str,
-        subject: &str,
-    ) -> Result<Vec<Connection>, sqlx::Error> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM connections WHERE issuer = $1 AND subject = $2 ORDER BY provider"
-        ))
-        .bind(issuer)
-        .bind(subject)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(TryInto::try_into).collect()
+    pub async fn list_connections(&self, issuer: &str, subject: &str) -> Result<Vec<Connection>> {
+        self.fetch_rows(
+            sqlx::query_as(&Connection::select(
+                "issuer = $1 AND subject = $2 ORDER BY provider",
+            ))
+            .bind(issuer)
+            .bind(subject),
+        )
+        .await
     }
 
     /// Active, refreshable connections whose token expires before `expiring_before`, or that
@@ -278,30 +316,31 @@ impl Db {
         idle_before: i64,
         failed_since: i64,
         limit: i64,
-    ) -> Result<Vec<Connection>, sqlx::Error> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM connections WHERE status = 'active' AND refresh_token IS NOT NULL \
+    ) -> Result<Vec<Connection>> {
+        const DUE: &str = "status = 'active' AND refresh_token IS NOT NULL \
              AND ((expires_at IS NOT NULL AND expires_at < $1) OR last_refresh_at IS NULL OR last_refresh_at < $2) \
-             AND (last_error IS NULL OR updated_at < $3) ORDER BY expires_at LIMIT $4"
-        ))
-        .bind(expiring_before)
-        .bind(idle_before)
-        .bind(failed_since)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(TryInto::try_into).collect()
+             AND (last_error IS NULL OR updated_at < $3) ORDER BY expires_at LIMIT $4";
+        self.fetch_rows(
+            sqlx::query_as(&Connection::select(DUE))
+                .bind(expiring_before)
+                .bind(idle_before)
+                .bind(failed_since)
+                .bind(limit),
+        )
+        .await
     }
 
     /// Test and operator helper: the raw sealed columns of a row.
     pub async fn raw_connection_secrets(
         &self,
         id: &str,
-    ) -> Result<(Option<String>, Option<String>), sqlx::Error> {
-        sqlx::query_as("SELECT access_token, refresh_token FROM connections WHERE id = $1")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await
+    ) -> Result<(Option<String>, Option<String>)> {
+        Ok(
+            sqlx::query_as("SELECT access_token, refresh_token FROM connections WHERE id = $1")
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 }
 
@@ -333,23 +372,25 @@ impl Db {
         f: &ConnectionFilter,
         limit: i64,
         offset: i64,
-    ) -> Result<(Vec<Connection>, i64), sqlx::Error> {
+    ) -> Result<(Vec<Connection>, i64)> {
         let pattern = f
             .subject
             .as_deref()
             .map(|s| format!("%{}%", like_escape(&s.to_lowercase())));
         const WHERE: &str = "($1 IS NULL OR lower(subject) LIKE $1 ESCAPE '\\') AND ($2 IS NULL OR provider = $2) \
                              AND ($3 IS NULL OR status = $3)";
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM connections WHERE {WHERE} ORDER BY updated_at DESC, id LIMIT $4 OFFSET $5"
-        ))
-        .bind(pattern.as_deref())
-        .bind(f.provider.as_deref())
-        .bind(f.status.as_deref())
-        .bind(limit)
-        .bind(offset)
-        .fetch_all(&self.pool)
-        .await?;
+        let page = self
+            .fetch_rows(
+                sqlx::query_as(&Connection::select(&format!(
+                    "{WHERE} ORDER BY updated_at DESC, id LIMIT $4 OFFSET $5"
+                )))
+                .bind(pattern.as_deref())
+                .bind(f.provider.as_deref())
+                .bind(f.status.as_deref())
+                .bind(limit)
+                .bind(offset),
+            )
+            .await?;
         let (total,): (i64,) =
             sqlx::query_as(&format!("SELECT COUNT(*) FROM connections WHERE {WHERE}"))
                 .bind(pattern.as_deref())
@@ -357,32 +398,25 @@ impl Db {
                 .bind(f.status.as_deref())
                 .fetch_one(&self.pool)
                 .await?;
-        Ok((
-            rows.into_iter()
-                .map(TryInto::try_into)
-                .collect::<Result<_, _>>()?,
-            total,
-        ))
+        Ok((page, total))
     }
 
     /// Connections per status, for the operator overview.
-    pub async fn count_connections_by_status(&self) -> Result<Vec<(String, i64)>, sqlx::Error> {
-        sqlx::query_as("SELECT status, COUNT(*) FROM connections GROUP BY status ORDER BY status")
-            .fetch_all(&self.pool)
-            .await
+    pub async fn count_connections_by_status(&self) -> Result<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT status, COUNT(*) FROM connections GROUP BY status ORDER BY status",
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 }
 
 /// The connection `id`, read on `conn` (inside the caller's transaction or lock).
-pub async fn get_connection(
-    conn: &mut AnyConnection,
-    id: &str,
-) -> Result<Option<Connection>, sqlx::Error> {
-    let row: Option<Row> =
-        sqlx::query_as(&format!("SELECT {COLUMNS} FROM connections WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(conn)
-            .await?;
+pub async fn get_connection(conn: &mut AnyConnection, id: &str) -> Result<Option<Connection>> {
+    let row: Option<Row> = sqlx::query_as(&Connection::select("id = $1"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await?;
     row.map(TryInto::try_into).transpose()
 }
 
@@ -395,7 +429,7 @@ pub async fn save_connected_tokens(
     subject: &str,
     provider: &str,
     t: &NewTokens<'_>,
-) -> Result<(String, bool), sqlx::Error> {
+) -> Result<(String, bool)> {
     let now = now();
     let id = random_token(16);
     let inserted = sqlx::query(
@@ -458,7 +492,7 @@ pub async fn save_refreshed_tokens(
     id: &str,
     expected_version: i64,
     t: &NewTokens<'_>,
-) -> Result<bool, sqlx::Error> {
+) -> Result<bool> {
     let now = now();
     let refresh = seal_optional(keys, id, "refresh_token", t.refresh_token)?;
     let r = sqlx::query(
@@ -487,11 +521,16 @@ pub async fn set_connection_details(
     id: &str,
     params: &crate::providers::ConnParams,
     metadata: &crate::providers::tokens::Metadata,
-) -> Result<(), sqlx::Error> {
+) -> Result<()> {
+    // A value that does not encode is an error, never stored as an empty one.
+    let metadata = (!metadata.is_empty())
+        .then(|| serde_json::to_string(metadata))
+        .transpose()
+        .map_err(|e| Error::encode(format!("the metadata of connection {id}"), e))?;
     sqlx::query("UPDATE connections SET params = $2, metadata = $3 WHERE id = $1")
         .bind(id)
-        .bind(super::elicitations::encode_params(params))
-        .bind((!metadata.is_empty()).then(|| serde_json::to_string(metadata).unwrap_or_default()))
+        .bind(super::elicitations::encode_params(params)?)
+        .bind(metadata)
         .execute(&mut *conn)
         .await?;
     Ok(())
@@ -503,7 +542,7 @@ pub async fn record_refresh_failure(
     id: &str,
     error: &str,
     needs_reauth: bool,
-) -> Result<(), sqlx::Error> {
+) -> Result<()> {
     sqlx::query(
         "UPDATE connections SET last_error = $2, refresh_failures = refresh_failures + 1, updated_at = $3, \
          status = CASE WHEN $4 = 1 THEN 'needs_reauth' ELSE status END WHERE id = $1",
@@ -519,11 +558,7 @@ pub async fn record_refresh_failure(
 
 /// Removes the tokens and marks the connection revoked (the row stays for its history, listed
 /// to the apps that held it; a later connect replaces them with the apps it names).
-pub async fn mark_revoked(
-    conn: &mut AnyConnection,
-    id: &str,
-    note: Option<&str>,
-) -> Result<bool, sqlx::Error> {
+pub async fn mark_revoked(conn: &mut AnyConnection, id: &str, note: Option<&str>) -> Result<bool> {
     let r = sqlx::query(
         "UPDATE connections SET status = 'revoked', access_token = NULL, refresh_token = NULL, expires_at = NULL, \
          updated_at = $2, last_error = $3, token_version = token_version + 1 WHERE id = $1",
@@ -567,18 +602,28 @@ impl Connection {
 mod tests {
     use super::*;
 
+    fn row(status: &str) -> Row {
+        Row {
+            id: "c1".into(),
+            status: status.into(),
+            ..Row::default()
+        }
+    }
+
     #[test]
-    fn every_status_round_trips_and_an_unknown_one_is_an_error() {
-        for s in [
-            ConnectionStatus::Active,
-            ConnectionStatus::NeedsReauth,
-            ConnectionStatus::Revoked,
-        ] {
-            assert_eq!(s.as_str().parse::<ConnectionStatus>(), Ok(s));
-        }
-        for bad in ["", "Active", "paused", "active "] {
-            let e = bad.parse::<ConnectionStatus>().unwrap_err();
-            assert!(e.contains(&format!("{bad:?}")), "{e}");
-        }
+    fn a_row_with_an_unknown_status_or_bad_params_is_an_error_naming_the_row() {
+        assert!(Connection::try_from(row("needs_reauth")).is_ok());
+        let e = Connection::try_from(row("paused")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "connections row c1: unknown connection status \"paused\""
+        );
+        let e = Connection::try_from(Row {
+            params: Some("[1]".into()),
+            ..row("active")
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("connections row c1: params: "), "{e}");
     }
 }

@@ -2,44 +2,18 @@
 
 use sqlx::{AnyConnection, FromRow};
 
-use super::{Db, now};
+use super::{Db, Error, Result, Table, now};
 use crate::ids::ConnectionId;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ElicitationStatus {
-    Pending,
-    Completed,
-    Declined,
-    Expired,
-    Failed,
-}
-
-impl ElicitationStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Completed => "completed",
-            Self::Declined => "declined",
-            Self::Expired => "expired",
-            Self::Failed => "failed",
-        }
-    }
-}
-
-/// A stored status that is none of the known ones: an error naming the value, never a default.
-impl std::str::FromStr for ElicitationStatus {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "completed" => Ok(Self::Completed),
-            "declined" => Ok(Self::Declined),
-            "expired" => Ok(Self::Expired),
-            "failed" => Ok(Self::Failed),
-            "pending" => Ok(Self::Pending),
-            other => Err(format!("unknown elicitation status {other:?}")),
-        }
+stored_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub enum ElicitationStatus ("elicitation status") {
+        Pending = "pending",
+        Completed = "completed",
+        Declined = "declined",
+        Expired = "expired",
+        Failed = "failed",
     }
 }
 
@@ -82,7 +56,8 @@ impl<'a> Ending<'a> {
 }
 
 #[derive(Debug, Clone, FromRow)]
-struct Row {
+#[cfg_attr(test, derive(Default))]
+pub(super) struct Row {
     id: String,
     client_id: String,
     issuer: String,
@@ -127,15 +102,12 @@ impl Elicitation {
 
 /// A row whose status does not decode is an error naming the row, never a default.
 impl TryFrom<Row> for Elicitation {
-    type Error = sqlx::Error;
+    type Error = Error;
 
-    fn try_from(r: Row) -> Result<Self, sqlx::Error> {
-        let status: ElicitationStatus = r.status.parse().map_err(|e: String| {
-            sqlx::Error::Decode(format!("elicitation {}: {e}", r.id).into())
-        })?;
-        let params = decode_params(r.params.as_deref()).map_err(|e| {
-            sqlx::Error::Decode(format!("elicitation {}: params: {e}", r.id).into())
-        })?;
+    fn try_from(r: Row) -> Result<Self> {
+        let bad = |problem: String| Error::undecodable(Self::TABLE, &r.id, problem);
+        let status: ElicitationStatus = r.status.parse().map_err(bad)?;
+        let params = decode_params(r.params.as_deref()).map_err(|e| bad(format!("params: {e}")))?;
         Ok(Self {
             id: r.id,
             client_id: r.client_id,
@@ -154,16 +126,26 @@ impl TryFrom<Row> for Elicitation {
 }
 
 /// A stored parameter object: absent, or a JSON object of strings; anything else is an error.
-pub fn decode_params(s: Option<&str>) -> Result<crate::providers::ConnParams, String> {
+pub fn decode_params(s: Option<&str>) -> std::result::Result<crate::providers::ConnParams, String> {
     match s {
         None => Ok(Default::default()),
         Some(s) => serde_json::from_str(s).map_err(|e| format!("not an object of strings: {e}")),
     }
 }
 
-/// The stored form of parameters: `NULL` when there are none.
-pub fn encode_params(p: &crate::providers::ConnParams) -> Option<String> {
-    (!p.is_empty()).then(|| serde_json::to_string(p).unwrap_or_default())
+/// The stored form of parameters: `NULL` when there are none. One that does not encode is an
+/// error, never stored as an empty value.
+pub fn encode_params(p: &crate::providers::ConnParams) -> Result<Option<String>> {
+    (!p.is_empty())
+        .then(|| serde_json::to_string(p))
+        .transpose()
+        .map_err(|e| Error::encode("connection parameters", e))
+}
+
+impl Table for Elicitation {
+    type Row = Row;
+    const TABLE: &'static str = "elicitations";
+    const COLUMNS: &'static str = COLUMNS;
 }
 
 pub fn split_scopes(s: &str) -> Vec<String> {
@@ -187,11 +169,11 @@ impl Db {
         scopes: &[String],
         params: &crate::providers::ConnParams,
         min_remaining: i64,
-    ) -> Result<Option<Elicitation>, sqlx::Error> {
-        let row: Option<Row> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM elicitations WHERE client_id = $1 AND issuer = $2 AND subject = $3 \
+    ) -> Result<Option<Elicitation>> {
+        let row: Option<Row> = sqlx::query_as(&Elicitation::select(
+            "client_id = $1 AND issuer = $2 AND subject = $3 \
              AND provider = $4 AND scopes = $5 AND status = 'pending' AND expires_at > $6 \
-             AND COALESCE(params, '') = $7 ORDER BY created_at DESC LIMIT 1"
+             AND COALESCE(params, '') = $7 ORDER BY created_at DESC LIMIT 1",
         ))
         .bind(client_id)
         .bind(issuer)
@@ -199,23 +181,22 @@ impl Db {
         .bind(provider)
         .bind(scopes.join(" "))
         .bind(now() + min_remaining)
-        .bind(encode_params(params).unwrap_or_default())
+        .bind(encode_params(params)?.unwrap_or_default())
         .fetch_optional(&self.pool)
         .await?;
         row.map(TryInto::try_into).transpose()
     }
 
-    pub async fn get_elicitation(&self, id: &str) -> Result<Option<Elicitation>, sqlx::Error> {
-        let row: Option<Row> =
-            sqlx::query_as(&format!("SELECT {COLUMNS} FROM elicitations WHERE id = $1"))
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
+    pub async fn get_elicitation(&self, id: &str) -> Result<Option<Elicitation>> {
+        let row: Option<Row> = sqlx::query_as(&Elicitation::select("id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
         row.map(TryInto::try_into).transpose()
     }
 
     /// Which of `ids` are no longer pending (one query, for the long-poll sweep).
-    pub async fn finished_among(&self, ids: &[String]) -> Result<Vec<String>, sqlx::Error> {
+    pub async fn finished_among(&self, ids: &[String]) -> Result<Vec<String>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -243,17 +224,16 @@ impl Db {
         &self,
         subject: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<Elicitation>, sqlx::Error> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM elicitations WHERE status = 'pending' AND expires_at > $1 \
-             AND ($2 IS NULL OR subject = $2) ORDER BY created_at DESC, id LIMIT $3"
-        ))
-        .bind(now())
-        .bind(subject)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(TryInto::try_into).collect()
+    ) -> Result<Vec<Elicitation>> {
+        const PENDING: &str = "status = 'pending' AND expires_at > $1 \
+             AND ($2 IS NULL OR subject = $2) ORDER BY created_at DESC, id LIMIT $3";
+        self.fetch_rows(
+            sqlx::query_as(&Elicitation::select(PENDING))
+                .bind(now())
+                .bind(subject)
+                .bind(limit),
+        )
+        .await
     }
 
     /// Elicitations that have an outcome (or ran out of time), newest first, one page.
@@ -262,39 +242,35 @@ impl Db {
         subject: Option<&str>,
         limit: i64,
         offset: i64,
-    ) -> Result<Vec<Elicitation>, sqlx::Error> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM elicitations WHERE (status <> 'pending' OR expires_at <= $1) \
-             AND ($2 IS NULL OR subject = $2) ORDER BY created_at DESC, id LIMIT $3 OFFSET $4"
-        ))
-        .bind(now())
-        .bind(subject)
-        .bind(limit)
-        .bind(offset)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(TryInto::try_into).collect()
+    ) -> Result<Vec<Elicitation>> {
+        const FINISHED: &str = "(status <> 'pending' OR expires_at <= $1) \
+             AND ($2 IS NULL OR subject = $2) ORDER BY created_at DESC, id LIMIT $3 OFFSET $4";
+        self.fetch_rows(
+            sqlx::query_as(&Elicitation::select(FINISHED))
+                .bind(now())
+                .bind(subject)
+                .bind(limit)
+                .bind(offset),
+        )
+        .await
     }
 
     /// Elicitations that ended in a connection, newest first (who asked for it, and how).
     pub async fn elicitations_of_connection(
         &self,
         connection_id: &str,
-    ) -> Result<Vec<Elicitation>, sqlx::Error> {
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM elicitations WHERE connection_id = $1 ORDER BY created_at DESC LIMIT 20"
-        ))
-        .bind(connection_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(TryInto::try_into).collect()
+    ) -> Result<Vec<Elicitation>> {
+        self.fetch_rows(
+            sqlx::query_as(&Elicitation::select(
+                "connection_id = $1 ORDER BY created_at DESC LIMIT 20",
+            ))
+            .bind(connection_id),
+        )
+        .await
     }
 }
 
-pub async fn insert_elicitation(
-    conn: &mut AnyConnection,
-    e: &Elicitation,
-) -> Result<(), sqlx::Error> {
+pub async fn insert_elicitation(conn: &mut AnyConnection, e: &Elicitation) -> Result<()> {
     sqlx::query(
         "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, created_at, expires_at, params) \
          VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9)",
@@ -307,7 +283,7 @@ pub async fn insert_elicitation(
     .bind(e.scopes.join(" "))
     .bind(e.created_at)
     .bind(e.expires_at)
-    .bind(encode_params(&e.params))
+    .bind(encode_params(&e.params)?)
     .execute(conn)
     .await?;
     Ok(())
@@ -318,10 +294,10 @@ pub async fn set_elicitation_params(
     conn: &mut AnyConnection,
     id: &str,
     params: &crate::providers::ConnParams,
-) -> Result<(), sqlx::Error> {
+) -> Result<()> {
     sqlx::query("UPDATE elicitations SET params = $2 WHERE id = $1 AND status = 'pending'")
         .bind(id)
-        .bind(encode_params(params))
+        .bind(encode_params(params)?)
         .execute(conn)
         .await?;
     Ok(())
@@ -329,9 +305,7 @@ pub async fn set_elicitation_params(
 
 /// Moves every pending elicitation past its expiry to `expired`, returning those it moved (one
 /// conditional UPDATE: a concurrent completion wins or loses cleanly).
-pub async fn expire_pending_elicitations(
-    conn: &mut AnyConnection,
-) -> Result<Vec<Elicitation>, sqlx::Error> {
+pub async fn expire_pending_elicitations(conn: &mut AnyConnection) -> Result<Vec<Elicitation>> {
     let rows: Vec<Row> = sqlx::query_as(&format!(
         "UPDATE elicitations SET status = 'expired', finished_at = $1 \
          WHERE status = 'pending' AND expires_at <= $1 RETURNING {COLUMNS}"
@@ -339,7 +313,7 @@ pub async fn expire_pending_elicitations(
     .bind(now())
     .fetch_all(conn)
     .await?;
-    rows.into_iter().map(TryInto::try_into).collect()
+    Elicitation::decode_all(rows)
 }
 
 /// Moves a pending elicitation to a final status. Returns false if it was no longer pending.
@@ -347,7 +321,7 @@ pub async fn finish_elicitation(
     conn: &mut AnyConnection,
     id: &str,
     end: Ending<'_>,
-) -> Result<bool, sqlx::Error> {
+) -> Result<bool> {
     let r = sqlx::query(
         "UPDATE elicitations SET status = $2, connection_id = $3, failure = $4, finished_at = $5 \
          WHERE id = $1 AND status = 'pending'",
@@ -365,10 +339,7 @@ pub async fn finish_elicitation(
 impl Db {
     /// Retention: deletes elicitations that finished (or expired) before `cutoff` (Unix
     /// seconds). Pending ones are never deleted here; they expire first.
-    pub async fn delete_finished_elicitations_before(
-        &self,
-        cutoff: i64,
-    ) -> Result<u64, sqlx::Error> {
+    pub async fn delete_finished_elicitations_before(&self, cutoff: i64) -> Result<u64> {
         Ok(sqlx::query(
             "DELETE FROM elicitations WHERE status <> 'pending' AND COALESCE(finished_at, expires_at) < $1",
         )
@@ -384,19 +355,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_status_round_trips_and_an_unknown_one_is_an_error() {
-        for s in [
-            ElicitationStatus::Pending,
-            ElicitationStatus::Completed,
-            ElicitationStatus::Declined,
-            ElicitationStatus::Expired,
-            ElicitationStatus::Failed,
-        ] {
-            assert_eq!(s.as_str().parse::<ElicitationStatus>(), Ok(s));
-        }
-        for bad in ["", "Pending", "cancelled", "done"] {
-            let e = bad.parse::<ElicitationStatus>().unwrap_err();
-            assert!(e.contains(&format!("{bad:?}")), "{e}");
-        }
+    fn a_row_with_an_unknown_status_is_an_error_naming_the_row() {
+        let row = |status: &str| Row {
+            id: "e1".into(),
+            status: status.into(),
+            ..Row::default()
+        };
+        assert!(Elicitation::try_from(row("declined")).is_ok());
+        let e = Elicitation::try_from(row("cancelled"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "elicitations row e1: unknown elicitation status \"cancelled\""
+        );
+    }
+
+    #[test]
+    fn parameters_round_trip_and_a_stored_non_object_is_an_error() {
+        let p: crate::providers::ConnParams = [("tenant".to_owned(), "acme".to_owned())].into();
+        let stored = encode_params(&p).unwrap();
+        assert_eq!(decode_params(stored.as_deref()), Ok(p));
+        assert_eq!(encode_params(&Default::default()).unwrap(), None);
+        assert!(decode_params(Some("[1]")).is_err());
     }
 }

@@ -2,7 +2,7 @@
 
 use sqlx::{AnyConnection, FromRow};
 
-use super::{Db, now};
+use super::{Db, Result, now};
 
 /// An event to record for one client.
 #[derive(Debug, Clone)]
@@ -42,10 +42,7 @@ pub struct DueDelivery {
 pub use crate::time::now_ms;
 
 /// Writes event rows on `conn`, in the transaction of the change they describe.
-pub async fn insert_events(
-    conn: &mut AnyConnection,
-    events: &[NewEvent],
-) -> Result<(), sqlx::Error> {
+pub async fn insert_events(conn: &mut AnyConnection, events: &[NewEvent]) -> Result<()> {
     let at = now();
     for e in events {
         sqlx::query(
@@ -71,8 +68,8 @@ impl Db {
         client_id: &str,
         seq: i64,
         limit: i64,
-    ) -> Result<Vec<EventRow>, sqlx::Error> {
-        sqlx::query_as(
+    ) -> Result<Vec<EventRow>> {
+        Ok(sqlx::query_as(
             "SELECT seq, id, client_id, event_type, payload, created_at FROM events \
              WHERE client_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
         )
@@ -80,11 +77,11 @@ impl Db {
         .bind(seq)
         .bind(limit)
         .fetch_all(&self.pool)
-        .await
+        .await?)
     }
 
     /// The newest event sequence number of the client (0 when none).
-    pub async fn last_event_seq(&self, client_id: &str) -> Result<i64, sqlx::Error> {
+    pub async fn last_event_seq(&self, client_id: &str) -> Result<i64> {
         let (n,): (Option<i64>,) =
             sqlx::query_as("SELECT MAX(seq) FROM events WHERE client_id = $1")
                 .bind(client_id)
@@ -93,28 +90,20 @@ impl Db {
         Ok(n.unwrap_or(0))
     }
 
-    pub async fn due_deliveries(
-        &self,
-        now_ms: i64,
-        limit: i64,
-    ) -> Result<Vec<DueDelivery>, sqlx::Error> {
-        sqlx::query_as(
+    pub async fn due_deliveries(&self, now_ms: i64, limit: i64) -> Result<Vec<DueDelivery>> {
+        Ok(sqlx::query_as(
             "SELECT seq, id, client_id, payload, attempts, next_attempt_ms FROM events \
              WHERE next_attempt_ms IS NOT NULL AND next_attempt_ms <= $1 ORDER BY next_attempt_ms LIMIT $2",
         )
         .bind(now_ms)
         .bind(limit)
         .fetch_all(&self.pool)
-        .await
+        .await?)
     }
 
     /// Takes a due delivery for `lease_ms`, so no other replica sends it meanwhile. False when
     /// someone else took it first.
-    pub async fn claim_delivery(
-        &self,
-        d: &DueDelivery,
-        lease_until_ms: i64,
-    ) -> Result<bool, sqlx::Error> {
+    pub async fn claim_delivery(&self, d: &DueDelivery, lease_until_ms: i64) -> Result<bool> {
         let r = sqlx::query(
             "UPDATE events SET next_attempt_ms = $3 WHERE seq = $1 AND next_attempt_ms = $2",
         )
@@ -126,7 +115,7 @@ impl Db {
         Ok(r.rows_affected() == 1)
     }
 
-    pub async fn delivery_succeeded(&self, seq: i64, attempts: i64) -> Result<(), sqlx::Error> {
+    pub async fn delivery_succeeded(&self, seq: i64, attempts: i64) -> Result<()> {
         sqlx::query(
             "UPDATE events SET next_attempt_ms = NULL, delivered_at = $2, attempts = $3, last_error = NULL WHERE seq = $1",
         )
@@ -145,7 +134,7 @@ impl Db {
         attempts: i64,
         retry_at_ms: Option<i64>,
         error: &str,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<()> {
         let failed_at = retry_at_ms.is_none().then(now);
         sqlx::query(
             "UPDATE events SET next_attempt_ms = $2, attempts = $3, last_error = $4, failed_at = $5 WHERE seq = $1",
@@ -161,10 +150,7 @@ impl Db {
     }
 
     /// Delivery bookkeeping for tests and operators: (attempts, delivered, last_error).
-    pub async fn event_delivery(
-        &self,
-        id: &str,
-    ) -> Result<Option<(i64, bool, Option<String>)>, sqlx::Error> {
+    pub async fn event_delivery(&self, id: &str) -> Result<Option<(i64, bool, Option<String>)>> {
         let row: Option<(i64, Option<i64>, Option<String>)> =
             sqlx::query_as("SELECT attempts, delivered_at, last_error FROM events WHERE id = $1")
                 .bind(id)
@@ -174,7 +160,7 @@ impl Db {
     }
 
     /// Forgets events older than `before` that have nothing left to deliver.
-    pub async fn delete_old_events(&self, before: i64) -> Result<u64, sqlx::Error> {
+    pub async fn delete_old_events(&self, before: i64) -> Result<u64> {
         Ok(
             sqlx::query("DELETE FROM events WHERE created_at < $1 AND next_attempt_ms IS NULL")
                 .bind(before)

@@ -5,49 +5,21 @@
 
 use sqlx::FromRow;
 
-use super::{Db, now};
+use super::{Db, Result, now};
 
-/// The `kind` column: only `provider` rows are written (rows of kind `login` were written by
-/// earlier versions; they are never read and expire like the others).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlowKind {
-    /// A signed-in user sent to a provider from the consent page.
-    Provider,
-    /// A sign-in at the identity issuer (earlier versions only).
-    Login,
+stored_enum! {
+    /// The `kind` column: only `provider` rows are written (rows of kind `login` were written by
+    /// earlier versions; they are never read and expire like the others).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum FlowKind ("auth flow kind") {
+        /// A signed-in user sent to a provider from the consent page.
+        Provider = "provider",
+        /// A sign-in at the identity issuer (earlier versions only).
+        Login = "login",
+    }
 }
 
 const PROVIDER: &str = FlowKind::Provider.as_str();
-
-impl FlowKind {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Provider => "provider",
-            Self::Login => "login",
-        }
-    }
-}
-
-/// A stored kind that is none of the known ones: an error naming the value, never a default.
-impl std::str::FromStr for FlowKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "provider" => Ok(Self::Provider),
-            "login" => Ok(Self::Login),
-            other => Err(format!("unknown auth flow kind {other:?}")),
-        }
-    }
-}
-
-impl TryFrom<&str> for FlowKind {
-    type Error = String;
-
-    fn try_from(s: &str) -> Result<Self, String> {
-        s.parse()
-    }
-}
 
 #[derive(Debug, Clone, FromRow)]
 pub struct Flow {
@@ -97,7 +69,7 @@ impl Db {
         &self,
         f: &NewFlow<'_>,
         new_params: Option<&crate::providers::ConnParams>,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<()> {
         let now = now();
         let mut tx = self.begin_ephemeral().await?;
         if let (Some(params), Some(id)) = (new_params, f.elicitation_id) {
@@ -119,12 +91,12 @@ impl Db {
         .bind(now + f.ttl_seconds)
         .execute(&mut *tx)
         .await?;
-        tx.commit().await
+        Ok(tx.commit().await?)
     }
 
     /// The flow a state names, and whether it was used already. Reads only: presenting a state
     /// changes nothing until `claim_flow`.
-    pub async fn find_flow(&self, state_hash: &str) -> Result<Option<(Flow, bool)>, sqlx::Error> {
+    pub async fn find_flow(&self, state_hash: &str) -> Result<Option<(Flow, bool)>> {
         let row: Option<FlowRow> = sqlx::query_as(
             "SELECT state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, expires_at, used_at \
              FROM auth_flows WHERE state_hash = $1 AND kind = $2",
@@ -144,7 +116,7 @@ impl Db {
     /// code presented twice makes the provider refuse the second and, often, revoke the tokens
     /// the first one got (RFC 6749 §4.1.2). It is short-lived data (`Db::begin_ephemeral`): the
     /// grant's own synchronous commit makes it durable too.
-    pub async fn claim_flow(&self, state_hash: &str) -> Result<bool, sqlx::Error> {
+    pub async fn claim_flow(&self, state_hash: &str) -> Result<bool> {
         Ok(self
             .execute_ephemeral(
                 sqlx::query(
@@ -158,21 +130,5 @@ impl Db {
             .await?
             .rows_affected()
             == 1)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flow_kinds_round_trip_and_unknown_ones_are_errors_naming_them() {
-        for k in [FlowKind::Provider, FlowKind::Login] {
-            assert_eq!(k.as_str().parse::<FlowKind>(), Ok(k));
-        }
-        for bad in ["", "Provider", "signin", "provider "] {
-            let err = FlowKind::try_from(bad).unwrap_err();
-            assert!(err.contains(&format!("{bad:?}")), "{err}");
-        }
     }
 }

@@ -4,7 +4,9 @@
 
 use sqlx::AnyConnection;
 
-use super::{Db, now};
+use super::connections::ConnectionStatus;
+use super::error::retry_dropped;
+use super::{Db, Error, Result, now};
 
 /// Lets `clients` use connection `id` (recording the elicitation that the user approved).
 pub async fn grant_clients(
@@ -12,7 +14,7 @@ pub async fn grant_clients(
     id: &str,
     clients: &[String],
     elicitation_id: Option<&str>,
-) -> Result<(), sqlx::Error> {
+) -> Result<()> {
     let at = now();
     for client in clients {
         sqlx::query(
@@ -31,7 +33,7 @@ pub async fn grant_clients(
 }
 
 /// Forgets every client of connection `id` (it was revoked: a later grant names its own apps).
-pub async fn clear_clients(conn: &mut AnyConnection, id: &str) -> Result<(), sqlx::Error> {
+pub async fn clear_clients(conn: &mut AnyConnection, id: &str) -> Result<()> {
     sqlx::query("DELETE FROM connection_clients WHERE connection_id = $1")
         .bind(id)
         .execute(&mut *conn)
@@ -40,16 +42,17 @@ pub async fn clear_clients(conn: &mut AnyConnection, id: &str) -> Result<(), sql
 }
 
 /// Takes `client`'s use of connection `id` away; returns how many clients still use it.
-pub async fn remove_client(
-    conn: &mut AnyConnection,
-    id: &str,
-    client: &str,
-) -> Result<i64, sqlx::Error> {
+pub async fn remove_client(conn: &mut AnyConnection, id: &str, client: &str) -> Result<i64> {
     sqlx::query("DELETE FROM connection_clients WHERE connection_id = $1 AND client_id = $2")
         .bind(id)
         .bind(client)
         .execute(&mut *conn)
         .await?;
+    count_clients(conn, id).await
+}
+
+/// How many clients may use connection `id`.
+async fn count_clients(conn: &mut AnyConnection, id: &str) -> Result<i64> {
     let (n,): (i64,) =
         sqlx::query_as("SELECT COUNT(*) FROM connection_clients WHERE connection_id = $1")
             .bind(id)
@@ -58,27 +61,32 @@ pub async fn remove_client(
     Ok(n)
 }
 
-/// The status of connection `(issuer, subject, provider)` before a connect flow stores its
-/// tokens, if the row exists.
+/// The id and status of connection `(issuer, subject, provider)` before a connect flow stores
+/// its tokens, if the row exists. A status this binary does not know is an error naming the row.
 pub async fn existing_status(
     conn: &mut AnyConnection,
     issuer: &str,
     subject: &str,
     provider: &str,
-) -> Result<Option<(String, String)>, sqlx::Error> {
-    sqlx::query_as(
+) -> Result<Option<(String, ConnectionStatus)>> {
+    let row: Option<(String, String)> = sqlx::query_as(
         "SELECT id, status FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3",
     )
     .bind(issuer)
     .bind(subject)
     .bind(provider)
     .fetch_optional(&mut *conn)
-    .await
+    .await?;
+    row.map(|(id, status)| match status.parse() {
+        Ok(status) => Ok((id, status)),
+        Err(problem) => Err(Error::undecodable("connections", id, problem)),
+    })
+    .transpose()
 }
 
 impl Db {
     /// The clients that may use connection `id`, sorted.
-    pub async fn connection_clients(&self, id: &str) -> Result<Vec<String>, sqlx::Error> {
+    pub async fn connection_clients(&self, id: &str) -> Result<Vec<String>> {
         let read = || {
             sqlx::query_as::<_, (String,)>(
                 "SELECT client_id FROM connection_clients WHERE connection_id = $1 ORDER BY client_id",
@@ -89,18 +97,12 @@ impl Db {
         // On the token path (a cache miss) like `find_connection`: a pooled connection the
         // server dropped since its last use fails here and leaves the pool; a read is safe to
         // repeat.
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match read().await {
-                Err(e) if attempt < 4 && super::is_dropped_connection(&e) => continue,
-                r => return Ok(r?.into_iter().map(|(c,)| c).collect()),
-            }
-        }
+        let rows = retry_dropped(4, read).await?;
+        Ok(rows.into_iter().map(|(c,)| c).collect())
     }
 
     /// Whether `client` may use connection `id` (one indexed read on the token path).
-    pub async fn client_may_use(&self, id: &str, client: &str) -> Result<bool, sqlx::Error> {
+    pub async fn client_may_use(&self, id: &str, client: &str) -> Result<bool> {
         const SQL: &str =
             "SELECT 1 FROM connection_clients WHERE connection_id = $1 AND client_id = $2";
         // On Postgres, on the hot reads' own connections when switched on (`super::hot`).
@@ -122,14 +124,7 @@ impl Db {
         };
         // On the token hot path like `find_connection`: a pooled connection the server dropped
         // since its last use fails here and leaves the pool; a read is safe to repeat.
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match read().await {
-                Err(e) if attempt < 4 && super::is_dropped_connection(&e) => continue,
-                r => return Ok(r?.is_some()),
-            }
-        }
+        Ok(retry_dropped(4, read).await?.is_some())
     }
 
     /// A live connection that no client holds (written before this table existed, or by an
@@ -137,11 +132,7 @@ impl Db {
     /// (completed elicitations for it since its last revocation) or, when none is known, by
     /// `fallback` (every client whose `providers` lists the provider: the rule before grants
     /// belonged to apps), so no grant is lost. Returns the clients it has now.
-    pub async fn adopt_orphan(
-        &self,
-        id: &str,
-        fallback: &[String],
-    ) -> Result<Vec<String>, sqlx::Error> {
+    pub async fn adopt_orphan(&self, id: &str, fallback: &[String]) -> Result<Vec<String>> {
         let mut tx = self.pool.begin().await?;
         // Write first: on SQLite a transaction that reads and then writes cannot take the write
         // lock once another writer committed after its read (SQLITE_BUSY, not retried by the
@@ -151,12 +142,7 @@ impl Db {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        let (held,): (i64,) =
-            sqlx::query_as("SELECT COUNT(*) FROM connection_clients WHERE connection_id = $1")
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?;
-        if held == 0 {
+        if count_clients(&mut tx, id).await? == 0 {
             let approved: Vec<(String, String)> = sqlx::query_as(
                 "SELECT e.client_id, MAX(e.id) FROM elicitations e \
                  WHERE e.connection_id = $1 AND e.status = 'completed' \

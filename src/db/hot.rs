@@ -32,6 +32,8 @@ use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use tokio::sync::Mutex;
 
+use super::error::is_dropped_connection;
+
 /// Connections for the hot reads, per process (beside the pool's 16).
 pub const HOT_CONNECTIONS: usize = 4;
 /// The most [`HotReads::set_width`] allows.
@@ -40,7 +42,7 @@ const MAX_SLOTS: usize = 16;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A query on a borrowed connection.
-pub type Query<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
+pub(super) type Query<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
 
 /// Where the hot reads go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +128,7 @@ impl std::fmt::Debug for HotReads {
 
 impl HotReads {
     /// For the Postgres database at `url`; connects lazily, on first use.
-    pub fn new(url: &str) -> Result<Self, sqlx::Error> {
+    pub(super) fn new(url: &str) -> Result<Self, sqlx::Error> {
         let options = PgConnectOptions::from_str(url)?;
         let deadpool = deadpool::managed::Pool::builder(Manager(options.clone()))
             .max_size(HOT_CONNECTIONS)
@@ -178,7 +180,7 @@ impl HotReads {
     }
 
     /// Runs `query` on one of these connections (not in [`HotMode::Pool`]: the caller's).
-    pub async fn run<T>(
+    pub(super) async fn run<T>(
         &self,
         query: impl for<'c> Fn(&'c mut PgConnection) -> Query<'c, T>,
     ) -> Result<T, sqlx::Error> {
@@ -210,7 +212,7 @@ impl HotReads {
                     *slot = Some(conn);
                     return Ok(v);
                 }
-                Err(e) if super::is_dropped_connection(&e) => {
+                Err(e) if is_dropped_connection(&e) => {
                     drop(conn);
                     if fresh {
                         return Err(e);
@@ -243,7 +245,7 @@ impl HotReads {
                     held.clean = true;
                     return Ok(v);
                 }
-                Err(e) if super::is_dropped_connection(&e) => {
+                Err(e) if is_dropped_connection(&e) => {
                     // The server went away: so did every idle connection with it.
                     drop(deadpool::managed::Object::take(held));
                     self.deadpool.retain(|_, _| false);
@@ -270,5 +272,5 @@ fn session_intact(e: &sqlx::Error) -> bool {
             | sqlx::Error::ColumnDecode { .. }
             | sqlx::Error::ColumnNotFound(_)
             | sqlx::Error::Decode(_)
-    ) && !super::is_dropped_connection(e)
+    ) && !is_dropped_connection(e)
 }

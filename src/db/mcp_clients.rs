@@ -2,7 +2,7 @@
 //! provider, authorization server and redirect URI. The client secret, when one was issued, is
 //! stored sealed by the caller.
 
-use super::Db;
+use super::{Db, Result};
 
 /// A stored registration: the client id and the sealed secret.
 pub struct StoredRegistration {
@@ -19,7 +19,7 @@ impl Db {
         redirect_uri: &str,
         client_id: &str,
         sealed_secret: Option<&str>,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<()> {
         sqlx::query(
             "INSERT INTO mcp_clients (provider, issuer, redirect_uri, client_id, client_secret, registered_at) \
              VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (provider, issuer, redirect_uri) DO NOTHING",
@@ -40,7 +40,7 @@ impl Db {
         provider: &str,
         issuer: &str,
         redirect_uri: &str,
-    ) -> Result<Option<StoredRegistration>, sqlx::Error> {
+    ) -> Result<Option<StoredRegistration>> {
         let row: Option<(String, Option<String>)> = sqlx::query_as(
             "SELECT client_id, client_secret FROM mcp_clients WHERE provider = $1 AND issuer = $2 AND redirect_uri = $3",
         )

@@ -1,11 +1,60 @@
 //! Storage: one data-access layer over Postgres and SQLite (sqlx's `Any` driver with portable
 //! SQL; times are Unix seconds), migrations for each engine, and the session store.
 
+/// An enum stored as one of a fixed set of names: `as_str` gives the stored name, and `FromStr` /
+/// `TryFrom<&str>` take one back, a name this binary does not know being an error that names it
+/// (`unknown connection status "paused"`), never a default. `ALL` lists every value.
+macro_rules! stored_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident ($what:literal) {
+            $($(#[$doc:meta])* $variant:ident = $text:literal,)*
+        }
+    ) => {
+        $(#[$meta])*
+        $vis enum $name {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &[$name] = &[$(Self::$variant,)*];
+
+            /// The stored name.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)*
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+
+            fn from_str(s: &str) -> std::result::Result<Self, String> {
+                match s {
+                    $($text => Ok(Self::$variant),)*
+                    other => Err(format!(concat!("unknown ", $what, " {:?}"), other)),
+                }
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = String;
+
+            fn try_from(s: &str) -> std::result::Result<Self, String> {
+                s.parse()
+            }
+        }
+    };
+}
+
 pub mod audit;
 pub mod change;
 pub mod changes;
 pub mod connections;
 pub mod elicitations;
+mod error;
 pub mod events;
 pub mod flows;
 pub mod grants;
@@ -19,10 +68,39 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{MigrateDatabase, Migrator};
 use sqlx::{Any, AnyPool};
+
+pub use error::{Error, Result};
+
+use crate::config::DatabaseUrl;
+
+/// A table whose rows decode into `Self`: an error naming the row when one does not, never a
+/// default.
+trait Table: Sized + TryFrom<Self::Row, Error = Error> {
+    /// A row as read, before decoding.
+    type Row: for<'r> sqlx::FromRow<'r, sqlx::any::AnyRow> + Send + Unpin;
+    const TABLE: &'static str;
+    /// The columns `Row` reads.
+    const COLUMNS: &'static str;
+
+    /// `SELECT` of every column of the rows matching `filter` (what follows `WHERE`).
+    fn select(filter: &str) -> String {
+        format!(
+            "SELECT {} FROM {} WHERE {filter}",
+            Self::COLUMNS,
+            Self::TABLE
+        )
+    }
+
+    fn decode_all(rows: Vec<Self::Row>) -> Result<Vec<Self>> {
+        rows.into_iter().map(Self::try_from).collect()
+    }
+}
+
+/// A query over [`Table::select`], its parameters bound.
+type Select<'q, R> = sqlx::query::QueryAs<'q, Any, R, sqlx::any::AnyArguments<'q>>;
 
 /// Pooled connections idle for at least this long are pinged before use.
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
@@ -61,37 +139,22 @@ impl std::fmt::Debug for Db {
     }
 }
 
-/// Whether `e` says the database connection itself is gone (the server went away or ended the
-/// session), as opposed to the statement failing.
-pub fn is_dropped_connection(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_) => true,
-        // 57P01..57P05: the server is shutting down or terminated the session.
-        sqlx::Error::Database(d) => d.code().is_some_and(|c| c.starts_with("57P")),
-        _ => false,
-    }
-}
-
 /// Kept so code written against `db::now` still builds; the clock lives in `crate::time`.
 pub use crate::time::now;
 
 impl Db {
     /// Connects (creating the database or SQLite file when missing) without migrating.
-    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+    pub async fn connect(url: &DatabaseUrl) -> Result<Self> {
         install_default_drivers();
-        let engine = if url.starts_with("sqlite:") {
-            Engine::Sqlite
-        } else {
-            Engine::Postgres
-        };
+        let engine = url.engine();
         let url = match engine {
-            Engine::Sqlite => prepare_sqlite_url(url)?,
-            Engine::Postgres => url.to_owned(),
+            Engine::Sqlite => prepare_sqlite_url(url.expose_secret())?,
+            Engine::Postgres => url.expose_secret().to_owned(),
         };
         if !Any::database_exists(&url).await.unwrap_or(false) {
             Any::create_database(&url)
                 .await
-                .context("creating the database")?;
+                .map_err(|e| Error::setup("creating the database", e))?;
         }
         // sqlx pings every connection it hands out by default: a second round trip for every
         // query. Only ping connections that sat idle for a while (HikariCP's "alive bypass"):
@@ -126,14 +189,20 @@ impl Db {
         let pool = opts
             .connect(&url)
             .await
-            .context("connecting to the database")?;
+            .map_err(|e| Error::setup("connecting to the database", e))?;
         let hot = match engine {
             Engine::Postgres => Some(Arc::new(
-                hot::HotReads::new(&url).context("parsing the database URL")?,
+                hot::HotReads::new(&url)
+                    .map_err(|e| Error::setup("parsing the database URL", e))?,
             )),
             Engine::Sqlite => None,
         };
         Ok(Self { pool, engine, hot })
+    }
+
+    /// The rows `q` finds, decoded.
+    async fn fetch_rows<T: Table>(&self, q: Select<'_, T::Row>) -> Result<Vec<T>> {
+        T::decode_all(q.fetch_all(&self.pool).await?)
     }
 
     /// The hot reads' connections, when they are not to go through the pool.
@@ -151,12 +220,11 @@ impl Db {
         }
     }
 
-    pub async fn migrate(&self) -> anyhow::Result<()> {
+    pub async fn migrate(&self) -> Result<()> {
         migrator(self.engine)
             .run(&self.pool)
             .await
-            .context("running migrations")?;
-        Ok(())
+            .map_err(|e| Error::setup("running migrations", e))
     }
 
     /// A transaction for writes to short-lived tables only (sign-in sessions, pending provider
@@ -166,7 +234,7 @@ impl Db {
     /// nothing else: a grant (connections, their apps, audit, events) always commits
     /// synchronously, and its commit makes every earlier write durable with it. Visibility is not
     /// affected: other replicas see the write as soon as it commits.
-    pub async fn begin_ephemeral(&self) -> Result<sqlx::Transaction<'static, Any>, sqlx::Error> {
+    pub async fn begin_ephemeral(&self) -> Result<sqlx::Transaction<'static, Any>> {
         let mut tx = self.pool.begin().await?;
         if self.engine == Engine::Postgres {
             sqlx::query("SET LOCAL synchronous_commit = off")
@@ -181,9 +249,9 @@ impl Db {
     pub async fn execute_ephemeral<'q>(
         &self,
         q: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
-    ) -> Result<sqlx::any::AnyQueryResult, sqlx::Error> {
+    ) -> Result<sqlx::any::AnyQueryResult> {
         match self.engine {
-            Engine::Sqlite => q.execute(&self.pool).await,
+            Engine::Sqlite => Ok(q.execute(&self.pool).await?),
             Engine::Postgres => {
                 let mut tx = self.begin_ephemeral().await?;
                 let r = q.execute(&mut *tx).await?;
@@ -193,16 +261,14 @@ impl Db {
         }
     }
 
-    pub async fn ping(&self) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 
     /// Deletes expired sessions and auth flows. (Pending elicitations past their expiry are moved
     /// to `expired` by `AppState::expire_elicitations`, which records each one.)
-    pub async fn delete_expired(&self) -> Result<u64, sqlx::Error> {
+    pub async fn delete_expired(&self) -> Result<u64> {
         let now = now();
         let mut n = 0;
         n += sqlx::query("DELETE FROM sessions WHERE expires_at < $1")
@@ -229,14 +295,15 @@ impl Db {
 }
 
 /// Makes sure a SQLite file can be created: `mode=rwc` and an existing parent folder.
-fn prepare_sqlite_url(url: &str) -> anyhow::Result<String> {
-    let opts =
-        sqlx::sqlite::SqliteConnectOptions::from_str(url).context("parsing the SQLite URL")?;
+fn prepare_sqlite_url(url: &str) -> Result<String> {
+    let opts = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+        .map_err(|e| Error::setup("parsing the SQLite URL", e))?;
     let path = opts.get_filename();
     if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() && path.as_os_str() != ":memory:" {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating the folder {}", parent.display()))?;
+            std::fs::create_dir_all(parent).map_err(|e| {
+                Error::setup(format!("creating the folder {}", parent.display()), e)
+            })?;
         }
     }
     Ok(if url.contains("mode=") {
@@ -246,4 +313,61 @@ fn prepare_sqlite_url(url: &str) -> anyhow::Result<String> {
     } else {
         format!("{url}?mode=rwc")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::audit::AuditAction;
+    use super::connections::ConnectionStatus;
+    use super::elicitations::ElicitationStatus;
+    use super::flows::FlowKind;
+
+    /// Every value of `$t` comes back from its stored name; each of `$bad` is refused with an
+    /// error that names it.
+    macro_rules! round_trips_and_refuses {
+        ($t:ty, $what:literal, [$($bad:literal),* $(,)?]) => {
+            assert!(!<$t>::ALL.is_empty());
+            for v in <$t>::ALL {
+                assert_eq!(v.as_str().parse::<$t>(), Ok(*v));
+                assert_eq!(<$t>::try_from(v.as_str()), Ok(*v));
+            }
+            for bad in [$($bad),*] {
+                let e = <$t>::try_from(bad).unwrap_err();
+                assert_eq!(e, format!(concat!("unknown ", $what, " {:?}"), bad));
+                assert_eq!(bad.parse::<$t>(), Err(e));
+            }
+        };
+    }
+
+    #[test]
+    fn every_stored_name_round_trips_and_an_unknown_one_is_an_error_naming_it() {
+        round_trips_and_refuses!(
+            ConnectionStatus,
+            "connection status",
+            ["", "Active", "paused", "active "]
+        );
+        round_trips_and_refuses!(
+            ElicitationStatus,
+            "elicitation status",
+            ["", "Pending", "cancelled", "done"]
+        );
+        round_trips_and_refuses!(
+            FlowKind,
+            "auth flow kind",
+            ["", "Provider", "signin", "provider "]
+        );
+        round_trips_and_refuses!(
+            AuditAction,
+            "audit event",
+            [
+                "",
+                "connection.deleted",
+                "Connection.revoked",
+                "admin.",
+                "connection.revoked ",
+            ]
+        );
+        assert_eq!(ConnectionStatus::ALL.len(), 3);
+        assert_eq!(ElicitationStatus::ALL.len(), 5);
+    }
 }

@@ -11,10 +11,12 @@ use sqlx::{Any, Transaction};
 
 use super::change::Change;
 use super::connections::{Connection, get_connection};
-use super::{Db, Engine};
-use crate::error::{Error, Result};
+use super::{Db, Engine, Error, Result};
 
 const LEASE: Duration = Duration::from_secs(15);
+
+/// What a caller that gave up waiting was waiting for.
+const ANOTHER_REFRESH: &str = "another refresh of this connection";
 
 /// Stops the lease renewal when the lock goes away, however it goes away.
 pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -44,7 +46,8 @@ fn advisory_key(connection_id: &str) -> i64 {
     i64::from_be_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]])
 }
 
-/// Waits (at most `wait`) for the refresh lock of a connection.
+/// Waits (at most `wait`) for the refresh lock of a connection; [`Error::LockTimedOut`] when
+/// another holder keeps it longer.
 pub async fn acquire(db: &Db, connection_id: &str, wait: Duration) -> Result<RefreshLock> {
     match db.engine {
         Engine::Postgres => {
@@ -62,9 +65,7 @@ pub async fn acquire(db: &Db, connection_id: &str, wait: Duration) -> Result<Ref
             {
                 Ok(_) => Ok(RefreshLock::Postgres(Some(tx))),
                 Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("55P03") => {
-                    Err(Error::Unavailable(anyhow::anyhow!(
-                        "timed out waiting for another refresh of this connection"
-                    )))
+                    Err(Error::LockTimedOut(ANOTHER_REFRESH))
                 }
                 Err(e) => Err(e.into()),
             }
@@ -102,9 +103,7 @@ pub async fn acquire(db: &Db, connection_id: &str, wait: Duration) -> Result<Ref
                     });
                 }
                 if tokio::time::Instant::now() + pause > deadline {
-                    return Err(Error::Unavailable(anyhow::anyhow!(
-                        "timed out waiting for another refresh of this connection"
-                    )));
+                    return Err(Error::LockTimedOut(ANOTHER_REFRESH));
                 }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
@@ -142,7 +141,7 @@ impl RefreshLock {
     /// The change in which to store what the refresh learned. On Postgres it is the lock's own
     /// transaction, so committing it releases the lock and no second connection is needed; on
     /// SQLite (or once the Postgres transaction was handed out) a new one.
-    pub async fn change(&mut self, db: &Db) -> std::result::Result<Change, sqlx::Error> {
+    pub async fn change(&mut self, db: &Db) -> Result<Change> {
         match self {
             RefreshLock::Postgres(tx) => match tx.take() {
                 Some(tx) => Ok(Change::on(tx, Engine::Postgres)),

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use sqlx::Row;
 
-use super::Db;
+use super::{Db, Result};
 
 /// A connection's sealed values as read for re-sealing.
 pub struct SealedRow {
@@ -37,7 +37,7 @@ pub const RESEAL_CHUNK: usize = 100;
 impl Db {
     /// Connections and pending redirects holding at least one value not sealed under the key
     /// whose values start with `prefix`.
-    pub async fn count_not_sealed_with(&self, prefix: &str) -> Result<(u64, u64), sqlx::Error> {
+    pub async fn count_not_sealed_with(&self, prefix: &str) -> Result<(u64, u64)> {
         let (c,): (i64,) = sqlx::query_as(
             "SELECT COUNT(*) FROM connections WHERE (access_token IS NOT NULL AND substr(access_token, 1, length($1)) <> $1) \
              OR (refresh_token IS NOT NULL AND substr(refresh_token, 1, length($1)) <> $1)",
@@ -61,7 +61,7 @@ impl Db {
         prefix: &str,
         after: &str,
         batch: i64,
-    ) -> Result<Vec<SealedRow>, sqlx::Error> {
+    ) -> Result<Vec<SealedRow>> {
         let rows = sqlx::query(
             "SELECT id, access_token, refresh_token FROM connections WHERE id > $2 AND \
              ((access_token IS NOT NULL AND substr(access_token, 1, length($1)) <> $1) \
@@ -86,10 +86,7 @@ impl Db {
 
     /// Writes up to [`RESEAL_CHUNK`] re-sealed rows in one statement, each only if its
     /// ciphertexts are still the ones read (a refresh in between wins). Returns the ids written.
-    pub async fn reseal_connections(
-        &self,
-        chunk: &[ResealedRow<'_>],
-    ) -> Result<HashSet<String>, sqlx::Error> {
+    pub async fn reseal_connections(&self, chunk: &[ResealedRow<'_>]) -> Result<HashSet<String>> {
         let rows: Vec<String> = (0..chunk.len())
             .map(|i| {
                 let b = i * 5;
@@ -131,8 +128,8 @@ impl Db {
         prefix: &str,
         after: &str,
         batch: i64,
-    ) -> Result<Vec<(String, String)>, sqlx::Error> {
-        sqlx::query_as(
+    ) -> Result<Vec<(String, String)>> {
+        Ok(sqlx::query_as(
             "SELECT state_hash, verifier FROM auth_flows WHERE state_hash > $2 AND verifier IS NOT NULL \
              AND substr(verifier, 1, length($1)) <> $1 ORDER BY state_hash LIMIT $3",
         )
@@ -140,15 +137,12 @@ impl Db {
         .bind(after)
         .bind(batch)
         .fetch_all(&self.pool)
-        .await
+        .await?)
     }
 
     /// Replaces each verifier still equal to the one read, in one transaction; for each, whether
     /// it was written.
-    pub async fn reseal_flows(
-        &self,
-        rows: &[ResealedVerifier<'_>],
-    ) -> Result<Vec<bool>, sqlx::Error> {
+    pub async fn reseal_flows(&self, rows: &[ResealedVerifier<'_>]) -> Result<Vec<bool>> {
         let mut tx = self.pool.begin().await?;
         let mut written = Vec::with_capacity(rows.len());
         for r in rows {
@@ -171,17 +165,17 @@ impl Db {
     pub async fn sealed_connection_values(
         &self,
         after: &str,
-    ) -> Result<Vec<(String, Option<String>, Option<String>)>, sqlx::Error> {
-        sqlx::query_as(
+    ) -> Result<Vec<(String, Option<String>, Option<String>)>> {
+        Ok(sqlx::query_as(
             "SELECT id, access_token, refresh_token FROM connections WHERE id > $1 ORDER BY id LIMIT 1000",
         )
         .bind(after)
         .fetch_all(&self.pool)
-        .await
+        .await?)
     }
 
     /// Every pending redirect's sealed verifier.
-    pub async fn sealed_flow_verifiers(&self) -> Result<Vec<String>, sqlx::Error> {
+    pub async fn sealed_flow_verifiers(&self) -> Result<Vec<String>> {
         let rows: Vec<(String,)> =
             sqlx::query_as("SELECT verifier FROM auth_flows WHERE verifier IS NOT NULL")
                 .fetch_all(&self.pool)

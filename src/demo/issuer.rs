@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, anyhow};
-use axum::extract::rejection::FormRejection;
+use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -21,11 +21,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::oauth::{
-    AuthRequest, AuthorizePolicy, AuthorizeQuery, CODE_TTL, Expiring, OAuthError, REQUEST_TTL,
-    RegisteredClient, authenticate_client, form_body, pkce_matches, redirect_back, token_json,
+    AuthRequest, AuthorizePolicy, AuthorizeQuery, CODE_TTL, ClientRequest, DevServer, Expiring,
+    OAuthError, REQUEST_TTL, RegisteredClient, SignInForm, form_body, redirect_back, token_json,
     valid_login,
 };
-use super::pages::{ErrorPage, IndexPage, SignInPage, render_page};
 use crate::crypto::random_token;
 use crate::time::now;
 
@@ -88,8 +87,7 @@ struct Pending {
 }
 
 pub struct Issuer {
-    issuer: String,
-    client: RegisteredClient,
+    server: DevServer,
     key: SigningKey,
     pending: Mutex<Pending>,
 }
@@ -97,8 +95,7 @@ pub struct Issuer {
 impl std::fmt::Debug for Issuer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Issuer")
-            .field("issuer", &self.issuer)
-            .field("client", &self.client)
+            .field("server", &self.server)
             .finish_non_exhaustive()
     }
 }
@@ -107,22 +104,14 @@ impl Issuer {
     /// `issuer` is this server's public URL (`http://127.0.0.1:PORT/dev/issuer`).
     pub fn new(issuer: String, client: RegisteredClient) -> anyhow::Result<Arc<Self>> {
         Ok(Arc::new(Self {
-            issuer,
-            client,
+            server: DevServer {
+                name: SERVER,
+                issuer,
+                client,
+            },
             key: SigningKey::generate().context("development issuer key")?,
             pending: Mutex::new(Pending::default()),
         }))
-    }
-
-    fn endpoint(&self, path: &str) -> String {
-        format!("{}{path}", self.issuer)
-    }
-
-    fn path(&self, path: &str) -> String {
-        let base = url::Url::parse(&self.issuer)
-            .map(|u| u.path().trim_end_matches('/').to_owned())
-            .unwrap_or_default();
-        format!("{base}{path}")
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
@@ -132,9 +121,7 @@ impl Issuer {
 
     fn policy(&self) -> AuthorizePolicy<'_> {
         AuthorizePolicy {
-            server_name: SERVER,
-            issuer: &self.issuer,
-            client: &self.client,
+            server: &self.server,
             scopes_supported: SCOPES,
             default_scopes: &["openid"],
             require_openid: true,
@@ -142,15 +129,11 @@ impl Issuer {
     }
 
     fn sign_in_page(&self, request: &str, error: Option<&str>, status: StatusCode) -> Response {
-        render_page(
-            &SignInPage {
-                server: SERVER,
-                action: &self.path("/authorize"),
-                request,
-                client: &self.client.client_id,
-                hint: "Type any user name: it becomes your subject (sub). There is no password.",
-                error,
-            },
+        self.server.sign_in_page(
+            "/authorize",
+            "Type any user name: it becomes your subject (sub). There is no password.",
+            request,
+            error,
             status,
         )
     }
@@ -161,7 +144,7 @@ impl Issuer {
     fn mcp_access_token(&self, subject: &str, resource: &str) -> anyhow::Result<String> {
         let now = now();
         let claims = json!({
-            "iss": self.issuer,
+            "iss": self.server.issuer,
             "sub": subject,
             "aud": resource,
             "client_id": "demo-mcp-client",
@@ -179,10 +162,10 @@ impl Issuer {
     fn id_token(&self, subject: &str, nonce: Option<&str>) -> anyhow::Result<String> {
         let now = now();
         let mut claims = json!({
-            "iss": self.issuer,
+            "iss": self.server.issuer,
             "sub": subject,
-            "aud": self.client.client_id,
-            "azp": self.client.client_id,
+            "aud": self.server.client.client_id,
+            "azp": self.server.client.client_id,
             "iat": now,
             "auth_time": now,
             "exp": now + ID_TOKEN_TTL,
@@ -210,32 +193,30 @@ pub fn router(issuer: Arc<Issuer>) -> Router {
 }
 
 async fn index(State(s): State<Arc<Issuer>>) -> Response {
-    render_page(
-        &IndexPage {
-            server: SERVER,
-            what: "An OpenID Connect issuer for trying mcp-connect: it plays the MCP authorization server. Any user name signs in; the ID tokens are signed with a key made when the demo started.",
-            issuer: &s.issuer,
-            endpoints: vec![
-                ("discovery", s.endpoint("/.well-known/openid-configuration")),
-                ("authorize", s.endpoint("/authorize")),
-                ("token", s.endpoint("/token")),
-                ("jwks", s.endpoint("/jwks")),
+    s.server.index_page(
+        "An OpenID Connect issuer for trying mcp-connect: it plays the MCP authorization server. Any user name signs in; the ID tokens are signed with a key made when the demo started.",
+        &[
+                (
+                    "discovery",
+                    "/.well-known/openid-configuration",
+                ),
+                ("authorize", "/authorize"),
+                ("token", "/token"),
+                ("jwks", "/jwks"),
                 (
                     "MCP access tokens (POST user=NAME)",
-                    s.endpoint("/mcp-token"),
+                    "/mcp-token",
                 ),
-            ],
-        },
-        StatusCode::OK,
+        ],
     )
 }
 
 async fn discovery(State(s): State<Arc<Issuer>>) -> Response {
     Json(json!({
-        "issuer": s.issuer,
-        "authorization_endpoint": s.endpoint("/authorize"),
-        "token_endpoint": s.endpoint("/token"),
-        "jwks_uri": s.endpoint("/jwks"),
+        "issuer": s.server.issuer,
+        "authorization_endpoint": s.server.endpoint("/authorize"),
+        "token_endpoint": s.server.endpoint("/token"),
+        "jwks_uri": s.server.endpoint("/jwks"),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
         "grant_types_supported": ["authorization_code"],
@@ -246,7 +227,7 @@ async fn discovery(State(s): State<Arc<Issuer>>) -> Response {
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
         "authorization_response_iss_parameter_supported": true,
-        "service_documentation": s.endpoint("/"),
+        "service_documentation": s.server.endpoint("/"),
     }))
     .into_response()
 }
@@ -257,18 +238,8 @@ async fn jwks(State(s): State<Arc<Issuer>>) -> Response {
 
 async fn authorize(
     State(s): State<Arc<Issuer>>,
-    q: Result<Query<AuthorizeQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<AuthorizeQuery>, QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = q else {
-        return render_page(
-            &ErrorPage {
-                server: SERVER,
-                title: "Malformed request",
-                message: "The authorization request could not be read.",
-            },
-            StatusCode::BAD_REQUEST,
-        );
-    };
     let request = match s.policy().check(q) {
         Ok(r) => r,
         Err(resp) => return *resp,
@@ -277,23 +248,8 @@ async fn authorize(
     s.sign_in_page(&handle, None, StatusCode::OK)
 }
 
-#[derive(Deserialize)]
-struct SignInForm {
-    request: String,
-    #[serde(default)]
-    login: String,
-    cancel: Option<String>,
-}
-
-fn expired_page() -> Response {
-    render_page(
-        &ErrorPage {
-            server: SERVER,
-            title: "This sign-in has expired",
-            message: "Sign-in requests are single-use and last ten minutes. Go back to the application and start again.",
-        },
-        StatusCode::BAD_REQUEST,
-    )
+fn expired_page(s: &Issuer) -> Response {
+    s.server.error_page("This sign-in has expired", "Sign-in requests are single-use and last ten minutes. Go back to the application and start again.")
 }
 
 async fn sign_in(
@@ -301,12 +257,12 @@ async fn sign_in(
     form: Result<Form<SignInForm>, FormRejection>,
 ) -> Response {
     let Ok(Form(form)) = form else {
-        return expired_page();
+        return expired_page(&s);
     };
     let now = now();
     if form.cancel.is_some() {
         let Some(req) = s.pending().requests.take(&form.request, now) else {
-            return expired_page();
+            return expired_page(&s);
         };
         return redirect_back(
             &req.redirect_uri,
@@ -315,12 +271,12 @@ async fn sign_in(
                 ("error_description", "the user cancelled the sign-in"),
             ],
             req.state.as_deref(),
-            &s.issuer,
+            &s.server.issuer,
         );
     }
     let Some(login) = valid_login(&form.login) else {
         if s.pending().requests.get_mut(&form.request, now).is_none() {
-            return expired_page();
+            return expired_page(&s);
         }
         return s.sign_in_page(
             &form.request,
@@ -330,7 +286,7 @@ async fn sign_in(
     };
     let mut pending = s.pending();
     let Some(request) = pending.requests.take(&form.request, now) else {
-        return expired_page();
+        return expired_page(&s);
     };
     let redirect_uri = request.redirect_uri.clone();
     let state = request.state.clone();
@@ -347,7 +303,7 @@ async fn sign_in(
         &redirect_uri,
         &[("code", &code)],
         state.as_deref(),
-        &s.issuer,
+        &s.server.issuer,
     )
 }
 
@@ -357,22 +313,29 @@ struct TokenForm {
     code: Option<String>,
     redirect_uri: Option<String>,
     code_verifier: Option<String>,
-    client_id: Option<String>,
-    client_secret: Option<String>,
+}
+
+/// The answer when a token cannot be signed (`what` names it).
+fn signing_failed(what: &'static str) -> impl FnOnce(anyhow::Error) -> OAuthError {
+    move |e| {
+        tracing::error!(
+            error = format!("{e:#}"),
+            "development issuer could not sign"
+        );
+        OAuthError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            error: "server_error",
+            description: format!("could not sign the {what}"),
+        }
+    }
 }
 
 async fn token(
     State(s): State<Arc<Issuer>>,
     headers: HeaderMap,
-    form: Result<Form<TokenForm>, FormRejection>,
+    form: Result<Form<ClientRequest<TokenForm>>, FormRejection>,
 ) -> Result<Response, OAuthError> {
-    let f = form_body(form)?;
-    authenticate_client(
-        &s.client,
-        &headers,
-        f.client_id.as_deref(),
-        f.client_secret.as_deref(),
-    )?;
+    let f = s.server.client.authenticated(&headers, form)?;
     if f.grant_type.as_deref() != Some("authorization_code") {
         return Err(OAuthError::new(
             "unsupported_grant_type",
@@ -389,32 +352,12 @@ async fn token(
         .codes
         .take(code, now())
         .ok_or_else(|| OAuthError::new("invalid_grant", "unknown, used or expired code"))?;
-    if f.redirect_uri.as_deref() != Some(issued.request.redirect_uri.as_str()) {
-        return Err(OAuthError::new(
-            "invalid_grant",
-            "redirect_uri does not match the authorization request",
-        ));
-    }
-    let verifier = f
-        .code_verifier
-        .as_deref()
-        .ok_or_else(|| OAuthError::new("invalid_grant", "code_verifier is required (PKCE)"))?;
-    if !pkce_matches(verifier, &issued.request.code_challenge) {
-        return Err(OAuthError::new("invalid_grant", "PKCE verification failed"));
-    }
+    issued
+        .request
+        .check_redemption(f.redirect_uri.as_deref(), f.code_verifier.as_deref())?;
     let id_token = s
         .id_token(&issued.subject, issued.request.nonce.as_deref())
-        .map_err(|e| {
-            tracing::error!(
-                error = format!("{e:#}"),
-                "development issuer could not sign"
-            );
-            OAuthError {
-                status: StatusCode::INTERNAL_SERVER_ERROR,
-                error: "server_error",
-                description: "could not sign the ID token".into(),
-            }
-        })?;
+        .map_err(signing_failed("ID token"))?;
     Ok(token_json(json!({
         "access_token": random_token(32),
         "token_type": "Bearer",
@@ -452,17 +395,9 @@ async fn mcp_token(
             "resource must be an absolute URL without a fragment",
         ));
     }
-    let token = s.mcp_access_token(&user, resource).map_err(|e| {
-        tracing::error!(
-            error = format!("{e:#}"),
-            "development issuer could not sign"
-        );
-        OAuthError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            error: "server_error",
-            description: "could not sign the access token".into(),
-        }
-    })?;
+    let token = s
+        .mcp_access_token(&user, resource)
+        .map_err(signing_failed("access token"))?;
     Ok(token_json(json!({
         "access_token": token,
         "token_type": "Bearer",
@@ -478,9 +413,8 @@ mod tests {
     use jsonwebtoken::{DecodingKey, Validation};
     use secrecy::SecretString;
 
-    #[test]
-    fn id_tokens_verify_with_the_published_jwk() {
-        let issuer = Issuer::new(
+    fn issuer() -> Arc<Issuer> {
+        Issuer::new(
             "http://127.0.0.1:1/dev/issuer".into(),
             RegisteredClient {
                 client_id: "mcp-connect".into(),
@@ -488,14 +422,23 @@ mod tests {
                 redirect_uri: "http://127.0.0.1:1/auth/callback".into(),
             },
         )
-        .unwrap();
-        let token = issuer.id_token("alice", Some("n-1")).unwrap();
+        .unwrap()
+    }
+
+    /// The key that verifies the issuer's tokens, read from the JWK it publishes.
+    fn published_key(issuer: &Issuer) -> DecodingKey {
         let jwk: Jwk = serde_json::from_value(issuer.key.jwk.clone()).unwrap();
+        DecodingKey::from_jwk(&jwk).unwrap()
+    }
+
+    #[test]
+    fn id_tokens_verify_with_the_published_jwk() {
+        let issuer = issuer();
+        let token = issuer.id_token("alice", Some("n-1")).unwrap();
         let mut v = Validation::new(Algorithm::ES256);
         v.set_audience(&["mcp-connect"]);
         v.set_issuer(&["http://127.0.0.1:1/dev/issuer"]);
-        let data = jsonwebtoken::decode::<Value>(&token, &DecodingKey::from_jwk(&jwk).unwrap(), &v)
-            .unwrap();
+        let data = jsonwebtoken::decode::<Value>(&token, &published_key(&issuer), &v).unwrap();
         assert_eq!(data.claims["sub"], "alice");
         assert_eq!(data.claims["nonce"], "n-1");
         assert_eq!(data.header.kid.as_deref(), Some(issuer.key.kid.as_str()));
@@ -503,18 +446,9 @@ mod tests {
 
     #[test]
     fn mcp_access_tokens_are_for_the_resource_and_verify_with_the_published_jwk() {
-        let issuer = Issuer::new(
-            "http://127.0.0.1:1/dev/issuer".into(),
-            RegisteredClient {
-                client_id: "mcp-connect".into(),
-                client_secret: SecretString::from("x".to_owned()),
-                redirect_uri: "http://127.0.0.1:1/auth/callback".into(),
-            },
-        )
-        .unwrap();
+        let issuer = issuer();
         let token = issuer.mcp_access_token("alice", MCP_RESOURCE).unwrap();
-        let jwk: Jwk = serde_json::from_value(issuer.key.jwk.clone()).unwrap();
-        let key = DecodingKey::from_jwk(&jwk).unwrap();
+        let key = published_key(&issuer);
         let mut v = Validation::new(Algorithm::ES256);
         v.set_audience(&[MCP_RESOURCE]);
         v.set_issuer(&["http://127.0.0.1:1/dev/issuer"]);

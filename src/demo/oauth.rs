@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 
 use axum::Json;
+use axum::extract::Query;
+use axum::extract::rejection::QueryRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::Engine;
@@ -14,7 +16,7 @@ use serde::Deserialize;
 use serde_json::json;
 use url::Url;
 
-use super::pages::{self, ErrorPage};
+use super::pages::{self, ErrorPage, IndexPage, SignInPage};
 use crate::crypto::{ct_eq, random_token, sha256_b64};
 
 /// Pending sign-ins and consents live this long.
@@ -36,6 +38,90 @@ impl std::fmt::Debug for RegisteredClient {
             .field("client_id", &self.client_id)
             .field("redirect_uri", &self.redirect_uri)
             .finish_non_exhaustive()
+    }
+}
+
+/// What both development servers are: a name on their pages, a public URL (the issuer), and the
+/// one client registered there.
+pub struct DevServer {
+    pub name: &'static str,
+    /// `http://127.0.0.1:PORT/dev/NAME`.
+    pub issuer: String,
+    pub client: RegisteredClient,
+}
+
+impl std::fmt::Debug for DevServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevServer")
+            .field("issuer", &self.issuer)
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+impl DevServer {
+    /// The URL of `path` on this server.
+    pub fn endpoint(&self, path: &str) -> String {
+        format!("{}{path}", self.issuer)
+    }
+
+    /// `path` on this server as a path on this host (a form's action).
+    pub fn path(&self, path: &str) -> String {
+        let base = Url::parse(&self.issuer)
+            .map(|u| u.path().trim_end_matches('/').to_owned())
+            .unwrap_or_default();
+        format!("{base}{path}")
+    }
+
+    /// The sign-in form of a pending request (`hint` says what the user name becomes); it posts
+    /// to `action` on this server.
+    pub fn sign_in_page(
+        &self,
+        action: &str,
+        hint: &str,
+        request: &str,
+        error: Option<&str>,
+        status: StatusCode,
+    ) -> Response {
+        pages::render_page(
+            &SignInPage {
+                server: self.name,
+                action: &self.path(action),
+                request,
+                client: &self.client.client_id,
+                hint,
+                error,
+            },
+            status,
+        )
+    }
+
+    /// The server's home page: what it is for, and its endpoints as `(label, path)`.
+    pub fn index_page(&self, what: &str, endpoints: &[(&'static str, &str)]) -> Response {
+        pages::render_page(
+            &IndexPage {
+                server: self.name,
+                what,
+                issuer: &self.issuer,
+                endpoints: endpoints
+                    .iter()
+                    .map(|(label, path)| (*label, self.endpoint(path)))
+                    .collect(),
+            },
+            StatusCode::OK,
+        )
+    }
+
+    /// A page saying the request cannot go on (400).
+    pub fn error_page(&self, title: &str, message: &str) -> Response {
+        pages::render_page(
+            &ErrorPage {
+                server: self.name,
+                title,
+                message,
+            },
+            StatusCode::BAD_REQUEST,
+        )
     }
 }
 
@@ -103,6 +189,46 @@ pub fn form_body<T>(
     })
 }
 
+/// A token or revocation request: the client's credentials when it sends them in the body
+/// (`client_secret_post`), beside the endpoint's own parameters `T`.
+#[derive(Deserialize)]
+pub struct ClientRequest<T> {
+    client_id: Option<String>,
+    client_secret: Option<String>,
+    #[serde(flatten)]
+    params: T,
+}
+
+impl RegisteredClient {
+    /// The parameters of a token or revocation request once its client has authenticated, or
+    /// the OAuth error to answer.
+    pub fn authenticated<T>(
+        &self,
+        headers: &HeaderMap,
+        form: Result<axum::Form<ClientRequest<T>>, axum::extract::rejection::FormRejection>,
+    ) -> Result<T, OAuthError> {
+        let r = form_body(form)?;
+        authenticate_client(
+            self,
+            headers,
+            r.client_id.as_deref(),
+            r.client_secret.as_deref(),
+        )?;
+        Ok(r.params)
+    }
+}
+
+/// The credentials of the request's `Authorization: <scheme> ...` header, when it uses `scheme`
+/// (compared without case).
+pub fn authorization<'a>(headers: &'a HeaderMap, scheme: &str) -> Option<&'a str> {
+    let (given, rest) = headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .split_once(' ')?;
+    given.eq_ignore_ascii_case(scheme).then_some(rest.trim())
+}
+
 /// Client authentication at the token and revocation endpoints (RFC 6749 §2.3.1):
 /// `client_secret_basic` or `client_secret_post`, exactly one of them.
 pub fn authenticate_client(
@@ -111,13 +237,7 @@ pub fn authenticate_client(
     form_id: Option<&str>,
     form_secret: Option<&str>,
 ) -> Result<(), OAuthError> {
-    let basic = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("basic").then_some(rest.trim())
-        });
+    let basic = authorization(headers, "basic");
     let (id, secret) = match (basic, form_secret) {
         (Some(_), Some(_)) => {
             return Err(OAuthError::new(
@@ -210,11 +330,32 @@ pub struct AuthRequest {
     pub code_challenge: String,
 }
 
+impl AuthRequest {
+    /// A code's redemption against the request the code was issued for: the same redirect URI
+    /// (RFC 6749 §4.1.3) and the verifier of its PKCE challenge (RFC 7636 §4.6).
+    pub fn check_redemption(
+        &self,
+        redirect_uri: Option<&str>,
+        code_verifier: Option<&str>,
+    ) -> Result<(), OAuthError> {
+        if redirect_uri != Some(self.redirect_uri.as_str()) {
+            return Err(OAuthError::new(
+                "invalid_grant",
+                "redirect_uri does not match the authorization request",
+            ));
+        }
+        let verifier = code_verifier
+            .ok_or_else(|| OAuthError::new("invalid_grant", "code_verifier is required (PKCE)"))?;
+        if !pkce_matches(verifier, &self.code_challenge) {
+            return Err(OAuthError::new("invalid_grant", "PKCE verification failed"));
+        }
+        Ok(())
+    }
+}
+
 /// What an authorization server knows when it checks a request.
 pub struct AuthorizePolicy<'a> {
-    pub server_name: &'a str,
-    pub issuer: &'a str,
-    pub client: &'a RegisteredClient,
+    pub server: &'a DevServer,
     pub scopes_supported: &'a [&'a str],
     pub default_scopes: &'a [&'a str],
     pub require_openid: bool,
@@ -224,19 +365,19 @@ impl AuthorizePolicy<'_> {
     /// Checks an authorization request (RFC 6749 §4.1.1, RFC 7636). A bad client or redirect
     /// URI gets a page and no redirect (§4.1.2.1: never redirect to an unchecked URI); every
     /// other problem goes back to the client as `error=`. The refusal is the response to send.
-    pub fn check(&self, q: AuthorizeQuery) -> Result<AuthRequest, Box<Response>> {
-        let page = |title: &str, message: &str| {
-            Box::new(pages::render_page(
-                &ErrorPage {
-                    server: self.server_name,
-                    title,
-                    message,
-                },
-                StatusCode::BAD_REQUEST,
-            ))
+    pub fn check(
+        &self,
+        q: Result<Query<AuthorizeQuery>, QueryRejection>,
+    ) -> Result<AuthRequest, Box<Response>> {
+        let page = |title: &str, message: &str| Box::new(self.server.error_page(title, message));
+        let Ok(Query(q)) = q else {
+            return Err(page(
+                "Malformed request",
+                "The authorization request could not be read.",
+            ));
         };
         match q.client_id.as_deref() {
-            Some(id) if id == self.client.client_id => {}
+            Some(id) if id == self.server.client.client_id => {}
             Some(_) => {
                 return Err(page(
                     "Unknown client",
@@ -251,7 +392,7 @@ impl AuthorizePolicy<'_> {
                 "The request names no redirect_uri.",
             ));
         };
-        if redirect_uri != self.client.redirect_uri {
+        if redirect_uri != self.server.client.redirect_uri {
             return Err(page(
                 "Unregistered redirect_uri",
                 "The redirect_uri is not the one registered for this client (it must match exactly).",
@@ -262,7 +403,7 @@ impl AuthorizePolicy<'_> {
                 &redirect_uri,
                 &[("error", error), ("error_description", description)],
                 q.state.as_deref(),
-                self.issuer,
+                &self.server.issuer,
             ))
         };
         if q.response_type.as_deref() != Some("code") {
@@ -393,6 +534,16 @@ impl<T> Expiring<T> {
             _ => None,
         }
     }
+}
+
+/// What the sign-in form (`dev/signin.html`) posts.
+#[derive(Deserialize)]
+pub struct SignInForm {
+    /// The pending request's handle.
+    pub request: String,
+    #[serde(default)]
+    pub login: String,
+    pub cancel: Option<String>,
 }
 
 /// A user name typed at a development sign-in form: any non-empty printable name.

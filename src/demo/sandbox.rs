@@ -21,11 +21,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::oauth::{
-    AuthRequest, AuthorizePolicy, AuthorizeQuery, CODE_TTL, Expiring, OAuthError, REQUEST_TTL,
-    RegisteredClient, authenticate_client, form_body, pkce_matches, redirect_back, token_json,
-    valid_login,
+    AuthRequest, AuthorizePolicy, AuthorizeQuery, CODE_TTL, ClientRequest, DevServer, Expiring,
+    OAuthError, REQUEST_TTL, RegisteredClient, SignInForm, authorization, redirect_back,
+    token_json, valid_login,
 };
-use super::pages::{ConsentPage, ErrorPage, IndexPage, SignInPage, render_page};
+use super::pages::{ConsentPage, render_page};
 use crate::crypto::{random_token, sha256_b64};
 use crate::time::now;
 
@@ -139,8 +139,7 @@ struct SandboxState {
 }
 
 pub struct Sandbox {
-    issuer: String,
-    client: RegisteredClient,
+    server: DevServer,
     access_ttl: i64,
     file: Option<PathBuf>,
     state: Mutex<SandboxState>,
@@ -149,8 +148,7 @@ pub struct Sandbox {
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sandbox")
-            .field("issuer", &self.issuer)
-            .field("client", &self.client)
+            .field("server", &self.server)
             .finish_non_exhaustive()
     }
 }
@@ -176,8 +174,11 @@ impl Sandbox {
         };
         tokens.prune(now());
         Ok(Arc::new(Self {
-            issuer,
-            client,
+            server: DevServer {
+                name: SERVER,
+                issuer,
+                client,
+            },
             access_ttl,
             file,
             state: Mutex::new(SandboxState {
@@ -185,17 +186,6 @@ impl Sandbox {
                 ..SandboxState::default()
             }),
         }))
-    }
-
-    fn endpoint(&self, path: &str) -> String {
-        format!("{}{path}", self.issuer)
-    }
-
-    fn path(&self, path: &str) -> String {
-        let base = url::Url::parse(&self.issuer)
-            .map(|u| u.path().trim_end_matches('/').to_owned())
-            .unwrap_or_default();
-        format!("{base}{path}")
     }
 
     fn state(&self) -> MutexGuard<'_, SandboxState> {
@@ -220,9 +210,7 @@ impl Sandbox {
 
     fn policy(&self) -> AuthorizePolicy<'_> {
         AuthorizePolicy {
-            server_name: SERVER,
-            issuer: &self.issuer,
-            client: &self.client,
+            server: &self.server,
             scopes_supported: &["profile", "api"],
             default_scopes: &["profile"],
             require_openid: false,
@@ -230,15 +218,11 @@ impl Sandbox {
     }
 
     fn sign_in_page(&self, request: &str, error: Option<&str>, status: StatusCode) -> Response {
-        render_page(
-            &SignInPage {
-                server: SERVER,
-                action: &self.path("/authorize/login"),
-                request,
-                client: &self.client.client_id,
-                hint: "Type any user name: it is who you are at the sandbox. There is no password.",
-                error,
-            },
+        self.server.sign_in_page(
+            "/authorize/login",
+            "Type any user name: it is who you are at the sandbox. There is no password.",
+            request,
+            error,
             status,
         )
     }
@@ -247,9 +231,9 @@ impl Sandbox {
         render_page(
             &ConsentPage {
                 server: SERVER,
-                action: &self.path("/authorize/decision"),
+                action: &self.server.path("/authorize/decision"),
                 request,
-                client: &self.client.client_id,
+                client: &self.server.client.client_id,
                 user,
                 scopes: scopes
                     .iter()
@@ -282,34 +266,29 @@ pub fn router(sandbox: Arc<Sandbox>) -> Router {
 }
 
 async fn index(State(s): State<Arc<Sandbox>>) -> Response {
-    render_page(
-        &IndexPage {
-            server: SERVER,
-            what: "An OAuth 2 provider for trying mcp-connect: it plays a third-party service such as GitHub. Any user name signs in; you then Allow or Deny. Its one API, whoami, tells who an access token belongs to.",
-            issuer: &s.issuer,
-            endpoints: vec![
+    s.server.index_page(
+        "An OAuth 2 provider for trying mcp-connect: it plays a third-party service such as GitHub. Any user name signs in; you then Allow or Deny. Its one API, whoami, tells who an access token belongs to.",
+        &[
                 (
                     "metadata",
-                    s.endpoint("/.well-known/oauth-authorization-server"),
+                    "/.well-known/oauth-authorization-server",
                 ),
-                ("authorize", s.endpoint("/authorize")),
-                ("token", s.endpoint("/token")),
-                ("revocation", s.endpoint("/revoke")),
-                ("whoami (GET, Bearer)", s.endpoint("/api/whoami")),
-            ],
-        },
-        StatusCode::OK,
+                ("authorize", "/authorize"),
+                ("token", "/token"),
+                ("revocation", "/revoke"),
+                ("whoami (GET, Bearer)", "/api/whoami"),
+        ],
     )
 }
 
 async fn metadata(State(s): State<Arc<Sandbox>>) -> Response {
     Json(json!({
-        "issuer": s.issuer,
-        "authorization_endpoint": s.endpoint("/authorize"),
-        "token_endpoint": s.endpoint("/token"),
-        "revocation_endpoint": s.endpoint("/revoke"),
+        "issuer": s.server.issuer,
+        "authorization_endpoint": s.server.endpoint("/authorize"),
+        "token_endpoint": s.server.endpoint("/token"),
+        "revocation_endpoint": s.server.endpoint("/revoke"),
         // The service labels connections with it (on /account); whoami answers `sub`.
-        "userinfo_endpoint": s.endpoint("/api/whoami"),
+        "userinfo_endpoint": s.server.endpoint("/api/whoami"),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
         "grant_types_supported": ["authorization_code", "refresh_token"],
@@ -318,36 +297,19 @@ async fn metadata(State(s): State<Arc<Sandbox>>) -> Response {
         "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
         "revocation_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
         "authorization_response_iss_parameter_supported": true,
-        "service_documentation": s.endpoint("/"),
+        "service_documentation": s.server.endpoint("/"),
     }))
     .into_response()
 }
 
-fn gone_page() -> Response {
-    render_page(
-        &ErrorPage {
-            server: SERVER,
-            title: "This request has expired",
-            message: "Authorization requests are single-use and last ten minutes. Go back to the application and start again.",
-        },
-        StatusCode::BAD_REQUEST,
-    )
+fn gone_page(s: &Sandbox) -> Response {
+    s.server.error_page("This request has expired", "Authorization requests are single-use and last ten minutes. Go back to the application and start again.")
 }
 
 async fn authorize(
     State(s): State<Arc<Sandbox>>,
     q: Result<Query<AuthorizeQuery>, QueryRejection>,
 ) -> Response {
-    let Ok(Query(q)) = q else {
-        return render_page(
-            &ErrorPage {
-                server: SERVER,
-                title: "Malformed request",
-                message: "The authorization request could not be read.",
-            },
-            StatusCode::BAD_REQUEST,
-        );
-    };
     let request = match s.policy().check(q) {
         Ok(r) => r,
         Err(resp) => return *resp,
@@ -363,32 +325,24 @@ async fn authorize(
     s.sign_in_page(&handle, None, StatusCode::OK)
 }
 
-#[derive(Deserialize)]
-struct SignInForm {
-    request: String,
-    #[serde(default)]
-    login: String,
-    cancel: Option<String>,
-}
-
 async fn sign_in(
     State(s): State<Arc<Sandbox>>,
     form: Result<Form<SignInForm>, FormRejection>,
 ) -> Response {
     let Ok(Form(form)) = form else {
-        return gone_page();
+        return gone_page(&s);
     };
     let now = now();
     if form.cancel.is_some() {
         let Some(p) = s.state().requests.take(&form.request, now) else {
-            return gone_page();
+            return gone_page(&s);
         };
         return deny(&s, &p.request);
     }
     let login = valid_login(&form.login);
     let mut st = s.state();
     let Some(pending) = st.requests.get_mut(&form.request, now) else {
-        return gone_page();
+        return gone_page(&s);
     };
     let Some(login) = login else {
         drop(st);
@@ -412,7 +366,7 @@ fn deny(s: &Sandbox, request: &AuthRequest) -> Response {
             ("error_description", "the user denied the request"),
         ],
         request.state.as_deref(),
-        &s.issuer,
+        &s.server.issuer,
     )
 }
 
@@ -427,7 +381,7 @@ async fn decide(
     form: Result<Form<DecisionForm>, FormRejection>,
 ) -> Response {
     let Ok(Form(form)) = form else {
-        return gone_page();
+        return gone_page(&s);
     };
     let now = now();
     let mut st = s.state();
@@ -437,7 +391,7 @@ async fn decide(
         user: Some(subject),
     }) = st.requests.take(&form.request, now)
     else {
-        return gone_page();
+        return gone_page(&s);
     };
     match form.decision.as_deref() {
         Some("allow") => {
@@ -451,7 +405,7 @@ async fn decide(
                 &redirect_uri,
                 &[("code", &code)],
                 state.as_deref(),
-                &s.issuer,
+                &s.server.issuer,
             )
         }
         _ => {
@@ -469,22 +423,14 @@ struct TokenForm {
     code_verifier: Option<String>,
     refresh_token: Option<String>,
     scope: Option<String>,
-    client_id: Option<String>,
-    client_secret: Option<String>,
 }
 
 async fn token(
     State(s): State<Arc<Sandbox>>,
     headers: HeaderMap,
-    form: Result<Form<TokenForm>, FormRejection>,
+    form: Result<Form<ClientRequest<TokenForm>>, FormRejection>,
 ) -> Result<Response, OAuthError> {
-    let f = form_body(form)?;
-    authenticate_client(
-        &s.client,
-        &headers,
-        f.client_id.as_deref(),
-        f.client_secret.as_deref(),
-    )?;
+    let f = s.server.client.authenticated(&headers, form)?;
     match f.grant_type.as_deref() {
         Some("authorization_code") => redeem_code(&s, &f),
         Some("refresh_token") => refresh(&s, &f),
@@ -533,26 +479,16 @@ fn redeem_code(s: &Sandbox, f: &TokenForm) -> Result<Response, OAuthError> {
             expires_at: now + CODE_TTL,
         },
     );
-    if f.redirect_uri.as_deref() != Some(issued.request.redirect_uri.as_str()) {
-        return Err(OAuthError::new(
-            "invalid_grant",
-            "redirect_uri does not match the authorization request",
-        ));
-    }
-    let verifier = f
-        .code_verifier
-        .as_deref()
-        .ok_or_else(|| OAuthError::new("invalid_grant", "code_verifier is required (PKCE)"))?;
-    if !pkce_matches(verifier, &issued.request.code_challenge) {
-        return Err(OAuthError::new("invalid_grant", "PKCE verification failed"));
-    }
+    issued
+        .request
+        .check_redemption(f.redirect_uri.as_deref(), f.code_verifier.as_deref())?;
     let scope = issued.request.scopes.join(" ");
     let grant = random_token(12);
     st.tokens.grants.insert(
         grant.clone(),
         Grant {
             subject: issued.subject,
-            client_id: s.client.client_id.clone(),
+            client_id: s.server.client.client_id.clone(),
             scope: scope.clone(),
         },
     );
@@ -593,7 +529,7 @@ fn refresh(s: &Sandbox, f: &TokenForm) -> Result<Response, OAuthError> {
     let Some(grant) = st.tokens.grants.get(&rt.grant).cloned() else {
         return Err(OAuthError::new("invalid_grant", "the grant is revoked"));
     };
-    if grant.client_id != s.client.client_id {
+    if grant.client_id != s.server.client.client_id {
         return Err(OAuthError::new(
             "invalid_grant",
             "refresh token was issued to another client",
@@ -626,8 +562,6 @@ fn refresh(s: &Sandbox, f: &TokenForm) -> Result<Response, OAuthError> {
 #[derive(Deserialize)]
 struct RevokeForm {
     token: Option<String>,
-    client_id: Option<String>,
-    client_secret: Option<String>,
 }
 
 /// RFC 7009. Revoking a refresh token ends its grant (and so every access token from it);
@@ -635,15 +569,9 @@ struct RevokeForm {
 async fn revoke(
     State(s): State<Arc<Sandbox>>,
     headers: HeaderMap,
-    form: Result<Form<RevokeForm>, FormRejection>,
+    form: Result<Form<ClientRequest<RevokeForm>>, FormRejection>,
 ) -> Result<Response, OAuthError> {
-    let f = form_body(form)?;
-    authenticate_client(
-        &s.client,
-        &headers,
-        f.client_id.as_deref(),
-        f.client_secret.as_deref(),
-    )?;
+    let f = s.server.client.authenticated(&headers, form)?;
     let token = f
         .token
         .as_deref()
@@ -654,7 +582,7 @@ async fn revoke(
     let grant_of =
         |g: &str, st: &SandboxState| st.tokens.grants.get(g).map(|x| x.client_id.clone());
     if let Some(rt) = st.tokens.refresh.get(&hash).cloned() {
-        if grant_of(&rt.grant, &st).is_some_and(|c| c != s.client.client_id) {
+        if grant_of(&rt.grant, &st).is_some_and(|c| c != s.server.client.client_id) {
             return Err(OAuthError::new(
                 "invalid_request",
                 "the token was issued to another client",
@@ -663,7 +591,7 @@ async fn revoke(
         st.tokens.revoke_grant(&rt.grant);
         s.save(&mut st.tokens);
     } else if let Some(at) = st.tokens.access.get(&hash).cloned() {
-        if grant_of(&at.grant, &st).is_some_and(|c| c != s.client.client_id) {
+        if grant_of(&at.grant, &st).is_some_and(|c| c != s.server.client.client_id) {
             return Err(OAuthError::new(
                 "invalid_request",
                 "the token was issued to another client",
@@ -686,14 +614,7 @@ fn invalid_token(why: &'static str) -> Response {
 
 /// The protected resource: who the bearer access token belongs to.
 async fn whoami(State(s): State<Arc<Sandbox>>, headers: HeaderMap) -> Response {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then_some(rest.trim())
-        })
-        .filter(|t| !t.is_empty());
+    let token = authorization(&headers, "bearer").filter(|t| !t.is_empty());
     let Some(token) = token else {
         let mut r = (
             StatusCode::UNAUTHORIZED,

@@ -38,7 +38,7 @@ impl AppState {
         e: &crate::db::elicitations::Elicitation,
         connection_id: &str,
         was_revoked: bool,
-    ) -> std::result::Result<(), sqlx::Error> {
+    ) -> std::result::Result<(), crate::db::Error> {
         if was_revoked {
             crate::db::grants::clear_clients(change.conn(), connection_id).await?;
         }
@@ -139,14 +139,10 @@ impl AppState {
         change
             .audit(AuditEvent {
                 actor: Some(&client.id),
-                issuer: Some(&c.issuer),
-                subject: Some(&c.subject),
-                provider: Some(&c.provider),
                 client_id: Some(&client.id),
-                connection_id: Some(&c.id),
                 request_id,
                 detail: Some(&detail),
-                ..AuditEvent::new(AuditAction::ConnectionClientRemoved)
+                ..AuditEvent::connection(AuditAction::ConnectionClientRemoved, c)
             })
             .await?;
         self.commit(change).await?;

@@ -421,17 +421,17 @@ impl crate::AppState {
         &self,
         subject: &str,
         provider: &str,
-    ) -> Result<Option<Granted>, sqlx::Error> {
+    ) -> Result<Option<Granted>, crate::db::Error> {
         let ticket = match self.token_cache.get(subject, provider) {
             Lookup::Hit(g) => return Ok(Some(g)),
             Lookup::Miss(t) => Some(t),
             Lookup::Bypass => None,
         };
-        // Both reads after the ticket: a change to either that is applied before the fill
-        // keeps the pair out; one applied after it drops the entry.
-        let Some(row) = self
+        // The read after the ticket: a change applied before the fill keeps the row out; one
+        // applied after it drops the entry.
+        let Some((row, clients)) = self
             .db
-            .find_connection(self.identity.issuer(), subject, provider)
+            .find_connection_with_clients(self.identity.issuer(), subject, provider)
             .await?
         else {
             return Ok(None);
@@ -439,12 +439,7 @@ impl crate::AppState {
         let clients: Arc<[Box<str>]> = if row.status == ConnectionStatus::Revoked {
             Arc::new([])
         } else {
-            self.db
-                .connection_clients(&row.id)
-                .await?
-                .into_iter()
-                .map(String::into_boxed_str)
-                .collect()
+            clients.into_iter().map(String::into_boxed_str).collect()
         };
         let g = Granted {
             row: Arc::new(row),

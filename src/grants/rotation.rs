@@ -106,16 +106,23 @@ pub async fn rotate(
         key_id: keys.current_id().to_owned(),
         ..Default::default()
     };
-    let batch = batch.clamp(1, 10_000) as i64;
-    let mut handled = 0u64;
+    let mut run = Run {
+        db,
+        keys,
+        batch: batch.clamp(1, 10_000) as i64,
+        prefix: format!("{}.", keys.current_id()),
+        report: &mut report,
+        handled: 0,
+        progress,
+    };
     // Rows that changed under us are picked up by the next pass; a few passes settle it unless
     // the service still seals with another key (then nothing converges and we say so).
     for _pass in 0..5 {
-        let before = report.rows_rotated;
-        let conflicts_before = report.conflicts;
-        rotate_connections(db, keys, batch, &mut report, &mut handled, progress).await?;
-        rotate_flows(db, keys, batch, &mut report, &mut handled, progress).await?;
-        if report.conflicts == conflicts_before || report.rows_rotated == before {
+        let before = run.report.rows_rotated;
+        let conflicts_before = run.report.conflicts;
+        run.connections().await?;
+        run.flows().await?;
+        if run.report.conflicts == conflicts_before || run.report.rows_rotated == before {
             break;
         }
     }
@@ -138,70 +145,128 @@ pub async fn rotate(
     Ok(report)
 }
 
-async fn rotate_connections(
-    db: &Db,
-    keys: &KeyRing,
+/// One rotation: what its walks over the connections and the pending redirects share.
+struct Run<'a> {
+    db: &'a Db,
+    keys: &'a KeyRing,
     batch: i64,
-    report: &mut RotationReport,
-    handled: &mut u64,
-    progress: &(dyn Fn(u64) + Send + Sync),
-) -> anyhow::Result<()> {
-    let prefix = format!("{}.", keys.current_id());
-    let mut after = String::new();
-    loop {
-        let rows = db
-            .connections_to_reseal(&prefix, &after, batch)
-            .await
-            .context("reading connections to rotate")?;
-        if rows.is_empty() {
-            return Ok(());
+    /// What a value sealed with the current key starts with.
+    prefix: String,
+    report: &'a mut RotationReport,
+    /// Rows looked at so far, for `progress`.
+    handled: u64,
+    progress: &'a (dyn Fn(u64) + Send + Sync),
+}
+
+impl Run<'_> {
+    /// Counts one conditional write of a row holding `values` re-sealed values: rotated when it
+    /// landed, a conflict when the row changed since it was read.
+    fn count_write(&mut self, written: bool, values: u64) {
+        if written {
+            self.report.rows_rotated += 1;
+            self.report.values_rotated += values;
+        } else {
+            self.report.conflicts += 1;
         }
-        let mut updates = Vec::with_capacity(rows.len());
-        for row in rows {
-            let (id, at, rt) = (row.id, row.access_token, row.refresh_token);
-            after.clone_from(&id);
-            *handled += 1;
-            let new_at = reseal(
-                keys,
-                at.as_deref(),
-                &connection_aad(&id, "access_token"),
-                &format!("connections/{id}/access_token"),
-                &mut report.unreadable,
-            );
-            let new_rt = reseal(
-                keys,
-                rt.as_deref(),
-                &connection_aad(&id, "refresh_token"),
-                &format!("connections/{id}/refresh_token"),
-                &mut report.unreadable,
-            );
-            let (Some(new_at), Some(new_rt)) = (new_at, new_rt) else {
-                continue;
-            };
-            let values = u64::from(new_at.is_new()) + u64::from(new_rt.is_new());
-            if values > 0 {
-                updates.push(Update {
-                    id,
-                    new_at,
-                    new_rt,
-                    old_at: at.unwrap_or_default(),
-                    old_rt: rt.unwrap_or_default(),
-                    values,
-                });
+    }
+
+    async fn connections(&mut self) -> anyhow::Result<()> {
+        let (db, keys) = (self.db, self.keys);
+        let mut after = String::new();
+        loop {
+            let rows = db
+                .connections_to_reseal(&self.prefix, &after, self.batch)
+                .await
+                .context("reading connections to rotate")?;
+            if rows.is_empty() {
+                return Ok(());
             }
-        }
-        for chunk in updates.chunks(RESEAL_CHUNK) {
-            let done = update_chunk(db, chunk).await?;
-            for u in chunk {
-                if done.contains(&u.id) {
-                    report.rows_rotated += 1;
-                    report.values_rotated += u.values;
-                } else {
-                    report.conflicts += 1;
+            let mut updates = Vec::with_capacity(rows.len());
+            for row in rows {
+                let (id, at, rt) = (row.id, row.access_token, row.refresh_token);
+                after.clone_from(&id);
+                self.handled += 1;
+                let new_at = reseal(
+                    keys,
+                    at.as_deref(),
+                    &connection_aad(&id, "access_token"),
+                    &format!("connections/{id}/access_token"),
+                    &mut self.report.unreadable,
+                );
+                let new_rt = reseal(
+                    keys,
+                    rt.as_deref(),
+                    &connection_aad(&id, "refresh_token"),
+                    &format!("connections/{id}/refresh_token"),
+                    &mut self.report.unreadable,
+                );
+                let (Some(new_at), Some(new_rt)) = (new_at, new_rt) else {
+                    continue;
+                };
+                let values = u64::from(new_at.is_new()) + u64::from(new_rt.is_new());
+                if values > 0 {
+                    updates.push(Update {
+                        id,
+                        new_at,
+                        new_rt,
+                        old_at: at.unwrap_or_default(),
+                        old_rt: rt.unwrap_or_default(),
+                        values,
+                    });
                 }
             }
+            for chunk in updates.chunks(RESEAL_CHUNK) {
+                let done = update_chunk(db, chunk).await?;
+                for u in chunk {
+                    self.count_write(done.contains(&u.id), u.values);
+                }
+            }
+            (self.progress)(self.handled);
         }
-        progress(*handled);
+    }
+
+    async fn flows(&mut self) -> anyhow::Result<()> {
+        let (db, keys) = (self.db, self.keys);
+        let mut after = String::new();
+        loop {
+            let rows = db
+                .flows_to_reseal(&self.prefix, &after, self.batch)
+                .await
+                .context("reading pending redirects to rotate")?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            let mut resealed = Vec::new();
+            for (state_hash, verifier) in &rows {
+                after.clone_from(state_hash);
+                self.handled += 1;
+                if let Some(Resealed::New(new)) = reseal(
+                    keys,
+                    Some(verifier),
+                    &flow_verifier_aad(state_hash),
+                    "auth_flows/verifier",
+                    &mut self.report.unreadable,
+                ) {
+                    resealed.push((state_hash, new, verifier));
+                }
+            }
+            let writes: Vec<ResealedVerifier<'_>> = resealed
+                .iter()
+                .map(|(state_hash, new, old)| ResealedVerifier {
+                    state_hash,
+                    verifier: new,
+                    old_verifier: old,
+                })
+                .collect();
+            let written = db
+                .reseal_flows(&writes)
+                .await
+                .context("committing a rotation batch")?;
+            for w in written {
+                self.count_write(w, 1);
+            }
+            (self.progress)(self.handled);
+        }
     }
 }
 
@@ -233,62 +298,6 @@ async fn update_chunk(
     db.reseal_connections(&rows)
         .await
         .context("writing a rotation batch")
-}
-
-async fn rotate_flows(
-    db: &Db,
-    keys: &KeyRing,
-    batch: i64,
-    report: &mut RotationReport,
-    handled: &mut u64,
-    progress: &(dyn Fn(u64) + Send + Sync),
-) -> anyhow::Result<()> {
-    let prefix = format!("{}.", keys.current_id());
-    let mut after = String::new();
-    loop {
-        let rows = db
-            .flows_to_reseal(&prefix, &after, batch)
-            .await
-            .context("reading pending redirects to rotate")?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut resealed = Vec::new();
-        for (state_hash, verifier) in &rows {
-            after.clone_from(state_hash);
-            *handled += 1;
-            if let Some(Resealed::New(new)) = reseal(
-                keys,
-                Some(verifier),
-                &flow_verifier_aad(state_hash),
-                "auth_flows/verifier",
-                &mut report.unreadable,
-            ) {
-                resealed.push((state_hash, new, verifier));
-            }
-        }
-        let writes: Vec<ResealedVerifier<'_>> = resealed
-            .iter()
-            .map(|(state_hash, new, old)| ResealedVerifier {
-                state_hash,
-                verifier: new,
-                old_verifier: old,
-            })
-            .collect();
-        let written = db
-            .reseal_flows(&writes)
-            .await
-            .context("committing a rotation batch")?;
-        for w in written {
-            if w {
-                report.rows_rotated += 1;
-                report.values_rotated += 1;
-            } else {
-                report.conflicts += 1;
-            }
-        }
-        progress(*handled);
-    }
 }
 
 /// How many stored values each key id seals (for `keys status` and the end of a rotation).

@@ -36,6 +36,26 @@ pub struct ServerMetadata {
 }
 
 impl ServerMetadata {
+    /// The checks of a metadata document fetched at `url` (`what` names it in errors): it names
+    /// the `issuer` it was asked for (a mix-up defence), and its endpoints pass
+    /// `check_transport`.
+    pub fn check_fetched(
+        &self,
+        issuer: &str,
+        what: &str,
+        url: &str,
+        policy: &crate::outbound::Policy,
+    ) -> anyhow::Result<()> {
+        if self.issuer != issuer {
+            bail!(
+                "{what} at {url} names issuer {:?}, expected {issuer:?}",
+                self.issuer
+            );
+        }
+        self.check_transport(policy)
+            .with_context(|| format!("{what} at {url}"))
+    }
+
     /// Every endpoint it names must be https unless on loopback, like the configured ones, and
     /// pass the SSRF guard's address rules (checked again, after resolving, when called).
     pub fn check_transport(&self, policy: &crate::outbound::Policy) -> anyhow::Result<()> {
@@ -74,14 +94,7 @@ pub async fn discover(http: &Http, issuer: &str) -> anyhow::Result<ServerMetadat
         let url = format!("{base}{suffix}");
         match fetch_json::<ServerMetadata>(http, &url).await {
             Ok(m) => {
-                if m.issuer != issuer {
-                    bail!(
-                        "discovery at {url} names issuer {:?}, expected {issuer:?}",
-                        m.issuer
-                    );
-                }
-                m.check_transport(http.policy())
-                    .with_context(|| format!("discovery at {url}"))?;
+                m.check_fetched(issuer, "discovery", &url, http.policy())?;
                 return Ok(m);
             }
             Err(e) => errors.push(format!("{e:#}")),

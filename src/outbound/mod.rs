@@ -450,10 +450,21 @@ impl Request {
 
     /// Checks the URL (scheme; the address when the host is one), then sends. Names are checked
     /// by the resolver as they are resolved.
+    ///
+    /// Each call runs in an `outbound` span (debug level: free when not enabled) naming the
+    /// method and host, never the path or query, which can carry codes; operators see slow peers
+    /// with `RUST_LOG=mcp_connect::outbound=debug` and a span-timing subscriber, and the
+    /// connect-flow benchmark subtracts these spans from the request time to get server time.
     pub async fn send(self) -> Result<reqwest::Response, SendError> {
+        use tracing::Instrument as _;
         let req = self.inner.build()?;
         self.policy.check_url(req.url())?;
-        Ok(self.client.execute(req).await?)
+        let span = tracing::debug_span!(
+            "outbound",
+            method = %req.method(),
+            host = req.url().host_str().unwrap_or(""),
+        );
+        Ok(self.client.execute(req).instrument(span).await?)
     }
 }
 

@@ -297,14 +297,7 @@ async fn authorization_server_metadata(
             Ok(v) => {
                 let m: ServerMetadata = serde_json::from_value(v.clone())
                     .with_context(|| format!("authorization server metadata at {url}"))?;
-                if m.issuer != issuer {
-                    bail!(
-                        "metadata at {url} names issuer {:?}, expected {issuer:?}",
-                        m.issuer
-                    );
-                }
-                m.check_transport(http.policy())
-                    .with_context(|| format!("metadata at {url}"))?;
+                m.check_fetched(issuer, "metadata", &url, http.policy())?;
                 let extras: McpServerExtras = serde_json::from_value(v).unwrap_or_default();
                 if let Some(r) = &extras.registration_endpoint {
                     let u = Url::parse(r).context("registration_endpoint is not a URL")?;

@@ -18,17 +18,33 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// Per request, no allocation: the method is a fixed word, the route pattern shared (see
+/// `TrackService::route`), the status a number (encoded as its digits).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
-    method: String,
-    route: String,
-    status: String,
+    method: &'static str,
+    route: Route,
+    status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteTimeLabels {
-    method: String,
-    route: String,
+    method: &'static str,
+    route: Route,
+}
+
+/// A route pattern as a label value, shared (prometheus-client encodes `Arc<T>` only for sized
+/// `T`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Route(Arc<str>);
+
+impl prometheus_client::encoding::EncodeLabelValue for Route {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelValueEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        prometheus_client::encoding::EncodeLabelValue::encode(&&*self.0, encoder)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -183,20 +199,20 @@ impl Metrics {
         }))
     }
 
-    pub fn record_request(&self, method: &str, route: &str, status: u16, seconds: f64) {
+    pub fn record_request(&self, method: &'static str, route: Arc<str>, status: u16, seconds: f64) {
         self.0
             .requests
             .get_or_create(&RouteLabels {
-                method: method.to_owned(),
-                route: route.to_owned(),
-                status: status.to_string(),
+                method,
+                route: Route(route.clone()),
+                status,
             })
             .inc();
         self.0
             .request_seconds
             .get_or_create(&RouteTimeLabels {
-                method: method.to_owned(),
-                route: route.to_owned(),
+                method,
+                route: Route(route),
             })
             .observe(seconds);
     }
@@ -305,6 +321,7 @@ impl<S> tower::Layer<S> for Track {
         TrackService {
             inner,
             metrics: self.0.clone(),
+            route: Arc::default(),
         }
     }
 }
@@ -313,6 +330,28 @@ impl<S> tower::Layer<S> for Track {
 pub struct TrackService<S> {
     inner: S,
     metrics: Metrics,
+    /// The route pattern this service answers, kept from its first request. `Router::layer`
+    /// wraps each route on its own, so it is one pattern (the fallback sees none); a request
+    /// with another pattern still gets its own label, only not the shared copy.
+    route: Arc<std::sync::OnceLock<Arc<str>>>,
+}
+
+impl<S> TrackService<S> {
+    fn route_label(&self, matched: Option<&MatchedPath>) -> Arc<str> {
+        let Some(m) = matched else {
+            return UNMATCHED.with(Clone::clone);
+        };
+        let shared = self.route.get_or_init(|| Arc::from(m.as_str()));
+        if &**shared == m.as_str() {
+            shared.clone()
+        } else {
+            Arc::from(m.as_str())
+        }
+    }
+}
+
+thread_local! {
+    static UNMATCHED: Arc<str> = Arc::from("unmatched");
 }
 
 impl<S> tower::Service<Request> for TrackService<S>
@@ -342,7 +381,10 @@ where
             "OPTIONS" => "OPTIONS",
             _ => "other",
         };
-        let route = req.extensions().get::<MatchedPath>().cloned();
+        let route = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map(|m| self.route_label(Some(m)));
         TrackFuture {
             started: Instant::now(),
             inner: self.inner.call(req),
@@ -357,7 +399,7 @@ pub struct TrackFuture<F> {
     inner: F,
     started: Instant,
     method: &'static str,
-    route: Option<MatchedPath>,
+    route: Option<Arc<str>>,
     metrics: Metrics,
 }
 
@@ -376,13 +418,16 @@ where
         if let Some(limit) = resp.extensions().get::<crate::server::limits::Limit>() {
             me.metrics.rate_limited(limit.label());
         }
-        let route = me
-            .route
-            .take()
-            .or_else(|| resp.extensions().get::<MatchedPath>().cloned());
+        let route = match me.route.take() {
+            Some(r) => r,
+            None => match resp.extensions().get::<MatchedPath>() {
+                Some(m) => Arc::from(m.as_str()),
+                None => UNMATCHED.with(Clone::clone),
+            },
+        };
         me.metrics.record_request(
             me.method,
-            route.as_ref().map_or("unmatched", |r| r.as_str()),
+            route,
             resp.status().as_u16(),
             me.started.elapsed().as_secs_f64(),
         );

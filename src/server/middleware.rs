@@ -12,7 +12,7 @@ use tower::ServiceBuilder;
 use tower::layer::util::{Identity, Stack};
 use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+    MakeRequestId, PropagateRequestIdLayer, RequestId as TowerRequestId, SetRequestIdLayer,
 };
 use tower_http::trace::{HttpMakeClassifier, TraceLayer};
 use tracing::Span;
@@ -23,10 +23,20 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub struct RandomRequestId;
 
 impl MakeRequestId for RandomRequestId {
-    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
-        HeaderValue::from_str(&crate::crypto::random_token(12))
+    /// 12 random bytes, base64url: from the thread's CSPRNG (`rand::thread_rng`, seeded from
+    /// the OS), not a system call per request — an id needs to be unguessable, not a key.
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<TowerRequestId> {
+        use base64::Engine as _;
+        use rand::RngCore as _;
+        let mut raw = [0u8; 12];
+        rand::thread_rng().fill_bytes(&mut raw);
+        let mut text = [0u8; 16];
+        let n = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode_slice(raw, &mut text)
+            .ok()?;
+        HeaderValue::from_bytes(&text[..n])
             .ok()
-            .map(RequestId::new)
+            .map(TowerRequestId::new)
     }
 }
 
@@ -43,6 +53,12 @@ pub fn request_id_layers() -> RequestIdLayers {
 
 /// The request id of a request, for error pages and audit records.
 pub fn request_id(headers: &HeaderMap) -> Option<String> {
+    request_id_str(headers).map(str::to_owned)
+}
+
+/// `request_id`, borrowed: a well-formed id only (at most 64 of `[A-Za-z0-9_-]`), so what a
+/// client sent can never forge a log line.
+fn request_id_str(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
@@ -51,7 +67,28 @@ pub fn request_id(headers: &HeaderMap) -> Option<String> {
                 && s.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
-        .map(str::to_owned)
+}
+
+/// The request id (`x-request-id`, when well-formed), for pages, API audit rows and logs: an
+/// extractor that reads one header instead of copying them all.
+#[derive(Debug, Clone, Default)]
+pub struct RequestId(pub Option<String>);
+
+impl RequestId {
+    pub fn as_deref(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for RequestId {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Self(request_id(&parts.headers)))
+    }
 }
 
 type MakeSpan = fn(&Request) -> Span;
@@ -67,7 +104,7 @@ fn make_span(req: &Request) -> Span {
         method = %req.method(),
         // The path only: query strings carry authorization codes and states.
         path = %req.uri().path(),
-        request_id = request_id(req.headers()).as_deref().unwrap_or(""),
+        request_id = request_id_str(req.headers()).unwrap_or(""),
     )
 }
 

@@ -228,7 +228,7 @@ impl AppState {
     /// Commits a change with its audit rows and events, then wakes what waits on it here: the
     /// webhook deliverer, event streams and long polls (other replicas are told by the
     /// change's own notification).
-    pub async fn commit(&self, change: Change) -> Result<(), sqlx::Error> {
+    pub async fn commit(&self, change: Change) -> Result<(), crate::db::Error> {
         let announce = change.commit().await?;
         self.announce(announce);
         Ok(())

@@ -8,12 +8,8 @@
 //! the `connection_changes` log every few milliseconds (other SQLite processes cannot notify).
 
 use std::collections::VecDeque;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use sqlx::ConnectOptions;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPoolOptions};
 
 use crate::AppState;
 use crate::db::change::ELICITATION_CHANNEL;
@@ -60,9 +56,9 @@ fn heartbeat_channel(state: &AppState) -> String {
     format!("mcp_connect_sync_{}", state.process_tag)
 }
 
-fn options(state: &AppState, role: &str) -> Result<PgConnectOptions, sqlx::Error> {
-    Ok(PgConnectOptions::from_str(&state.config.database_url)?
-        .application_name(&format!("mcp-connect {role} {}", state.process_tag)))
+/// The `application_name` of this process's connection for `role`.
+fn application_name(state: &AppState, role: &str) -> String {
+    format!("mcp-connect {role} {}", state.process_tag)
 }
 
 /// Runs `f` until shutdown; `true` when shutdown came first.
@@ -81,28 +77,23 @@ async fn listen(state: AppState, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) {
     let own = heartbeat_channel(&state);
     loop {
         let session = async {
-            let pool = PgPoolOptions::new()
-                .max_connections(1)
-                .max_lifetime(None)
-                .idle_timeout(None)
-                .connect_with(options(&state, "listener")?)
-                .await?;
-            let mut l = PgListener::connect_with(&pool).await?;
-            l.eager_reconnect(false);
-            l.listen_all([ELICITATION_CHANNEL, own.as_str()]).await?;
+            let mut l = changes::Listener::connect(
+                &state.config.database_url,
+                &application_name(&state, "listener"),
+                &[ELICITATION_CHANNEL, own.as_str()],
+            )
+            .await?;
             // Listening now: anything committed from here on arrives. What was committed
             // while no listener was up may be in the cache; drop it before trusting it again.
             state.token_cache.flush();
             // Events recorded meanwhile: let every stream look.
             state.events_arrived("*");
             loop {
-                let n = match tokio::time::timeout(SILENCE, l.try_recv()).await {
+                let n = match tokio::time::timeout(SILENCE, l.recv()).await {
                     Ok(Ok(Some(n))) => n,
                     Ok(Ok(None)) => break Ok(()),
-                    Ok(Err(e)) => break Err(e),
-                    Err(_) => {
-                        break Err(sqlx::Error::Protocol("the listener heard nothing".into()));
-                    }
+                    Ok(Err(e)) => break Err(anyhow::Error::from(e)),
+                    Err(_) => break Err(anyhow::anyhow!("the listener heard nothing")),
                 };
                 if n.channel() == own {
                     let Ok(seq) = n.payload().parse::<u64>() else {
@@ -162,8 +153,11 @@ async fn heartbeat(state: AppState, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) 
     let mut seq = 0u64;
     loop {
         let session = async {
-            let mut conn: PgConnection = options(&state, "heartbeat")?.connect().await?;
-            changes::prepare_heartbeat(&mut conn).await?;
+            let mut conn = changes::heartbeat_connection(
+                &state.config.database_url,
+                &application_name(&state, "heartbeat"),
+            )
+            .await?;
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -180,7 +174,7 @@ async fn heartbeat(state: AppState, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) 
                 changes::send_heartbeat(&mut conn, &channel, &seq.to_string()).await?;
             }
             #[allow(unreachable_code)]
-            Ok::<(), sqlx::Error>(())
+            Ok::<(), crate::db::Error>(())
         };
         match until_shutdown(&state, session).await {
             None => return,
@@ -208,7 +202,7 @@ async fn poll_sqlite(state: AppState) {
             return;
         }
         let started = Instant::now();
-        let r: Result<(), sqlx::Error> = async {
+        let r: Result<(), crate::db::Error> = async {
             match last {
                 None => {
                     let max = state.db.latest_change().await?;

@@ -256,16 +256,12 @@ pub async fn reconnect(
     state
         .db
         .audit(AuditEvent {
-            event: AuditAction::ConnectionReconnectStarted,
             actor: Some(&user.subject),
-            issuer: Some(&c.issuer),
-            subject: Some(&c.subject),
-            provider: Some(&c.provider),
             client_id: Some(&client.id),
-            connection_id: Some(&c.id),
             elicitation_id: Some(&e.id),
             request_id: rid.as_deref(),
             detail: Some("from /account"),
+            ..AuditEvent::connection(AuditAction::ConnectionReconnectStarted, &c)
         })
         .await;
     Ok(Redirect::to(&format!("/connect/{}", e.id)).into_response())

@@ -94,6 +94,40 @@ pub async fn own_pending_elicitation(
     }
 }
 
+/// What a `/connect/{id}` request acts on.
+pub enum Visit {
+    /// The signed-in user, and their own elicitation, still pending.
+    Own(SignedInUser, Box<Elicitation>),
+    /// What to answer instead: the sign-in redirect, or the refusal page.
+    Respond(Response),
+}
+
+/// The browser's user and their own pending elicitation `id` (`stage` names the step for the
+/// log). Signed out: the same sign-in redirect whatever the elicitation's state, or whether it
+/// exists at all (nothing is even looked up, and nothing is written).
+pub async fn visit(
+    state: &AppState,
+    session: &BrowserSession,
+    headers: &HeaderMap,
+    ui: &Ui,
+    id: &str,
+    stage: &str,
+) -> Result<Visit> {
+    if !is_valid_id(id) {
+        return Err(invalid_link());
+    }
+    let Some(user) = session.user().await? else {
+        let signing_in = start_sign_in(state, headers, &format!("/connect/{id}")).await?;
+        return Ok(Visit::Respond(signing_in));
+    };
+    Ok(
+        match own_pending_elicitation(state, session, ui, &user, id, stage).await? {
+            Own::Pending(e) => Visit::Own(user, Box::new(e)),
+            Own::Respond(r) => Visit::Respond(r),
+        },
+    )
+}
+
 pub fn same_user(user: &SignedInUser, e: &Elicitation) -> bool {
     user.user_ref() == e.user_ref()
 }
@@ -163,17 +197,9 @@ pub async fn show(
     ui: Ui,
     Path(id): Path<String>,
 ) -> Result<Response> {
-    if !is_valid_id(&id) {
-        return Err(invalid_link());
-    }
-    // Signed out: the same sign-in redirect whatever the elicitation's state, or whether it
-    // exists at all (nothing is even looked up, and nothing is written).
-    let Some(user) = session.user().await? else {
-        return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
-    };
-    let e = match own_pending_elicitation(&state, &session, &ui, &user, &id, "connect").await? {
-        Own::Pending(e) => e,
-        Own::Respond(r) => return Ok(r),
+    let (user, e) = match visit(&state, &session, &headers, &ui, &id, "connect").await? {
+        Visit::Own(user, e) => (user, *e),
+        Visit::Respond(r) => return Ok(r),
     };
     consent_page(&state, &session, &ui, &user, &e, &e.params, None).await
 }
@@ -361,15 +387,9 @@ pub async fn answer(
     Path(id): Path<String>,
     CsrfForm(form): CsrfForm<ConsentForm>,
 ) -> Result<Response> {
-    if !is_valid_id(&id) {
-        return Err(invalid_link());
-    }
-    let Some(user) = session.user().await? else {
-        return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
-    };
-    let e = match own_pending_elicitation(&state, &session, &ui, &user, &id, "consent").await? {
-        Own::Pending(e) => e,
-        Own::Respond(r) => return Ok(r),
+    let (user, e) = match visit(&state, &session, &headers, &ui, &id, "consent").await? {
+        Visit::Own(user, e) => (user, *e),
+        Visit::Respond(r) => return Ok(r),
     };
     let provider = configured_provider(&state, &e)?;
     match form.action.as_str() {

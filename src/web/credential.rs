@@ -10,14 +10,12 @@ use axum::response::Response;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::connect::{Own, configured_provider, invalid_link, own_pending_elicitation, shown_name};
-use super::flow::start_sign_in;
+use super::connect::{Visit, configured_provider, shown_name, visit};
 use super::pages::render;
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
 use crate::connect::credentials::{AuthKind, Validation, secret_from_form, validate};
-use crate::connect::elicitations::is_valid_id;
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::NewTokens;
@@ -105,15 +103,9 @@ pub async fn submit(
     Path(id): Path<String>,
     CsrfForm(form): CsrfForm<CredentialForm>,
 ) -> Result<Response> {
-    if !is_valid_id(&id) {
-        return Err(invalid_link());
-    }
-    let Some(user) = session.user().await? else {
-        return start_sign_in(&state, &headers, &format!("/connect/{id}")).await;
-    };
-    let e = match own_pending_elicitation(&state, &session, &ui, &user, &id, "credential").await? {
-        Own::Pending(e) => e,
-        Own::Respond(r) => return Ok(r),
+    let (user, e) = match visit(&state, &session, &headers, &ui, &id, "credential").await? {
+        Visit::Own(user, e) => (user, *e),
+        Visit::Respond(r) => return Ok(r),
     };
     let provider = configured_provider(&state, &e)?;
     let Some(settings) = provider.credential.clone() else {
@@ -123,26 +115,6 @@ pub async fn submit(
             "This provider signs in with OAuth",
             "Go back to the connect page and choose Continue.",
         ));
-    };
-    let secret = match secret_from_form(
-        settings.kind,
-        form.api_key.as_ref(),
-        form.username.as_deref(),
-        form.password.as_ref(),
-    ) {
-        Ok(s) => s,
-        Err(m) => {
-            return page(
-                &state,
-                &session,
-                &ui,
-                &user,
-                &e,
-                &provider,
-                Some((&m, StatusCode::BAD_REQUEST)),
-            )
-            .await;
-        }
     };
     let audit = |event: AuditAction, detail: String| {
         let (state, e, user, rid) = (&state, &e, &user, &rid);
@@ -164,23 +136,44 @@ pub async fn submit(
                 .await;
         }
     };
-    match validate(&state.http, &settings, &secret).await {
-        Ok(()) => {}
-        Err(Validation::Rejected(status)) => {
-            audit(
-                AuditAction::CredentialValidationRefused,
-                format!("validation_url answered HTTP {status}"),
-            )
-            .await;
-            let m = ui.t1(
-                if settings.kind == AuthKind::Basic {
-                    "credential-refused-basic"
-                } else {
-                    "credential-refused-key"
-                },
-                "provider",
-                &provider.display_name,
-            );
+    let checked = match secret_from_form(
+        settings.kind,
+        form.api_key.as_ref(),
+        form.username.as_deref(),
+        form.password.as_ref(),
+    ) {
+        Err(m) => Err((m, StatusCode::BAD_REQUEST)),
+        Ok(secret) => match validate(&state.http, &settings, &secret).await {
+            Ok(()) => Ok(secret),
+            Err(Validation::Rejected(status)) => {
+                audit(
+                    AuditAction::CredentialValidationRefused,
+                    format!("validation_url answered HTTP {status}"),
+                )
+                .await;
+                let m = ui.t1(
+                    if settings.kind == AuthKind::Basic {
+                        "credential-refused-basic"
+                    } else {
+                        "credential-refused-key"
+                    },
+                    "provider",
+                    &provider.display_name,
+                );
+                Err((m, StatusCode::BAD_REQUEST))
+            }
+            Err(Validation::Unavailable(why)) => {
+                tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %why, "credential validation call failed");
+                audit(AuditAction::CredentialValidationUnavailable, why).await;
+                let m = ui.t1("credential-unavailable", "provider", &provider.display_name);
+                Err((m, StatusCode::BAD_GATEWAY))
+            }
+        },
+    };
+    let secret = match checked {
+        Ok(secret) => secret,
+        // The form again, saying what went wrong.
+        Err((m, status)) => {
             return page(
                 &state,
                 &session,
@@ -188,26 +181,11 @@ pub async fn submit(
                 &user,
                 &e,
                 &provider,
-                Some((&m, StatusCode::BAD_REQUEST)),
+                Some((&m, status)),
             )
             .await;
         }
-        Err(Validation::Unavailable(why)) => {
-            tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %why, "credential validation call failed");
-            audit(AuditAction::CredentialValidationUnavailable, why).await;
-            let m = ui.t1("credential-unavailable", "provider", &provider.display_name);
-            return page(
-                &state,
-                &session,
-                &ui,
-                &user,
-                &e,
-                &provider,
-                Some((&m, StatusCode::BAD_GATEWAY)),
-            )
-            .await;
-        }
-    }
+    };
     // The sealed credential, its audit row, the elicitation's completion and its event commit
     // together, exactly as tokens from an OAuth callback.
     state

@@ -72,14 +72,9 @@ pub fn redirect_to_done(state: &AppState, elicitation_id: &str) -> Result<Respon
 /// The elicitation this browser last finished, if its cookie opens and has not expired.
 fn outcome(state: &AppState, headers: &HeaderMap) -> Option<String> {
     let name = cookie_name(state.config.is_https());
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|h| h.to_str().ok())
-        .flat_map(|h| h.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .filter(|(n, v)| *n == name && !v.is_empty() && v.len() <= MAX_SEALED_LEN)
-        .filter_map(|(_, v)| state.config.keys.open(v, AAD).ok())
+    super::cookie_values(headers, name)
+        .filter(|v| !v.is_empty() && v.len() <= MAX_SEALED_LEN)
+        .filter_map(|v| state.config.keys.open(v, AAD).ok())
         .filter_map(|plain| serde_json::from_slice::<Outcome>(&plain).ok())
         .filter(|o| o.expires_at > now())
         .map(|o| o.elicitation_id)

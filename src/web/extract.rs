@@ -2,8 +2,6 @@
 //! in as an administrator), `SignedIn` (signed in at all), `RequestId`, and `CsrfForm<T>` (a
 //! form posted from our own pages in this browser session).
 
-use std::convert::Infallible;
-
 use axum::Form;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -20,22 +18,7 @@ use crate::connect::identity::SignedInUser;
 use crate::error::Error;
 use crate::i18n::Msg;
 
-/// The request id (`x-request-id`, when well-formed), for pages and audit rows.
-pub struct RequestId(pub Option<String>);
-
-impl RequestId {
-    pub fn as_deref(&self) -> Option<&str> {
-        self.0.as_deref()
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for RequestId {
-    type Rejection = Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
-        Ok(Self(crate::server::middleware::request_id(&parts.headers)))
-    }
-}
+pub use crate::server::middleware::RequestId;
 
 /// A signed-in administrator. Anyone else gets what `admin::gate` answers instead: a sign-in
 /// redirect back to this page, or the "Administrators only" page (audited).

@@ -21,7 +21,7 @@ pub mod ui;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_sessions::cookie::SameSite;
@@ -100,17 +100,24 @@ async fn home(ui: Ui) -> Response {
         .response(StatusCode::OK)
 }
 
+/// Every value the request's `Cookie` headers give cookie `name`, in order (a browser may send
+/// two with the same name).
+pub fn cookie_values<'a>(
+    headers: &'a HeaderMap,
+    name: &'a str,
+) -> impl DoubleEndedIterator<Item = &'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|h| h.to_str().ok())
+        .flat_map(|h| h.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .filter(move |(n, _)| *n == name)
+        .map(|(_, v)| v)
+}
+
 async fn stylesheet() -> Response {
-    let mut r = include_str!("../../static/style.css").into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/css; charset=utf-8"),
-    );
-    r.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=3600"),
-    );
-    r
+    ui::stylesheet(include_str!("../../static/style.css"))
 }
 
 /// Unknown paths: JSON under `/v1`, a page elsewhere.

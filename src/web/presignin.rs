@@ -8,7 +8,7 @@
 //! cookie is `__Host-` prefixed: no other origin (a sibling subdomain, a plain-http origin on the
 //! same host) can plant it.
 
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue};
 use serde::{Deserialize, Serialize};
 
 use crate::crypto::{KeyRing, ct_eq};
@@ -86,14 +86,9 @@ impl PreSignIn {
             v: 1,
             ..Default::default()
         };
-        let values = headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|h| h.to_str().ok())
-            .flat_map(|h| h.split(';'))
-            .filter_map(|c| c.trim().split_once('='))
-            .filter(|(n, v)| *n == name && !v.is_empty() && v.len() <= MAX_SEALED_LEN);
-        for (_, value) in values {
+        let values = super::cookie_values(headers, name)
+            .filter(|v| !v.is_empty() && v.len() <= MAX_SEALED_LEN);
+        for value in values {
             let opened = keys
                 .open(value, AAD)
                 .ok()
@@ -210,6 +205,7 @@ impl PreSignIn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
     use secrecy::SecretString;
 
     fn ring(id: &str) -> KeyRing {

@@ -35,14 +35,9 @@ pub fn lang_cookie_name(https: bool) -> &'static str {
 /// The language remembered in this browser's cookie, if it names one of ours.
 fn remembered(headers: &HeaderMap, https: bool) -> Option<Lang> {
     let name = lang_cookie_name(https);
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .and_then(|(_, v)| Lang::from_tag(v))
+    super::cookie_values(headers, name)
+        .next()
+        .and_then(Lang::from_tag)
 }
 
 /// The reader's language for a request.
@@ -265,6 +260,11 @@ pub async fn brand_stylesheet(State(state): State<AppState>) -> Response {
     let Some(css) = state.config.branding.stylesheet() else {
         return StatusCode::NOT_FOUND.into_response();
     };
+    stylesheet(css)
+}
+
+/// A stylesheet answer, cached for an hour.
+pub fn stylesheet(css: impl IntoResponse) -> Response {
     let mut r = css.into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

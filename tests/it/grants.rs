@@ -354,7 +354,9 @@ on_both_databases!(
         let issuer = peers.identity.clone();
 
         // The schema of the previous release (migrations up to 0012).
-        let db = mcp_connect::db::Db::connect(&db_url).await.unwrap();
+        let db = mcp_connect::db::Db::connect(&db_url.parse().unwrap())
+            .await
+            .unwrap();
         let dir = format!(
             "{}/migrations/{}",
             env!("CARGO_MANIFEST_DIR"),

@@ -156,7 +156,7 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // `keys rotate` is another process: its own pool on the same database.
-    let cli_db = Db::connect(&b.db_url).await.unwrap();
+    let cli_db = Db::connect(&b.db_url.parse().unwrap()).await.unwrap();
     let started = Instant::now();
     let report = mcp_connect::grants::rotation::rotate(
         &cli_db,

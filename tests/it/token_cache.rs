@@ -127,7 +127,9 @@ on_both_databases!(
         assert_eq!(cached_token(&b).await, t3, "B missed A's reconnect");
 
         // Key rotation (another process: its own pool) re-seals the row under k2.
-        let cli = mcp_connect::db::Db::connect(&a.db_url).await.unwrap();
+        let cli = mcp_connect::db::Db::connect(&a.db_url.parse().unwrap())
+            .await
+            .unwrap();
         let report = mcp_connect::grants::rotation::rotate(
             &cli,
             &key_ring(&[&k2, &k1]),

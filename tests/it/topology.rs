@@ -172,7 +172,7 @@ impl Fleet {
         let toml = config_toml(&lb, &db_url, &peers, &o);
         let config = Config::from_parts(&toml, &[]).unwrap_or_else(|e| panic!("{e}\n{toml}"));
         // Migrated once, here; each replica's own migration run then finds nothing to do.
-        let db = Db::connect(&db_url).await.unwrap();
+        let db = Db::connect(&db_url.parse().unwrap()).await.unwrap();
         db.migrate().await.unwrap();
 
         let mut replicas = Vec::new();

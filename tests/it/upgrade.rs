@@ -462,7 +462,7 @@ async fn old_and_new_side_by_side(kind: DbKind) {
     // 1. The old release migrates a fresh database and serves; a user connects through it.
     let (ok, log) = migrate(&prev.bin, &shared_old, &dir.join("old-migrate.log")).await;
     assert!(ok, "the previous release's migrate failed:\n{log}");
-    let db = Db::connect(&db_url).await.unwrap();
+    let db = Db::connect(&db_url.parse().unwrap()).await.unwrap();
     assert_eq!(applied_versions(&db).await, old_versions);
     let mut old = serve("old", &prev.bin, &old_toml, &dir).await;
     proxy.backends.lock().unwrap().push(old.url.clone());

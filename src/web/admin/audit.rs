@@ -3,7 +3,6 @@
 use askama::Template;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
@@ -11,7 +10,6 @@ use super::{Admin, Pager, filter_value, page_number, when};
 use crate::AppState;
 use crate::db::audit::{AuditFilter, AuditRow};
 use crate::error::Result;
-use crate::web::pages::render;
 
 const PER_PAGE: i64 = 50;
 
@@ -74,11 +72,6 @@ impl From<&AuditRow> for Row {
 #[derive(Template)]
 #[template(path = "admin/audit.html")]
 pub struct ListPage<'a> {
-    pub ui: &'a super::super::ui::Ui,
-    pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
-    pub csrf: &'a str,
-    pub nav: &'a str,
     pub subject: &'a str,
     pub event: &'a str,
     pub actor: &'a str,
@@ -182,13 +175,10 @@ pub async fn list(
         PER_PAGE,
         None,
     );
-    Ok(render(
+    Ok(admin.page(
+        "audit",
+        "Audit log",
         &ListPage {
-            ui: &admin.ui,
-            signed_in_as: Some(admin.name()),
-            request_id: admin.request_id.as_deref(),
-            csrf: &admin.csrf,
-            nav: "audit",
             subject: subject.as_deref().unwrap_or(""),
             event: event.as_deref().unwrap_or(""),
             actor: actor.as_deref().unwrap_or(""),
@@ -199,7 +189,6 @@ pub async fn list(
             rows: rows.iter().map(Row::from).collect(),
             pager,
         },
-        StatusCode::OK,
     ))
 }
 

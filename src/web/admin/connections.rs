@@ -8,15 +8,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
+use super::audit::Row as AuditEventRow;
 use super::{Admin, PAGE_SIZE, Pager, filter_value, page_number, when, when_opt};
 use crate::AppState;
 use crate::connect::elicitations::is_valid_id;
-use crate::db::audit::{AuditAction, AuditEvent, AuditFilter, AuditRow};
+use crate::db::audit::{AuditAction, AuditEvent, AuditFilter};
 use crate::db::connections::{Connection, ConnectionFilter, ConnectionStatus};
 use crate::error::{Error, Result};
 use crate::time::now;
 use crate::web::extract::{CsrfForm, CsrfProtected};
-use crate::web::pages::render;
 
 pub const STATUSES: &[(&str, &str)] = &[
     ("active", "Active"),
@@ -86,11 +86,6 @@ pub struct Choice {
 #[derive(Template)]
 #[template(path = "admin/connections.html")]
 pub struct ListPage<'a> {
-    pub ui: &'a super::super::ui::Ui,
-    pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
-    pub csrf: &'a str,
-    pub nav: &'a str,
     pub q: &'a str,
     pub providers: Vec<Choice>,
     pub statuses: Vec<Choice>,
@@ -153,13 +148,10 @@ pub async fn list(
             selected: filter.status.as_deref() == Some(*v),
         })
         .collect();
-    Ok(render(
+    Ok(admin.page(
+        "connections",
+        "Connections",
         &ListPage {
-            ui: &admin.ui,
-            signed_in_as: Some(admin.name()),
-            request_id: admin.request_id.as_deref(),
-            csrf: &admin.csrf,
-            nav: "connections",
             q: filter.subject.as_deref().unwrap_or(""),
             providers,
             statuses,
@@ -167,40 +159,12 @@ pub async fn list(
             total,
             pager,
         },
-        StatusCode::OK,
     ))
-}
-
-pub struct HistoryRow {
-    pub at: String,
-    pub event: String,
-    pub actor: String,
-    pub client: String,
-    pub request_id: String,
-    pub detail: String,
-}
-
-impl From<&AuditRow> for HistoryRow {
-    fn from(r: &AuditRow) -> Self {
-        Self {
-            at: when(r.at),
-            event: r.event.as_str().to_owned(),
-            actor: r.actor.clone().unwrap_or_default(),
-            client: r.client_id.clone().unwrap_or_default(),
-            request_id: r.request_id.clone().unwrap_or_default(),
-            detail: r.detail.clone().unwrap_or_default(),
-        }
-    }
 }
 
 #[derive(Template)]
 #[template(path = "admin/connection.html")]
 pub struct DetailPage<'a> {
-    pub ui: &'a super::super::ui::Ui,
-    pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
-    pub csrf: &'a str,
-    pub nav: &'a str,
     pub notice: Option<&'a str>,
     pub c: Row,
     pub issuer: String,
@@ -211,7 +175,7 @@ pub struct DetailPage<'a> {
     pub key_ids: String,
     pub requested_by: Vec<String>,
     pub can_revoke: bool,
-    pub history: Vec<HistoryRow>,
+    pub history: Vec<AuditEventRow>,
     /// Per-connection parameters and what was learned at the callback, as `name = value`.
     pub params: Vec<(String, String)>,
     pub metadata: Vec<(String, String)>,
@@ -279,13 +243,10 @@ pub async fn show(
         ),
         _ => None,
     };
-    Ok(render(
+    Ok(admin.page(
+        "connections",
+        &format!("Connection of {}", c.subject),
         &DetailPage {
-            ui: &admin.ui,
-            signed_in_as: Some(admin.name()),
-            request_id: admin.request_id.as_deref(),
-            csrf: &admin.csrf,
-            nav: "connections",
             notice,
             issuer: c.issuer.clone(),
             params: c
@@ -318,21 +279,16 @@ pub async fn show(
             },
             requested_by,
             can_revoke: c.status != ConnectionStatus::Revoked,
-            history: history.iter().map(HistoryRow::from).collect(),
+            history: history.iter().map(AuditEventRow::from).collect(),
             c: Row::of(&state, &c),
         },
-        StatusCode::OK,
     ))
 }
 
 #[derive(Template)]
 #[template(path = "admin/revoke.html")]
 pub struct ConfirmPage<'a> {
-    pub ui: &'a super::super::ui::Ui,
-    pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
     pub csrf: &'a str,
-    pub nav: &'a str,
     pub c: Row,
 }
 
@@ -345,16 +301,13 @@ pub async fn confirm_revoke(
     if c.status == ConnectionStatus::Revoked {
         return Ok(Redirect::to(&format!("/admin/connections/{}", c.id)).into_response());
     }
-    Ok(render(
+    Ok(admin.page(
+        "connections",
+        "Revoke a connection",
         &ConfirmPage {
-            ui: &admin.ui,
-            signed_in_as: Some(admin.name()),
-            request_id: admin.request_id.as_deref(),
             csrf: &admin.csrf,
-            nav: "connections",
             c: Row::of(&state, &c),
         },
-        StatusCode::OK,
     ))
 }
 

@@ -3,7 +3,6 @@
 use askama::Template;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
@@ -13,7 +12,6 @@ use crate::AppState;
 use crate::db::elicitations::Elicitation;
 use crate::error::Result;
 use crate::time::now;
-use crate::web::pages::render;
 
 pub struct Row {
     pub id: String,
@@ -48,11 +46,6 @@ impl Row {
 #[derive(Template)]
 #[template(path = "admin/elicitations.html")]
 pub struct ListPage<'a> {
-    pub ui: &'a super::super::ui::Ui,
-    pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
-    pub csrf: &'a str,
-    pub nav: &'a str,
     pub subject: &'a str,
     pub pending: Vec<Row>,
     pub recent: Vec<Row>,
@@ -89,18 +82,14 @@ pub async fn list(
         PAGE_SIZE,
         None,
     );
-    Ok(render(
+    Ok(admin.page(
+        "elicitations",
+        "Elicitations",
         &ListPage {
-            ui: &admin.ui,
-            signed_in_as: Some(admin.name()),
-            request_id: admin.request_id.as_deref(),
-            csrf: &admin.csrf,
-            nav: "elicitations",
             subject: subject.as_deref().unwrap_or(""),
             pending: pending.iter().map(|e| Row::of(&state, e)).collect(),
             recent: recent.iter().map(|e| Row::of(&state, e)).collect(),
             pager,
         },
-        StatusCode::OK,
     ))
 }

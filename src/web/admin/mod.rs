@@ -9,6 +9,7 @@ pub mod elicitations;
 pub mod overview;
 pub mod providers;
 
+use askama::Template;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
@@ -17,7 +18,7 @@ use serde_json::Value;
 
 use super::connect::shown_name;
 use super::flow::start_sign_in;
-use super::pages::{MessagePage, SignOutForm};
+use super::pages::{MessagePage, SignOutForm, render};
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
@@ -83,6 +84,34 @@ impl Admin {
     pub fn name(&self) -> &str {
         shown_name(&self.user)
     }
+
+    /// An admin page: `body` (the page's own template) in the admin frame, titled `title`, with
+    /// `nav` the current tab.
+    pub fn page(&self, nav: &str, title: &str, body: &impl Template) -> Response {
+        render(
+            &Framed {
+                ui: &self.ui,
+                signed_in_as: Some(self.name()),
+                csrf: &self.csrf,
+                nav,
+                title,
+                body,
+            },
+            StatusCode::OK,
+        )
+    }
+}
+
+/// The frame of every admin page (`admin/layout.html`: the tabs and the sign-out form).
+#[derive(Template)]
+#[template(path = "admin/layout.html")]
+struct Framed<'a, B: Template> {
+    ui: &'a Ui,
+    signed_in_as: Option<&'a str>,
+    csrf: &'a str,
+    nav: &'a str,
+    title: &'a str,
+    body: &'a B,
 }
 
 /// What a gated page gets: the admin, or the response to send instead (a sign-in redirect, or

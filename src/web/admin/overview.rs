@@ -2,7 +2,6 @@
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::Admin;
@@ -11,7 +10,6 @@ use super::connections::STATUSES;
 use crate::AppState;
 use crate::db::audit::AuditFilter;
 use crate::error::Result;
-use crate::web::pages::render;
 
 pub struct Count {
     pub status: &'static str,
@@ -21,12 +19,7 @@ pub struct Count {
 
 #[derive(Template)]
 #[template(path = "admin/overview.html")]
-pub struct Page<'a> {
-    pub ui: &'a super::super::ui::Ui,
-    pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
-    pub csrf: &'a str,
-    pub nav: &'a str,
+pub struct Page {
     pub counts: Vec<Count>,
     pub pending: usize,
     pub events: Vec<AuditRow>,
@@ -54,17 +47,13 @@ pub async fn show(State(state): State<AppState>, admin: Admin) -> Result<Respons
         .iter()
         .map(AuditRow::from)
         .collect();
-    Ok(render(
+    Ok(admin.page(
+        "overview",
+        "Administration",
         &Page {
-            ui: &admin.ui,
-            signed_in_as: Some(admin.name()),
-            request_id: admin.request_id.as_deref(),
-            csrf: &admin.csrf,
-            nav: "overview",
             counts,
             pending,
             events,
         },
-        StatusCode::OK,
     ))
 }

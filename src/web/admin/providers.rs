@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use futures_util::future::join_all;
 
@@ -13,7 +12,6 @@ use super::Admin;
 use crate::AppState;
 use crate::error::Result;
 use crate::providers::Provider;
-use crate::web::pages::render;
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -184,11 +182,6 @@ pub struct ClientView {
 #[derive(Template)]
 #[template(path = "admin/providers.html")]
 pub struct Page<'a> {
-    pub ui: &'a super::super::ui::Ui,
-    pub signed_in_as: Option<&'a str>,
-    pub request_id: Option<&'a str>,
-    pub csrf: &'a str,
-    pub nav: &'a str,
     pub identity_issuer: &'a str,
     pub identity: Probe,
     pub providers: Vec<ProviderView>,
@@ -218,13 +211,10 @@ pub async fn show(State(state): State<AppState>, admin: Admin) -> Result<Respons
         })
         .collect();
     let a = &state.config.admin;
-    Ok(render(
+    Ok(admin.page(
+        "providers",
+        "Providers and clients",
         &Page {
-            ui: &admin.ui,
-            signed_in_as: Some(admin.name()),
-            request_id: admin.request_id.as_deref(),
-            csrf: &admin.csrf,
-            nav: "providers",
             identity_issuer: state.identity.issuer(),
             identity,
             providers,
@@ -255,6 +245,5 @@ pub async fn show(State(state): State<AppState>, admin: Admin) -> Result<Respons
                 None => "—".into(),
             },
         },
-        StatusCode::OK,
     ))
 }
