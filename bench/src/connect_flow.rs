@@ -27,7 +27,8 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, reload};
 
-use crate::setup::{self, ConfigOpts, Engine, InProcessApp, Peers, ServerRuntime};
+use crate::setup::{self, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime};
+use testkit::{Browser, Peers};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -342,8 +343,7 @@ async fn one_flow(
         r.outbound.clear();
     }
     let (id, url) = setup::elicit(api, &app.url, user).await?;
-    let b = setup::Browser::new()?;
-    b.connect(&url, user).await?;
+    Browser::new().connect(&url, user).await;
     let v: serde_json::Value = api
         .get(format!("{}/v1/elicitations/{id}", app.url))
         .bearer_auth(setup::API_KEY)
@@ -402,11 +402,11 @@ pub async fn run(
         let db_url = setup::db_url(engine, name);
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         let addr: SocketAddr = listener.local_addr()?;
-        let peers = Peers::start(&format!("http://{addr}"), 3600).await?;
+        let peers = Peers::start(&format!("http://{addr}"), 3600).await;
         let app = InProcessApp::start(
             server,
             &db_url,
-            &peers.urls,
+            &PeerUrls::of(&peers),
             &ConfigOpts {
                 refresh_ahead_seconds: None,
             },

@@ -262,7 +262,7 @@ pub async fn hold_server(port: u16) -> anyhow::Result<()> {
 
 /// RSS of the `hold-server` floor with `n` requests held: (before, holding) in KiB.
 async fn floor(n: usize) -> anyhow::Result<(u64, u64)> {
-    let port = setup::free_port()?;
+    let port = testkit::process::free_port();
     let mut child = tokio::process::Command::new(std::env::current_exe()?)
         .args(["hold-server", "--port", &port.to_string()])
         .stdout(std::process::Stdio::piped())

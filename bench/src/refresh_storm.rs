@@ -15,7 +15,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 
-use crate::setup::{self, BinaryProcess, ConfigOpts, Engine, InProcessApp, Peers, ServerRuntime};
+use crate::setup::{
+    self, BinaryProcess, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime,
+};
+use testkit::{Browser, Peers};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -51,7 +54,7 @@ async fn storm(
     )
     .execute(&a.state.db.pool)
     .await?;
-    let before = peers.stats().await?;
+    let before = peers.stats().await;
     let load = setup::load_average();
     let addrs = [a.addr, b.addr];
     // Open every connection first.
@@ -121,7 +124,7 @@ async fn storm(
         out.per_replica_p99[i] = setup::pct(p, 0.99);
     }
     out.distinct_tokens = tokens.len();
-    let after = peers.stats().await?;
+    let after = peers.stats().await;
     let d = |k: &str| after[k].as_i64().unwrap_or(0) - before[k].as_i64().unwrap_or(0);
     out.refreshes = d("refresh_token");
     out.invalid_grant = d("refresh_invalid_grant");
@@ -147,16 +150,17 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         let db_url = setup::db_url(engine, name);
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
-        let peers = Peers::start(&format!("http://{addr}"), 120).await?;
+        let peers = Peers::start(&format!("http://{addr}"), 120).await;
+        let urls = PeerUrls::of(&peers);
         // The background refresher would refresh a 120 s token at once; keep it off so the
         // storm is the only thing refreshing.
         let opts = ConfigOpts {
             refresh_ahead_seconds: Some(0),
         };
-        let a = InProcessApp::start(server, &db_url, &peers.urls, &opts, Some(listener)).await?;
+        let a = InProcessApp::start(server, &db_url, &urls, &opts, Some(listener)).await?;
         let (_, url) = setup::elicit(&setup::api_client()?, &a.url, "alice").await?;
-        setup::Browser::new()?.connect(&url, "alice").await?;
-        let b = BinaryProcess::start(&db_url, &peers.urls, &opts).await?;
+        Browser::new().connect(&url, "alice").await;
+        let b = BinaryProcess::start(&db_url, &urls, &opts).await?;
         for run in 1..=args.runs {
             let s = storm(&a, &b, &peers, args.requests).await?;
             let mut errs: Vec<String> = s.errors.clone();

@@ -1,10 +1,10 @@
 //! What the scenarios share: the machine description, configs, databases (created fresh or
-//! reused, bulk-loaded with sealed rows), the app served in this process, the real binary as a
-//! second process, the `oidc-provider` peers, and a cookie-keeping browser.
+//! reused, bulk-loaded with sealed rows), the app served in this process and the real binary as a
+//! second process. The `oidc-provider` peers, the browser, dropping databases and starting the
+//! binary come from `testkit/`, which the integration tests use too.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,28 +13,16 @@ use mcp_connect::crypto::{KeyRing, connection_aad};
 use mcp_connect::{AppState, Application};
 use serde_json::Value;
 use sqlx::Connection;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use testkit::Peers;
+use tokio::process::Child;
 
 // Plain strings: the bench protects nothing. The key is fixed so that rows loaded in one run
 // open in the next (large databases are reused between runs).
 pub const API_KEY: &str = "bench-api-key-0123456789abcdefghijklmnop";
 const BENCH_KEY: &str = "kbench:YmVuY2gta2V5LWJlbmNoLWtleS1iZW5jaC1rZXktISE=";
-const IDENTITY_SECRET: &str = "identity-secret";
-const UPSTREAM_SECRET: &str = "upstream-secret";
-
-pub const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
-
-/// The repository root (the bench lives in `<root>/bench`).
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from(".."))
-}
 
 pub fn binary_path() -> PathBuf {
-    repo_root().join("target/release/mcp-connect")
+    testkit::repo_root().join("target/release/mcp-connect")
 }
 
 /// `nproc`, load average and a timestamp, for the line above every table.
@@ -94,6 +82,14 @@ pub struct PeerUrls {
 }
 
 impl PeerUrls {
+    /// Where the running `peers` are.
+    pub fn of(peers: &Peers) -> Self {
+        Self {
+            identity: peers.identity.clone(),
+            upstream: peers.upstream.clone(),
+        }
+    }
+
     pub fn unreachable() -> Self {
         Self {
             identity: "http://127.0.0.1:9/identity".into(),
@@ -136,38 +132,24 @@ outbound_allow_cidrs = ["127.0.0.0/8"]
 api_requests_per_second = 1000000
 api_burst = 1000000
 
-[identity]
-issuer = "{identity}"
-client_id = "mcp-connect"
-client_secret = "{IDENTITY_SECRET}"
-
+{identity}
 [[clients]]
 id = "bench-mcp"
 name = "Bench MCP"
 api_key = "{API_KEY}"
 providers = ["acme"]
 
-[providers.acme]
-display_name = "Acme"
-issuer = "{upstream}"
-client_id = "mcp-connect-upstream"
-client_secret = "{UPSTREAM_SECRET}"
-scopes = ["openid", "offline_access", "api"]
-"#,
-        identity = peers.identity,
-        upstream = peers.upstream,
+{acme}"#,
+        identity = testkit::peers::identity_toml(&peers.identity),
+        acme = testkit::peers::provider_toml(&peers.upstream),
     );
     toml + &cache
-}
-
-pub fn keyring() -> anyhow::Result<KeyRing> {
-    KeyRing::parse(&[BENCH_KEY.to_string().into()]).map_err(|e| anyhow::anyhow!(e))
 }
 
 /// A database URL for `name`: a Postgres database, or a SQLite file under the temp folder.
 pub fn db_url(engine: Engine, name: &str) -> String {
     match engine {
-        Engine::Postgres => format!("{PG_BASE}/{name}"),
+        Engine::Postgres => format!("{}/{name}", testkit::db::postgres_base()),
         Engine::Sqlite => {
             let dir = std::env::temp_dir().join("mcp-connect-bench");
             format!("sqlite://{}/{name}.sqlite", dir.display())
@@ -175,24 +157,9 @@ pub fn db_url(engine: Engine, name: &str) -> String {
     }
 }
 
-/// Drops the database (or removes the SQLite file and its WAL).
+/// Drops the database `name` (or removes the SQLite file and its WAL).
 pub async fn drop_db(engine: Engine, name: &str) -> anyhow::Result<()> {
-    match engine {
-        Engine::Postgres => {
-            let mut c = sqlx::PgConnection::connect(&format!("{PG_BASE}/postgres")).await?;
-            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .execute(&mut c)
-                .await?;
-        }
-        Engine::Sqlite => {
-            let url = db_url(engine, name);
-            let path = url.trim_start_matches("sqlite://");
-            for suffix in ["", "-wal", "-shm"] {
-                let _ = std::fs::remove_file(format!("{path}{suffix}"));
-            }
-        }
-    }
-    Ok(())
+    Ok(testkit::db::drop_database(&db_url(engine, name)).await?)
 }
 
 /// Opens the database through the library (creating and migrating it), then makes sure it holds
@@ -286,16 +253,18 @@ fn make_rows(keys: &KeyRing, from: u64, to: u64) -> Vec<RowValues> {
     (from..to)
         .map(|i| {
             let id = format!("bench{i:012}");
-            let access = keys.seal(
-                format!("at-{i:012}-0123456789abcdefghijklmnopqrstuv").as_bytes(),
-                &connection_aad(&id, "access_token"),
-            )
-            .expect("sealing a bench token");
-            let refresh = keys.seal(
-                format!("rt-{i:012}-0123456789abcdefghijklmnopqrstuv").as_bytes(),
-                &connection_aad(&id, "refresh_token"),
-            )
-            .expect("sealing a bench token");
+            let access = keys
+                .seal(
+                    format!("at-{i:012}-0123456789abcdefghijklmnopqrstuv").as_bytes(),
+                    &connection_aad(&id, "access_token"),
+                )
+                .expect("sealing a bench token");
+            let refresh = keys
+                .seal(
+                    format!("rt-{i:012}-0123456789abcdefghijklmnopqrstuv").as_bytes(),
+                    &connection_aad(&id, "refresh_token"),
+                )
+                .expect("sealing a bench token");
             RowValues {
                 id,
                 subject: format!("user{i}"),
@@ -310,7 +279,7 @@ fn make_rows(keys: &KeyRing, from: u64, to: u64) -> Vec<RowValues> {
 fn sealed_chunks(n: u64, chunk: u64) -> tokio::sync::mpsc::Receiver<Vec<RowValues>> {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     std::thread::spawn(move || {
-        let Ok(keys) = keyring() else { return };
+        let keys = testkit::key_ring(&[BENCH_KEY]);
         let threads = std::thread::available_parallelism()
             .map(|n| n.get() as u64)
             .unwrap_or(1);
@@ -532,74 +501,12 @@ pub async fn start_fixed_json(rt: &ServerRuntime) -> anyhow::Result<SocketAddr> 
         .await?
 }
 
-/// The `oidc-provider` peers of tests/peers (node), started with `--connect-url`.
-pub struct Peers {
-    pub urls: PeerUrls,
-    /// Killed when dropped.
-    _process: Child,
-}
-
-impl Peers {
-    pub async fn start(connect_url: &str, access_token_ttl: u64) -> anyhow::Result<Self> {
-        let root = repo_root();
-        let mut child = Command::new("node")
-            .arg(root.join("tests/peers/peers.mjs"))
-            .args([
-                "--connect-url",
-                connect_url,
-                "--provider-name",
-                "acme",
-                "--access-token-ttl",
-                &access_token_ttl.to_string(),
-            ])
-            .env_remove("HTTP_PROXY")
-            .env_remove("http_proxy")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting node tests/peers/peers.mjs (npm ci --prefix tests/peers)")?;
-        let stdout = child.stdout.take().context("no stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .context("peers did not start in 30 s")??
-            .context("peers exited")?;
-        let v: Value = serde_json::from_str(&line)?;
-        Ok(Self {
-            urls: PeerUrls {
-                identity: v["identity"].as_str().unwrap_or_default().to_owned(),
-                upstream: v["upstream"].as_str().unwrap_or_default().to_owned(),
-            },
-            _process: child,
-        })
-    }
-
-    pub async fn stats(&self) -> anyhow::Result<Value> {
-        Ok(reqwest::Client::builder()
-            .no_proxy()
-            .build()?
-            .get(format!("{}/__stats", self.urls.upstream))
-            .send()
-            .await?
-            .json()
-            .await?)
-    }
-}
-
 /// The real binary, `mcp-connect serve --config <file>`, as its own process.
 pub struct BinaryProcess {
     pub url: String,
     pub addr: SocketAddr,
     pub child: Child,
     pub started_to_ready: Duration,
-}
-
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 impl BinaryProcess {
@@ -611,7 +518,7 @@ impl BinaryProcess {
                 bin.display()
             );
         }
-        let port = free_port()?;
+        let port = testkit::process::free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
         let url = format!("http://{addr}");
         let toml = config_toml(&url, &addr.to_string(), db_url, peers, opts);
@@ -619,32 +526,15 @@ impl BinaryProcess {
         std::fs::create_dir_all(&dir)?;
         let path = dir.join(format!("config-{port}.toml"));
         std::fs::write(&path, toml)?;
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(2))
-            .build()?;
         let t0 = Instant::now();
-        let child = Command::new(&bin)
-            .args(["serve", "--config"])
-            .arg(&path)
+        let child = testkit::process::serve(&bin, &path)
             .env_remove("HTTP_PROXY")
             .env_remove("http_proxy")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        loop {
-            if let Ok(r) = http.get(format!("{url}/readyz")).send().await
-                && r.status().is_success()
-            {
-                break;
-            }
-            if t0.elapsed() > Duration::from_secs(30) {
-                bail!("{} did not become ready in 30 s", bin.display());
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+        // Every 2 ms (the start-up time is measured), for about 30 s.
+        if !testkit::process::wait_ready(&url, 15_000, Duration::from_millis(2)).await {
+            bail!("{} did not become ready in 30 s", bin.display());
         }
         Ok(Self {
             url,
@@ -702,124 +592,6 @@ pub fn raise_fd_limit() -> u64 {
         }
     }
     0
-}
-
-/// A page as the browser got it.
-pub struct Page {
-    pub status: reqwest::StatusCode,
-    pub url: String,
-    pub body: String,
-}
-
-impl Page {
-    pub fn form(&self, selector: &str) -> anyhow::Result<(String, Vec<(String, String)>)> {
-        let doc = scraper::Html::parse_document(&self.body);
-        let sel = scraper::Selector::parse(selector).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let form = doc
-            .select(&sel)
-            .next()
-            .with_context(|| format!("no {selector} in {} {}", self.url, self.body))?;
-        let action = form.value().attr("action").unwrap_or("");
-        let action = reqwest::Url::parse(&self.url)?.join(action)?.to_string();
-        let inputs = scraper::Selector::parse("input").map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let fields = form
-            .select(&inputs)
-            .filter_map(|i| {
-                Some((
-                    i.value().attr("name")?.to_owned(),
-                    i.value().attr("value").unwrap_or("").to_owned(),
-                ))
-            })
-            .collect();
-        Ok((action, fields))
-    }
-
-    pub fn has(&self, text: &str) -> bool {
-        self.body.contains(text)
-    }
-}
-
-/// A cookie-keeping client that follows redirects like a browser (never through a proxy).
-pub struct Browser {
-    pub client: reqwest::Client,
-}
-
-impl Browser {
-    pub fn new() -> anyhow::Result<Self> {
-        let jar = Arc::new(reqwest::cookie::Jar::default());
-        Ok(Self {
-            client: reqwest::Client::builder()
-                .no_proxy()
-                .cookie_provider(jar)
-                .redirect(reqwest::redirect::Policy::limited(20))
-                .build()?,
-        })
-    }
-
-    pub async fn get(&self, url: &str) -> anyhow::Result<Page> {
-        let r = self.client.get(url).send().await?;
-        Ok(Page {
-            status: r.status(),
-            url: r.url().to_string(),
-            body: r.text().await?,
-        })
-    }
-
-    pub async fn submit(
-        &self,
-        page: &Page,
-        selector: &str,
-        overrides: &[(&str, &str)],
-    ) -> anyhow::Result<Page> {
-        let (action, mut fields) = page.form(selector)?;
-        for (k, v) in overrides {
-            fields.retain(|(fk, _)| fk != k);
-            fields.push((k.to_string(), v.to_string()));
-        }
-        let r = self.client.post(&action).form(&fields).send().await?;
-        Ok(Page {
-            status: r.status(),
-            url: r.url().to_string(),
-            body: r.text().await?,
-        })
-    }
-
-    /// The whole flow: connect URL, sign in at the identity issuer, Continue, sign in and Allow
-    /// at the provider. Returns mcp-connect's final page.
-    pub async fn connect(&self, connect_url: &str, user: &str) -> anyhow::Result<Page> {
-        let login = self.get(connect_url).await?;
-        let consent = if login.has("name=\"login\"") {
-            self.submit(&login, "form", &[("login", user)]).await?
-        } else {
-            login
-        };
-        if !consent.has("Continue") {
-            bail!("not a consent page: {} {}", consent.url, consent.body);
-        }
-        let upstream_login = self
-            .submit(&consent, "form.actions", &[("action", "continue")])
-            .await?;
-        let upstream_consent = if upstream_login.has("name=\"login\"") {
-            self.submit(&upstream_login, "form", &[("login", user)])
-                .await?
-        } else {
-            upstream_login
-        };
-        if !upstream_consent.has("Allow") {
-            bail!(
-                "expected the provider consent page: {} {}",
-                upstream_consent.url,
-                upstream_consent.body
-            );
-        }
-        let done = self
-            .submit(&upstream_consent, "form", &[("decision", "allow")])
-            .await?;
-        if !done.status.is_success() {
-            bail!("the flow ended with {}: {}", done.status, done.body);
-        }
-        Ok(done)
-    }
 }
 
 /// An API client for the JSON API (never through a proxy).

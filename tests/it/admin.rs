@@ -86,13 +86,7 @@ on_both_databases!(
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), StatusCode::SEE_OTHER);
-        assert!(
-            r.headers()["location"]
-                .to_str()
-                .unwrap()
-                .starts_with(&app.peers.identity)
-        );
+        assert_sent_to_sign_in(&r, &app);
         app.shutdown().await;
     }
 );

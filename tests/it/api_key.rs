@@ -47,16 +47,13 @@ async fn validation_stub() -> (String, Arc<Mutex<Vec<String>>>) {
 }
 
 async fn call(app: &TestApp, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let r = app
-        .api
-        .request(method.parse().unwrap(), format!("{}{path}", app.url))
-        .bearer_auth(OTHER_API_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
+    reply(
+        app.api
+            .request(method.parse().unwrap(), format!("{}{path}", app.url))
+            .bearer_auth(OTHER_API_KEY)
+            .json(&body),
+    )
+    .await
 }
 
 async fn stored(app: &TestApp) -> (Option<String>, String) {

@@ -46,16 +46,13 @@ impl Flow {
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> (StatusCode, Value) {
-        let r = self
-            .api
-            .request(method, format!("{}{path}", self.app.url))
-            .bearer_auth(OTHER_API_KEY)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let s = r.status();
-        (s, r.json().await.unwrap_or(Value::Null))
+        reply(
+            self.api
+                .request(method, format!("{}{path}", self.app.url))
+                .bearer_auth(OTHER_API_KEY)
+                .json(&body),
+        )
+        .await
     }
 
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {

@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
-use crate::harness::{IDENTITY_SECRET, Page, Peers, UPSTREAM_SECRET};
+use crate::harness::{IDENTITY_SECRET, Page, Peers, UPSTREAM_SECRET, reply};
 
 /// One authorization server and how mcp-connect is registered there.
 #[derive(Clone)]
@@ -261,15 +261,13 @@ async fn code(pair: &Pair, server: &Server, user: &str) -> (String, String) {
 /// A token or revocation request with `client_secret_basic`, as the service sends it.
 async fn post_form(server: &Server, endpoint: &str, form: &[(&str, &str)]) -> (StatusCode, Value) {
     let enc = |s: &str| -> String { url::form_urlencoded::byte_serialize(s.as_bytes()).collect() };
-    let r = no_redirects()
-        .post(endpoint)
-        .basic_auth(enc(&server.client_id), Some(enc(&server.client_secret)))
-        .form(form)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
+    reply(
+        no_redirects()
+            .post(endpoint)
+            .basic_auth(enc(&server.client_id), Some(enc(&server.client_secret)))
+            .form(form),
+    )
+    .await
 }
 
 async fn redeem(server: &Server, code: &str, verifier: Option<&str>) -> (StatusCode, Value) {
@@ -310,14 +308,12 @@ async fn revoke(server: &Server, token: &str, hint: &str) -> StatusCode {
 }
 
 async fn whoami(pair: &Pair, access_token: &str) -> (StatusCode, Value) {
-    let r = reqwest::Client::new()
-        .get(&pair.whoami)
-        .bearer_auth(access_token)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
+    reply(
+        reqwest::Client::new()
+            .get(&pair.whoami)
+            .bearer_auth(access_token),
+    )
+    .await
 }
 
 /// Access and refresh token for `user` at the provider.

@@ -142,30 +142,8 @@ on_both_databases!(
 /// Walks to the provider and stops at the redirect back to mcp-connect; returns that URL.
 async fn callback_url(app: &TestApp, b: &Browser, subject: &str) -> String {
     let e = app.elicit(subject).await;
-    let consent = b
-        .sign_in_to_consent(e["url"].as_str().unwrap(), subject)
-        .await;
-    let login = b
-        .submit(&consent, "form.actions", &[("action", "continue")])
-        .await;
-    let consent_up = b.submit(&login, "form", &[("login", subject)]).await;
-    let (action, _) = consent_up.form("form");
-    let r = b
-        .client
-        .post(&action)
-        .form(&[("decision", "allow")])
-        .send()
+    b.provider_callback_url(e["url"].as_str().unwrap(), subject)
         .await
-        .unwrap();
-    assert!(
-        r.status().is_redirection(),
-        "expected a redirect to the callback, got {}",
-        r.status()
-    );
-    r.headers()[reqwest::header::LOCATION]
-        .to_str()
-        .unwrap()
-        .to_owned()
 }
 
 on_both_databases!(

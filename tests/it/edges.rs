@@ -13,6 +13,8 @@ use crate::harness::*;
 /// test configuration (e.g. a `[limits]` table) and `public_url` replaced when given.
 struct Bare {
     url: String,
+    /// Its SQLite database, removed by `stop`.
+    db_url: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -26,7 +28,8 @@ impl Bare {
             extra_toml: extra.to_owned(),
             ..Options::default()
         };
-        let mut toml = config_toml(&url, &db_url(DbKind::Sqlite), &peers, &opts)
+        let db_url = db_url(DbKind::Sqlite);
+        let mut toml = config_toml(&url, &db_url, &peers, &opts)
             .replace("issuer = \"\"", "issuer = \"http://127.0.0.1:9\"");
         if let Some(p) = public_url {
             toml = toml.replace(
@@ -45,6 +48,7 @@ impl Bare {
         }));
         Bare {
             url,
+            db_url,
             stop: Some(tx),
             task: Some(task),
         }
@@ -61,6 +65,7 @@ impl Bare {
         if let Some(t) = self.task.take() {
             t.await.unwrap().unwrap();
         }
+        let _ = drop_database(&self.db_url).await;
     }
 }
 
@@ -647,8 +652,9 @@ impl Bare {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let peers = crate::operations::no_peers();
+        let db_url = db_url(DbKind::Sqlite);
         let toml = patch(
-            config_toml(&url, &db_url(DbKind::Sqlite), &peers, &Options::default())
+            config_toml(&url, &db_url, &peers, &Options::default())
                 .replace("issuer = \"\"", "issuer = \"http://127.0.0.1:9\""),
         );
         let config = mcp_connect::config::Config::from_parts(&toml, &[])
@@ -662,6 +668,7 @@ impl Bare {
         }));
         Bare {
             url,
+            db_url,
             stop: Some(tx),
             task: Some(task),
         }

@@ -34,9 +34,7 @@ async fn call(
     if let Some(t) = subject_token {
         r = r.header("Subject-Token", t);
     }
-    let r = r.send().await.unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
+    reply(r).await
 }
 
 async fn token_as(app: &TestApp, key: &str, body: Value) -> (StatusCode, Value) {

@@ -1,28 +1,25 @@
-//! Test harness: the real app on port 0 against a fresh database (Postgres or SQLite), the real
-//! `oidc-provider` peers (identity issuer and upstream provider) on loopback, and a cookie-keeping
-//! HTTP client that walks the browser pages.
+//! Test harness: the real app on port 0 against a fresh database (Postgres or SQLite), with the
+//! real `oidc-provider` peers (identity issuer and upstream provider) on loopback and a
+//! cookie-keeping browser that walks the pages. The peers, the browser, the databases and the
+//! binary as a process come from `testkit/` (the bench uses them too); the app, its config and
+//! its checks are here.
 
 use std::io::Write;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use mcp_connect::config::Config;
 use mcp_connect::{AppState, Application};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
+
+pub use testkit::db::{DbKind, db_url, drop_database};
+pub use testkit::peers::{IDENTITY_SECRET, UPSTREAM_SECRET};
+pub use testkit::process::free_port;
+pub use testkit::{Browser, Page, Peers, key_ring, random_name};
 
 pub const API_KEY: &str = "test-api-key-0123456789abcdefghij";
 pub const OTHER_API_KEY: &str = "other-api-key-0123456789abcdefghij";
-pub const IDENTITY_SECRET: &str = "identity-secret";
-pub const UPSTREAM_SECRET: &str = "upstream-secret";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DbKind {
-    Sqlite,
-    Postgres,
-}
 
 /// Everything the app logged during this test process.
 pub fn captured_logs() -> String {
@@ -59,97 +56,6 @@ pub fn init_logs() {
     });
 }
 
-/// The two `oidc-provider` instances.
-pub struct Peers {
-    pub identity: String,
-    pub upstream: String,
-    pub child: Option<Child>,
-}
-
-impl Peers {
-    pub async fn start(connect_url: &str, access_token_ttl: u64) -> Peers {
-        // One retry: a start that stalls under heavy parallel load should not fail a test.
-        for attempt in 1..=2 {
-            match Self::try_start(connect_url, access_token_ttl).await {
-                Ok(p) => return p,
-                Err(e) if attempt == 1 => eprintln!("peers did not start ({e}); retrying"),
-                Err(e) => panic!("peers did not start: {e}"),
-            }
-        }
-        unreachable!()
-    }
-
-    async fn try_start(connect_url: &str, access_token_ttl: u64) -> Result<Peers, String> {
-        let root = env!("CARGO_MANIFEST_DIR");
-        let log_path =
-            std::env::temp_dir().join(format!("mcp-connect-peers-{}.log", random_name()));
-        let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
-        let mut child = Command::new("node")
-            .arg(format!("{root}/tests/peers/peers.mjs"))
-            .args(["--connect-url", connect_url, "--provider-name", "acme", "--access-token-ttl", &access_token_ttl.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("node must be installed and tests/peers must have its npm packages (npm ci --prefix tests/peers): {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let line = match tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line())
-            .await
-        {
-            Ok(Ok(Some(l))) => l,
-            other => {
-                let _ = child.kill().await;
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                let tail: String = log
-                    .lines()
-                    .rev()
-                    .take(20)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                return Err(format!("{other:?}; peers log:\n{tail}"));
-            }
-        };
-        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?;
-        Ok(Peers {
-            identity: v["identity"].as_str().unwrap_or_default().to_owned(),
-            upstream: v["upstream"].as_str().unwrap_or_default().to_owned(),
-            child: Some(child),
-        })
-    }
-
-    /// Takes the peers down (a provider outage).
-    pub async fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill().await;
-        }
-    }
-
-    pub async fn stats(&self) -> Value {
-        reqwest::get(format!("{}/__stats", self.upstream))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    pub async fn whoami(&self, token: &str) -> (StatusCode, Value) {
-        let r = reqwest::Client::new()
-            .get(format!("{}/api/whoami", self.upstream))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
-        let s = r.status();
-        (s, r.json().await.unwrap_or(Value::Null))
-    }
-}
-
 pub struct TestApp {
     pub url: String,
     pub db_url: String,
@@ -159,49 +65,6 @@ pub struct TestApp {
     pub key: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
-}
-
-pub fn random_name() -> String {
-    mcp_connect::crypto::random_token(9)
-        .to_ascii_lowercase()
-        .replace(['-', '_'], "x")
-}
-
-pub fn db_url(kind: DbKind) -> String {
-    match kind {
-        DbKind::Sqlite => {
-            let dir = std::env::temp_dir().join(format!("mcp-connect-test-{}", random_name()));
-            format!("sqlite://{}/db.sqlite", dir.display())
-        }
-        DbKind::Postgres => {
-            let base = std::env::var("MCP_CONNECT_TEST_PG")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-            format!("{base}/mcpc_test_{}", random_name())
-        }
-    }
-}
-
-/// Removes a test's database once the test is done with it (a failing test keeps its own, to
-/// look at). Replicas in other processes may still be connected: `FORCE` ends their sessions.
-pub async fn drop_database(db_url: &str) {
-    if let Some(path) = db_url.strip_prefix("sqlite://") {
-        if let Some(dir) = std::path::Path::new(path).parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-        return;
-    }
-    let Some((base, name)) = db_url.rsplit_once('/') else {
-        return;
-    };
-    if !name.starts_with("mcpc_test_") {
-        return;
-    }
-    if let Ok(admin) = sqlx::PgPool::connect(&format!("{base}/postgres")).await {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .execute(&admin)
-            .await;
-        admin.close().await;
-    }
 }
 
 #[derive(Clone)]
@@ -283,7 +146,7 @@ impl TestApp {
     pub async fn shutdown(self) {
         let db_url = self.db_url.clone();
         self.shutdown_keeping_database().await;
-        drop_database(&db_url).await;
+        let _ = drop_database(&db_url).await;
     }
 
     /// `shutdown`, leaving the database for a restarted app.
@@ -325,40 +188,31 @@ impl TestApp {
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        let r = self
-            .api
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(API_KEY)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let s = r.status();
-        (s, r.json().await.unwrap_or(Value::Null))
+        reply(
+            self.api
+                .post(format!("{}{path}", self.url))
+                .bearer_auth(API_KEY)
+                .json(&body),
+        )
+        .await
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .api
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(API_KEY)
-            .send()
-            .await
-            .unwrap();
-        let s = r.status();
-        (s, r.json().await.unwrap_or(Value::Null))
+        reply(
+            self.api
+                .get(format!("{}{path}", self.url))
+                .bearer_auth(API_KEY),
+        )
+        .await
     }
 
     pub async fn delete(&self, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .api
-            .delete(format!("{}{path}", self.url))
-            .bearer_auth(API_KEY)
-            .send()
-            .await
-            .unwrap();
-        let s = r.status();
-        (s, r.json().await.unwrap_or(Value::Null))
+        reply(
+            self.api
+                .delete(format!("{}{path}", self.url))
+                .bearer_auth(API_KEY),
+        )
+        .await
     }
 
     pub async fn elicit(&self, subject: &str) -> Value {
@@ -383,12 +237,9 @@ impl TestApp {
     /// Runs the whole flow for `subject` in a new browser and returns the connection id.
     pub async fn connect(&self, subject: &str) -> String {
         let e = self.elicit(subject).await;
-        let b = self.browser();
-        let page = b
-            .sign_in_to_consent(e["url"].as_str().unwrap(), subject)
+        self.browser()
+            .connect(e["url"].as_str().unwrap(), subject)
             .await;
-        let done = b.consent_and_allow(&page, subject).await;
-        assert_eq!(done.status, StatusCode::OK, "{}", done.body);
         let (s, v) = self
             .get(&format!("/v1/elicitations/{}", e["id"].as_str().unwrap()))
             .await;
@@ -409,42 +260,25 @@ impl TestApp {
         opts: &Options,
         env: &[(&str, &str)],
     ) -> (String, Child) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let url = format!("http://127.0.0.1:{port}");
         let opts = Options {
             key: self.key.clone(),
             ..opts.clone()
         };
-        let toml = config_toml(&url, &self.db_url, &self.peers, &opts).replace(
-            "listen = \"127.0.0.1:0\"",
-            &format!("listen = \"127.0.0.1:{port}\""),
-        );
+        let toml = config_toml(&url, &self.db_url, &self.peers, &opts);
         let dir = std::env::temp_dir().join(format!("mcp-connect-replica-{}", random_name()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("config.toml");
-        std::fs::write(&path, toml).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
-            .args(["serve", "--config", path.to_str().unwrap()])
+        std::fs::write(&path, testkit::process::listening_on(&toml, port)).unwrap();
+        let child = testkit::process::serve(env!("CARGO_BIN_EXE_mcp-connect").as_ref(), &path)
             .envs(env.iter().copied())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
+            // Its log, with the test's output.
+            .stdout(std::process::Stdio::inherit())
             .spawn()
             .unwrap();
-        let http = reqwest::Client::new();
-        for _ in 0..200 {
-            if http
-                .get(format!("{url}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                return (url, child);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        if testkit::process::wait_ready(&url, 200, std::time::Duration::from_millis(50)).await {
+            return (url, child);
         }
         panic!("the replica process did not become ready");
     }
@@ -618,7 +452,7 @@ impl Drop for TestApp {
                     Err(_) => Ok(()),
                 };
                 if last {
-                    drop_database(&db_url).await;
+                    let _ = drop_database(&db_url).await;
                 }
                 checked
             })
@@ -630,6 +464,42 @@ impl Drop for TestApp {
             Err(_) => panic!("the test database's clean-up panicked"),
         }
     }
+}
+
+/// Sends an API request; its status and JSON body (`Null` when the body is not JSON).
+pub async fn reply(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let r = request.send().await.unwrap();
+    let s = r.status();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The Postgres server's `postgres` database, to act on a test database from outside (cut it
+/// off, end its sessions).
+pub async fn postgres_admin() -> sqlx::PgPool {
+    sqlx::PgPool::connect(&format!("{}/postgres", testkit::db::postgres_base()))
+        .await
+        .unwrap()
+}
+
+/// `r` sends the browser to sign in at `app`'s identity issuer (303 to it).
+pub fn assert_sent_to_sign_in(r: &reqwest::Response, app: &TestApp) {
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(
+        r.headers()["location"]
+            .to_str()
+            .unwrap()
+            .starts_with(&app.peers.identity)
+    );
+}
+
+/// `POST {base}/v1/tokens` as `demo-mcp` (to any replica, with `api`).
+pub async fn fetch_token(api: &reqwest::Client, base: &str, body: Value) -> (StatusCode, Value) {
+    reply(
+        api.post(format!("{base}/v1/tokens"))
+            .bearer_auth(API_KEY)
+            .json(&body),
+    )
+    .await
 }
 
 pub fn config_toml(url: &str, db_url: &str, peers: &Peers, opts: &Options) -> String {
@@ -648,11 +518,7 @@ refresh_ahead_seconds = {refresh_ahead}
 refresh_scan_seconds = 1
 outbound_allow_cidrs = ["127.0.0.0/8"]
 
-[identity]
-issuer = "{identity}"
-client_id = "mcp-connect"
-client_secret = "{IDENTITY_SECRET}"
-
+{identity}
 [[clients]]
 id = "demo-mcp"
 name = "Demo MCP"
@@ -665,195 +531,14 @@ id = "other-mcp"
 api_key = "{OTHER_API_KEY}"
 providers = ["acme", "other"]
 
-[providers.acme]
-display_name = "Acme"
-issuer = "{upstream}"
-client_id = "mcp-connect-upstream"
-client_secret = "{UPSTREAM_SECRET}"
-scopes = ["openid", "offline_access", "api"]
-
+{acme}
 [providers.other]
 {other}
 {extra}
 "#,
-        identity = peers.identity,
-        upstream = peers.upstream,
+        identity = testkit::peers::identity_toml(&peers.identity),
+        acme = testkit::peers::provider_toml(&peers.upstream),
     )
-}
-
-/// A page as the browser got it.
-pub struct Page {
-    pub status: StatusCode,
-    pub url: String,
-    pub body: String,
-}
-
-impl Page {
-    pub fn form(&self, selector: &str) -> (String, Vec<(String, String)>) {
-        let doc = scraper::Html::parse_document(&self.body);
-        let sel = scraper::Selector::parse(selector).unwrap();
-        let form = doc
-            .select(&sel)
-            .next()
-            .unwrap_or_else(|| panic!("no {selector} in {} {}", self.url, self.body));
-        let action = form.value().attr("action").unwrap_or("");
-        let action = reqwest::Url::parse(&self.url)
-            .unwrap()
-            .join(action)
-            .unwrap()
-            .to_string();
-        let inputs = scraper::Selector::parse("input").unwrap();
-        let fields = form
-            .select(&inputs)
-            .filter_map(|i| {
-                Some((
-                    i.value().attr("name")?.to_owned(),
-                    i.value().attr("value").unwrap_or("").to_owned(),
-                ))
-            })
-            .collect();
-        (action, fields)
-    }
-
-    pub fn has(&self, text: &str) -> bool {
-        self.body.contains(text)
-    }
-}
-
-/// A cookie-keeping HTTP client that follows redirects like a browser.
-pub struct Browser {
-    pub client: reqwest::Client,
-    pub jar: Arc<reqwest::cookie::Jar>,
-}
-
-impl Browser {
-    pub fn new() -> Self {
-        let jar = Arc::new(reqwest::cookie::Jar::default());
-        let client = reqwest::Client::builder()
-            .cookie_provider(jar.clone())
-            .redirect(reqwest::redirect::Policy::limited(20))
-            .build()
-            .unwrap();
-        Self { client, jar }
-    }
-
-    /// The cookies this browser would send to `url`.
-    pub fn cookies(&self, url: &str) -> String {
-        use reqwest::cookie::CookieStore;
-        self.jar
-            .cookies(&reqwest::Url::parse(url).unwrap())
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default()
-    }
-
-    /// Follows redirects except the one back to a provider callback, so a test can hold the
-    /// callback URL (code and state) and present it as it likes.
-    pub fn stopping_at_callback() -> Self {
-        let policy = reqwest::redirect::Policy::custom(|a| {
-            if a.url().path().starts_with("/oauth/") || a.previous().len() > 20 {
-                a.stop()
-            } else {
-                a.follow()
-            }
-        });
-        let jar = Arc::new(reqwest::cookie::Jar::default());
-        Self {
-            client: reqwest::Client::builder()
-                .cookie_provider(jar.clone())
-                .redirect(policy)
-                .build()
-                .unwrap(),
-            jar,
-        }
-    }
-
-    pub async fn get(&self, url: &str) -> Page {
-        let r = self.client.get(url).send().await.unwrap();
-        self.settle(r).await
-    }
-
-    pub async fn submit(&self, page: &Page, selector: &str, overrides: &[(&str, &str)]) -> Page {
-        let (action, mut fields) = page.form(selector);
-        for (k, v) in overrides {
-            fields.retain(|(fk, _)| fk != k);
-            fields.push((k.to_string(), v.to_string()));
-        }
-        let r = self
-            .client
-            .post(&action)
-            .form(&fields)
-            .send()
-            .await
-            .unwrap();
-        self.settle(r).await
-    }
-
-    /// Reads the page, and does what a browser's JavaScript would do with the issuer's
-    /// self-submitting forms (e.g. its end-session confirmation).
-    async fn settle(&self, mut r: reqwest::Response) -> Page {
-        for _ in 0..5 {
-            let page = Page {
-                status: r.status(),
-                url: r.url().to_string(),
-                body: r.text().await.unwrap(),
-            };
-            if !page.body.contains("document.forms[0].submit()") {
-                return page;
-            }
-            let (action, fields) = page.form("form");
-            r = self
-                .client
-                .post(&action)
-                .form(&fields)
-                .send()
-                .await
-                .unwrap();
-        }
-        panic!("too many self-submitting pages");
-    }
-
-    /// Opens a connect URL, signs in at the identity issuer as `user`, returns where it lands.
-    pub async fn sign_in_to_consent(&self, connect_url: &str, user: &str) -> Page {
-        let login = self.get(connect_url).await;
-        if login.url.starts_with(connect_url) {
-            return login; // already signed in
-        }
-        assert!(
-            login.has("name=\"login\""),
-            "expected the identity login page, got {} {}",
-            login.url,
-            login.body
-        );
-        self.submit(&login, "form", &[("login", user)]).await
-    }
-
-    /// On the consent page: Continue, then sign in and Allow at the provider. Returns the page
-    /// mcp-connect shows at the end.
-    pub async fn consent_and_allow(&self, consent: &Page, user: &str) -> Page {
-        assert!(
-            consent.has("Continue"),
-            "not a consent page: {} {}",
-            consent.url,
-            consent.body
-        );
-        let upstream_login = self
-            .submit(consent, "form.actions", &[("action", "continue")])
-            .await;
-        let upstream_consent = if upstream_login.has("name=\"login\"") {
-            self.submit(&upstream_login, "form", &[("login", user)])
-                .await
-        } else {
-            upstream_login
-        };
-        assert!(
-            upstream_consent.has("Allow"),
-            "expected the provider consent page: {} {}",
-            upstream_consent.url,
-            upstream_consent.body
-        );
-        self.submit(&upstream_consent, "form", &[("decision", "allow")])
-            .await
-    }
 }
 
 /// Declares one test per database engine.

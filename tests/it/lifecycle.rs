@@ -16,18 +16,6 @@ fn short_lived() -> Options {
     }
 }
 
-async fn fetch(api: &reqwest::Client, base: &str, body: Value) -> (StatusCode, Value) {
-    let r = api
-        .post(format!("{base}/v1/tokens"))
-        .bearer_auth(API_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
-}
-
 on_both_databases!(
     near_expiry_token_is_refreshed_and_rotation_keeps_working,
     |kind| async move {
@@ -78,7 +66,7 @@ async fn storm(kind: DbKind, n: usize) {
         };
         let api = a.api.clone();
         tasks.push(tokio::spawn(async move {
-            fetch(
+            fetch_token(
                 &api,
                 &base,
                 json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
@@ -130,7 +118,7 @@ on_both_databases!(
             let api = app.api.clone();
             let base = app.url.clone();
             tasks.push(tokio::spawn(async move {
-                fetch(
+                fetch_token(
                     &api,
                     &base,
                     json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),
@@ -222,17 +210,8 @@ on_both_databases!(
         // The user revokes the grant at the provider behind our back.
         let c = app.db().get_connection(&id).await.unwrap().unwrap();
         let rt = c.refresh_token(&app.state.config.keys).unwrap().unwrap();
-        let r = reqwest::Client::new()
-            .post(format!("{}/token/revocation", app.peers.upstream))
-            .basic_auth("mcp-connect-upstream", Some(UPSTREAM_SECRET))
-            .form(&[
-                ("token", rt.expose_secret()),
-                ("token_type_hint", "refresh_token"),
-            ])
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "{}", r.status());
+        let s = app.peers.revoke_refresh_token(rt.expose_secret()).await;
+        assert!(s.is_success(), "{s}");
         app.age("alice").await;
         let (s, v) = app
             .post(
@@ -319,11 +298,7 @@ async fn database_outage_gives_503_and_the_service_recovers() {
     let app = TestApp::spawn(DbKind::Postgres).await;
     app.connect("alice").await;
     let name = app.db_url.rsplit('/').next().unwrap().to_owned();
-    let base = std::env::var("MCP_CONNECT_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
-        .await
-        .unwrap();
+    let admin = postgres_admin().await;
     sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
         .execute(&admin)
         .await
@@ -369,11 +344,7 @@ async fn pooled_connections_dropped_while_idle_are_replaced_without_an_error() {
     let app = TestApp::spawn(DbKind::Postgres).await;
     app.connect("alice").await;
     let name = app.db_url.rsplit('/').next().unwrap().to_owned();
-    let base = std::env::var("MCP_CONNECT_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
-        .await
-        .unwrap();
+    let admin = postgres_admin().await;
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
         .bind(&name)
@@ -455,7 +426,7 @@ on_both_databases!(
             let http = http.clone();
             let url = url.clone();
             tokio::spawn(async move {
-                fetch(
+                fetch_token(
                     &http,
                     &url,
                     json!({"subject": "alice", "provider": "acme", "min_ttl_seconds": 300}),

@@ -202,16 +202,13 @@ async fn start_stub(cimd: bool) -> Arc<Stub> {
 }
 
 async fn call(app: &TestApp, path: &str, body: Value) -> (StatusCode, Value) {
-    let r = app
-        .api
-        .post(format!("{}{path}", app.url))
-        .bearer_auth(OTHER_API_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
+    reply(
+        app.api
+            .post(format!("{}{path}", app.url))
+            .bearer_auth(OTHER_API_KEY)
+            .json(&body),
+    )
+    .await
 }
 
 async fn walk(kind: DbKind, cimd: bool) {

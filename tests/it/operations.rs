@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mcp_connect::crypto::{KeyRing, connection_aad, generate_key};
+use mcp_connect::crypto::{connection_aad, generate_key};
 use mcp_connect::db::Db;
 use reqwest::StatusCode;
 use secrecy::SecretString;
@@ -15,14 +15,6 @@ use serde_json::{Value, json};
 use crate::admin::{audit_rows, insert_bulk};
 use crate::harness::*;
 use crate::on_both_databases;
-
-fn ring(entries: &[&str]) -> KeyRing {
-    let e: Vec<SecretString> = entries
-        .iter()
-        .map(|s| SecretString::from(s.to_string()))
-        .collect();
-    KeyRing::parse(&e).unwrap()
-}
 
 /// Options whose ring is `keys` in that order (the harness writes `["{key}"]`).
 fn with_keys(keys: &[&str], extra: &str) -> Options {
@@ -51,18 +43,6 @@ async fn restart(app: TestApp, opts: &Options) -> TestApp {
     TestApp::spawn_on(listener, peers, db_url, opts).await
 }
 
-async fn fetch(api: &reqwest::Client, base: &str, body: Value) -> (StatusCode, Value) {
-    let r = api
-        .post(format!("{base}/v1/tokens"))
-        .bearer_auth(API_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
-}
-
 async fn not_under(db: &Db, key_id: &str) -> i64 {
     let prefix = format!("{key_id}.");
     let (n,): (i64,) = sqlx::query_as(
@@ -84,7 +64,7 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
     let a = TestApp::spawn_with(kind, with_keys(&[&k1], "")).await;
     a.connect("alice").await;
     let started = Instant::now();
-    insert_bulk(&a, &ring(&[&k1]), n, "active").await;
+    insert_bulk(&a, &key_ring(&[&k1]), n, "active").await;
     eprintln!("inserted {n} connections in {:?}", started.elapsed());
     let b = restart(a, &with_keys(&[&k2, &k1], "")).await;
 
@@ -100,7 +80,7 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
             let mut failures = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 if worker == 0 {
-                    let (s, v) = fetch(
+                    let (s, v) = fetch_token(
                         &api,
                         &base,
                         json!({"subject": "alice", "provider": "acme", "force_refresh": true}),
@@ -111,7 +91,7 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
                     }
                 } else {
                     i = (i + 101) % n;
-                    let (s, v) = fetch(
+                    let (s, v) = fetch_token(
                         &api,
                         &base,
                         json!({"subject": format!("bulk-{i:05}"), "provider": "acme"}),
@@ -178,10 +158,15 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
     // `keys rotate` is another process: its own pool on the same database.
     let cli_db = Db::connect(&b.db_url.parse().unwrap()).await.unwrap();
     let started = Instant::now();
-    let report =
-        mcp_connect::grants::rotation::rotate(&cli_db, &ring(&[&k2, &k1]), 500, "test", &|_| {})
-            .await
-            .unwrap();
+    let report = mcp_connect::grants::rotation::rotate(
+        &cli_db,
+        &key_ring(&[&k2, &k1]),
+        500,
+        "test",
+        &|_| {},
+    )
+    .await
+    .unwrap();
     eprintln!("rotated {report:?} in {:?}", started.elapsed());
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::Relaxed);
@@ -209,14 +194,14 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
     );
     assert_eq!(not_under(&cli_db, "k2").await, 0);
     assert_eq!(
-        mcp_connect::grants::rotation::count_pending(&cli_db, &ring(&[&k2]))
+        mcp_connect::grants::rotation::count_pending(&cli_db, &key_ring(&[&k2]))
             .await
             .unwrap(),
         0
     );
 
     // Every value opens with the new key alone, and is what was stored.
-    let only_new = ring(&[&k2]);
+    let only_new = key_ring(&[&k2]);
     let rows: Vec<(String, String, Option<String>, Option<String>)> =
         sqlx::query_as("SELECT id, subject, access_token, refresh_token FROM connections")
             .fetch_all(&cli_db.pool)
@@ -314,7 +299,7 @@ async fn rotation_never_overwrites_a_value_that_changed_meanwhile() {
     .unwrap();
     assert_eq!(r.rows_affected(), 0, "the stale write is refused");
     // Rotating twice is harmless: the second run has nothing to do.
-    let both = ring(&[&k2, &k1]);
+    let both = key_ring(&[&k2, &k1]);
     let first = mcp_connect::grants::rotation::rotate(&db, &both, 1, "t", &|_| {})
         .await
         .unwrap();

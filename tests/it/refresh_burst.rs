@@ -221,11 +221,7 @@ async fn a_database_outage_mid_burst_loses_no_redeemed_grant() {
     let n = burst_size(&app);
     seed_due_grants(&app, &provider, n).await;
     let name = app.db_url.rsplit('/').next().unwrap().to_owned();
-    let base = std::env::var("MCP_CONNECT_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
-        .await
-        .unwrap();
+    let admin = postgres_admin().await;
 
     let outage = {
         let admin = admin.clone();

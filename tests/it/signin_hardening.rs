@@ -83,22 +83,8 @@ async fn signed_in(app: &TestApp, user: &str) -> Browser {
 /// Walks `subject`'s browser to the provider and back, stopping at the provider callback URL.
 async fn provider_callback_url(app: &TestApp, b: &Browser, subject: &str) -> String {
     let e = app.elicit(subject).await;
-    let consent = b
-        .sign_in_to_consent(e["url"].as_str().unwrap(), subject)
-        .await;
-    let login = b
-        .submit(&consent, "form.actions", &[("action", "continue")])
-        .await;
-    let up = b.submit(&login, "form", &[("login", subject)]).await;
-    let (action, _) = up.form("form");
-    let r = b
-        .client
-        .post(&action)
-        .form(&[("decision", "allow")])
-        .send()
+    b.provider_callback_url(e["url"].as_str().unwrap(), subject)
         .await
-        .unwrap();
-    r.headers()[LOCATION].to_str().unwrap().to_owned()
 }
 
 async fn set_status(app: &TestApp, id: &str, status: &str) {

@@ -127,7 +127,7 @@ on_both_databases!(
         );
         let _ = tx.send(());
         let _ = task.await;
-        drop_database(&db).await;
+        let _ = drop_database(&db).await;
     }
 );
 

@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_connect::crypto::{KeyRing, connection_aad, generate_key};
+use mcp_connect::crypto::{connection_aad, generate_key};
 use mcp_connect::grants::cache::CacheStats;
 use reqwest::StatusCode;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -79,14 +79,6 @@ async fn cached_token(app: &TestApp) -> String {
     panic!("never a cache hit: {:?}", stats(app));
 }
 
-fn ring(entries: &[&str]) -> KeyRing {
-    let e: Vec<SecretString> = entries
-        .iter()
-        .map(|s| SecretString::from(s.to_string()))
-        .collect();
-    KeyRing::parse(&e).unwrap()
-}
-
 on_both_databases!(
     changes_on_one_replica_reach_the_cache_of_another,
     |kind| async move {
@@ -138,10 +130,15 @@ on_both_databases!(
         let cli = mcp_connect::db::Db::connect(&a.db_url.parse().unwrap())
             .await
             .unwrap();
-        let report =
-            mcp_connect::grants::rotation::rotate(&cli, &ring(&[&k2, &k1]), 100, "test", &|_| {})
-                .await
-                .unwrap();
+        let report = mcp_connect::grants::rotation::rotate(
+            &cli,
+            &key_ring(&[&k2, &k1]),
+            100,
+            "test",
+            &|_| {},
+        )
+        .await
+        .unwrap();
         assert_eq!(report.rows_rotated, 1, "{report:?}");
         cli.pool.close().await;
         after_window().await;
@@ -156,17 +153,8 @@ on_both_databases!(
         // Status change on A: the grant died at the provider, A finds out on a refresh.
         let c = a.db().get_connection(&id).await.unwrap().unwrap();
         let rt = c.refresh_token(&a.state.config.keys).unwrap().unwrap();
-        let r = reqwest::Client::new()
-            .post(format!("{}/token/revocation", a.peers.upstream))
-            .basic_auth("mcp-connect-upstream", Some(UPSTREAM_SECRET))
-            .form(&[
-                ("token", rt.expose_secret()),
-                ("token_type_hint", "refresh_token"),
-            ])
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
+        let s = a.peers.revoke_refresh_token(rt.expose_secret()).await;
+        assert!(s.is_success());
         let (s, v) = fetch(
             &a,
             json!({"subject": "alice", "provider": "acme", "force_refresh": true}),
@@ -218,16 +206,13 @@ on_both_databases!(
 
 /// `POST /v1/tokens` for alice as the client with `key`.
 async fn fetch_as(app: &TestApp, key: &str) -> (StatusCode, Value) {
-    let r = app
-        .api
-        .post(format!("{}/v1/tokens", app.url))
-        .bearer_auth(key)
-        .json(&json!({"subject": "alice", "provider": "acme"}))
-        .send()
-        .await
-        .unwrap();
-    let s = r.status();
-    (s, r.json().await.unwrap_or(Value::Null))
+    reply(
+        app.api
+            .post(format!("{}/v1/tokens", app.url))
+            .bearer_auth(key)
+            .json(&json!({"subject": "alice", "provider": "acme"})),
+    )
+    .await
 }
 
 /// Fetches as the client with `key` on `app` until the answer (a token) came from the cache.

@@ -68,14 +68,6 @@ const WEBHOOK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 // --- the fleet ---------------------------------------------------------------------------------
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Replica {
     name: String,
     url: String,
@@ -189,14 +181,7 @@ impl Fleet {
             let port = free_port();
             let name = format!("r{i}");
             let config = dir.join(format!("{name}.toml"));
-            std::fs::write(
-                &config,
-                toml.replace(
-                    "listen = \"127.0.0.1:0\"",
-                    &format!("listen = \"127.0.0.1:{port}\""),
-                ),
-            )
-            .unwrap();
+            std::fs::write(&config, testkit::process::listening_on(&toml, port)).unwrap();
             servers.push((name.clone(), format!("127.0.0.1:{port}")));
             replicas.push(Replica {
                 log: dir.join(format!("{name}.log")),
@@ -237,17 +222,8 @@ impl Fleet {
             fleet.start_replica(i).await;
         }
         // The balancer answers once it is listening (servers start UP: they are ready).
-        for _ in 0..100 {
-            if fleet
-                .api
-                .get(format!("{}/readyz", fleet.lb))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                return fleet;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if testkit::process::wait_ready(&fleet.lb, 100, Duration::from_millis(100)).await {
+            return fleet;
         }
         panic!("haproxy did not answer; see {}", fleet.dir.display());
     }
@@ -260,27 +236,15 @@ impl Fleet {
             .append(true)
             .open(&r.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_mcp-connect"))
-            .args(["serve", "--config", r.config.to_str().unwrap()])
+        let child = testkit::process::serve(env!("CARGO_BIN_EXE_mcp-connect").as_ref(), &r.config)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
             .stderr(Stdio::from(log))
-            .kill_on_drop(true)
             .spawn()
             .unwrap();
         r.child = Some(child);
-        for _ in 0..400 {
-            if self
-                .api
-                .get(format!("{}/readyz", r.url))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        if testkit::process::wait_ready(&r.url, 400, Duration::from_millis(50)).await {
+            return;
         }
         panic!(
             "replica {} did not become ready; see {}",
@@ -353,28 +317,17 @@ impl Fleet {
     }
 
     async fn api_post(&self, key: &str, path: &str, body: Value) -> (StatusCode, Value) {
-        let r = self
-            .api
-            .post(format!("{}{path}", self.lb))
-            .bearer_auth(key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let s = r.status();
-        (s, r.json().await.unwrap_or(Value::Null))
+        reply(
+            self.api
+                .post(format!("{}{path}", self.lb))
+                .bearer_auth(key)
+                .json(&body),
+        )
+        .await
     }
 
     async fn api_get(&self, base: &str, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .api
-            .get(format!("{base}{path}"))
-            .bearer_auth(API_KEY)
-            .send()
-            .await
-            .unwrap();
-        let s = r.status();
-        (s, r.json().await.unwrap_or(Value::Null))
+        reply(self.api.get(format!("{base}{path}")).bearer_auth(API_KEY)).await
     }
 
     async fn elicit(&self, subject: &str) -> Value {
@@ -425,7 +378,7 @@ impl Fleet {
         }
         self.peers.kill().await;
         self.db.pool.close().await;
-        drop_database(&self.db_url).await;
+        let _ = drop_database(&self.db_url).await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -783,23 +736,9 @@ async fn topology_three_replicas_behind_haproxy_share_flows_refreshes_waiters_an
         })
     };
     let b = Browser::stopping_at_callback();
-    let consent = b
-        .sign_in_to_consent(e["url"].as_str().unwrap(), "bob")
+    let callback = b
+        .provider_callback_url(e["url"].as_str().unwrap(), "bob")
         .await;
-    let login = b
-        .submit(&consent, "form.actions", &[("action", "continue")])
-        .await;
-    let up_consent = b.submit(&login, "form", &[("login", "bob")]).await;
-    let (action, _) = up_consent.form("form");
-    let r = b
-        .client
-        .post(&action)
-        .form(&[("decision", "allow")])
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_redirection(), "{}", r.status());
-    let callback = r.headers()[reqwest::header::LOCATION].to_str().unwrap();
     assert!(callback.starts_with(&fleet.lb), "{callback}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
@@ -955,11 +894,7 @@ async fn topology_a_database_outage_shows_on_every_replica_and_heals_by_itself()
     user_connects(e["url"].as_str().unwrap(), "alice").await;
 
     let name = fleet.db_url.rsplit('/').next().unwrap().to_owned();
-    let base = std::env::var("MCP_CONNECT_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-    let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
-        .await
-        .unwrap();
+    let admin = postgres_admin().await;
     fleet.db.pool.close().await;
     sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
         .execute(&admin)
@@ -1055,17 +990,7 @@ async fn topology_a_postgres_restart_heals_every_replica_by_itself() {
     user_connects(e["url"].as_str().unwrap(), "alice").await;
     let token_on = |base: String| {
         let api = fleet.api.clone();
-        async move {
-            let r = api
-                .post(format!("{base}/v1/tokens"))
-                .bearer_auth(API_KEY)
-                .json(&json!({"subject": "alice", "provider": "acme"}))
-                .send()
-                .await
-                .unwrap();
-            let s = r.status();
-            (s, r.json::<Value>().await.unwrap_or(Value::Null))
-        }
+        async move { fetch_token(&api, &base, json!({"subject": "alice", "provider": "acme"})).await }
     };
     let (_, before) = token_on(fleet.lb.clone()).await;
 

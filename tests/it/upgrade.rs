@@ -191,20 +191,6 @@ struct Server {
     child: Child,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn log_tail(path: &Path) -> String {
-    let log = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<_> = log.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
 /// The environment of the binaries under test: this process's, without its `MCP_CONNECT_*`
 /// variables (the test tooling's, e.g. `MCP_CONNECT_PREVIOUS_REF`, which a release that does
 /// not know them would take for config keys).
@@ -251,21 +237,12 @@ fn for_previous_release(toml: &str) -> String {
 async fn serve(label: &'static str, bin: &Path, toml: &str, dir: &Path) -> Server {
     let port = free_port();
     let config = dir.join(format!("{label}.toml"));
-    std::fs::write(
-        &config,
-        toml.replace(
-            "listen = \"127.0.0.1:0\"",
-            &format!("listen = \"127.0.0.1:{port}\""),
-        ),
-    )
-    .unwrap();
+    std::fs::write(&config, testkit::process::listening_on(toml, port)).unwrap();
     let log = dir.join(format!("{label}.log"));
-    let child = Command::new(bin)
-        .args(["serve", "--config", config.to_str().unwrap()])
+    let child = testkit::process::serve(bin, &config)
         .env_clear()
         .envs(base_env())
         .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
         .stderr(Stdio::from(
             std::fs::OpenOptions::new()
                 .create(true)
@@ -273,30 +250,20 @@ async fn serve(label: &'static str, bin: &Path, toml: &str, dir: &Path) -> Serve
                 .open(&log)
                 .unwrap(),
         ))
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let url = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    for _ in 0..400 {
-        if http
-            .get(format!("{url}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return Server {
-                label,
-                url,
-                config,
-                child,
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if testkit::process::wait_ready(&url, 400, Duration::from_millis(50)).await {
+        return Server {
+            label,
+            url,
+            config,
+            child,
+        };
     }
     panic!(
         "the {label} binary did not become ready:\n{}",
-        log_tail(&log)
+        testkit::process::log_tail(&log, 30)
     );
 }
 
@@ -608,7 +575,7 @@ async fn old_and_new_side_by_side(kind: DbKind) {
     }
     drop(new);
     w.db.pool.close().await;
-    drop_database(&db_url).await;
+    let _ = drop_database(&db_url).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
