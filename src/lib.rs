@@ -51,7 +51,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::{ClientConfig, Config};
+use crate::config::Config;
 use crate::connect::identity::Identity;
 use crate::db::Db;
 use crate::providers::Providers;
@@ -64,9 +64,8 @@ pub struct AppInner {
     pub http: outbound::Http,
     pub identity: Identity,
     pub providers: Providers,
-    pub clients: Vec<ClientConfig>,
-    /// The API clients by the SHA-256 of their key, built once (`api::ApiClient`).
-    pub clients_by_key: std::collections::HashMap<[u8; 32], Arc<ClientConfig>>,
+    /// The API clients, by id and by key digest (built once).
+    pub clients: crate::config::Clients,
     pub waiters: Waiters,
     pub events: events::Hub,
     pub refresh: tokens::RefreshCoordinator,
@@ -112,12 +111,7 @@ impl AppState {
             identity: Identity::new(config.identity.clone(), http.clone()),
             limits: limits::Limits::new(&config.limits),
             providers,
-            clients: config.clients.clone(),
-            clients_by_key: config
-                .clients
-                .iter()
-                .map(|c| (c.api_key_sha256, Arc::new(c.clone())))
-                .collect(),
+            clients: crate::config::Clients::new(&config.clients),
             refresh: tokens::RefreshCoordinator::new(db.pool.options().get_max_connections()),
             token_cache: token_cache::TokenCache::new(&config.cache),
             process_tag: listener::process_tag(),

@@ -250,3 +250,53 @@ pub(super) fn read(
 
     clients
 }
+
+/// The configured API clients, indexed once at start: by id (pages, grants, webhooks) and by the
+/// SHA-256 of their key (`api::ApiClient`), in configuration order for listings.
+#[derive(Debug, Clone, Default)]
+pub struct Clients {
+    all: Vec<std::sync::Arc<ClientConfig>>,
+    by_id: std::collections::HashMap<String, usize>,
+    by_key: std::collections::HashMap<[u8; 32], usize>,
+}
+
+impl Clients {
+    pub fn new(clients: &[ClientConfig]) -> Self {
+        let all: Vec<_> = clients.iter().cloned().map(std::sync::Arc::new).collect();
+        let by_id = all
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.id.clone(), i))
+            .collect();
+        let by_key = all
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.api_key_sha256, i))
+            .collect();
+        Self { all, by_id, by_key }
+    }
+
+    /// Client `id`, if configured.
+    pub fn get(&self, id: &str) -> Option<&std::sync::Arc<ClientConfig>> {
+        self.by_id.get(id).map(|&i| &self.all[i])
+    }
+
+    /// The client whose API key hashes to `sha256`. A map keyed by the digest: timing can at
+    /// most tell something about a digest, which says nothing about a key that hashes to it.
+    pub fn by_key_sha256(&self, sha256: &[u8; 32]) -> Option<&std::sync::Arc<ClientConfig>> {
+        self.by_key.get(sha256).map(|&i| &self.all[i])
+    }
+
+    /// Every client, in configuration order.
+    pub fn iter(&self) -> impl Iterator<Item = &ClientConfig> {
+        self.all.iter().map(|c| &**c)
+    }
+
+    pub fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+}

@@ -70,7 +70,7 @@ pub struct ElicitationView {
 impl AppState {
     /// The configured API client `id`, if it still is.
     pub fn client(&self, id: &str) -> Option<&ClientConfig> {
-        self.clients.iter().find(|c| c.id == id)
+        self.clients.get(id).map(|c| &**c)
     }
 
     /// What to call API client `id` on a page: its configured name, else the id itself.

@@ -187,7 +187,7 @@ impl AppState {
             ElicitationStatus::Failed => EventType::ElicitationFailed,
             ElicitationStatus::Pending | ElicitationStatus::Expired => return Ok(Vec::new()),
         };
-        let Some(client) = self.clients.iter().find(|c| c.id == e.client_id) else {
+        let Some(client) = self.clients.get(&e.client_id) else {
             return Ok(Vec::new());
         };
         let data = EventData {
@@ -320,8 +320,7 @@ async fn deliver_one(state: &AppState, d: DueDelivery) {
     let attempts = d.attempts + 1;
     let webhook = state
         .clients
-        .iter()
-        .find(|c| c.id == d.client_id)
+        .get(&d.client_id)
         .and_then(|c| c.webhook.as_ref());
     let outcome = match webhook {
         None => Err("the client no longer has a webhook_url".to_owned()),

@@ -226,8 +226,9 @@ pub async fn reconnect(
     let usable = |client_id: &str| {
         state
             .clients
-            .iter()
-            .find(|x| x.id == client_id && x.providers.contains(&c.provider))
+            .get(client_id)
+            .map(|x| &**x)
+            .filter(|x| x.providers.contains(&c.provider))
     };
     let (client, scopes) = match earlier
         .iter()

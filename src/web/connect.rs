@@ -35,8 +35,7 @@ pub fn invalid_link() -> Error {
 pub fn client_display_name(state: &AppState, client_id: &str) -> String {
     state
         .clients
-        .iter()
-        .find(|c| c.id == client_id)
+        .get(client_id)
         .map(|c| c.name.clone())
         .unwrap_or_else(|| client_id.to_owned())
 }

@@ -223,8 +223,7 @@ pub async fn show(
     for e in state.db.elicitations_of_connection(&c.id).await? {
         let name = state
             .clients
-            .iter()
-            .find(|x| x.id == e.client_id)
+            .get(&e.client_id)
             .map(|x| {
                 if x.name == x.id {
                     x.id.clone()
