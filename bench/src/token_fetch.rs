@@ -53,11 +53,11 @@ pub struct Args {
     /// `refresh_ahead_seconds` for the app (the default config has it on; rows are not due).
     #[arg(long)]
     pub refresh_ahead_seconds: Option<u64>,
-    /// Postgres: where the app's two token reads go, one token-fetch run each in every cell
-    /// (`pool`: the sqlx pool, pinging each connection it takes back, the service's default;
-    /// `dedicated`: a few connections of their own; `deadpool`: a deadpool of sqlx
-    /// connections without the ping). See src/db/hot.rs.
-    #[arg(long, value_delimiter = ',', default_values = ["pool"])]
+    /// Postgres: where the app's token reads go, one token-fetch run each in every cell
+    /// (`pool`: the sqlx pool, pinging each connection it takes back; `dedicated`: a few
+    /// connections of their own; `deadpool`: a deadpool of sqlx connections without the ping,
+    /// the service's default). See src/db/hot.rs.
+    #[arg(long, value_delimiter = ',', default_values = ["deadpool"])]
     pub hot_modes: Vec<String>,
     /// Postgres: connections for the hot reads (dedicated and deadpool; default 4).
     #[arg(long)]

@@ -18,9 +18,11 @@
 //!
 //! [`HotMode`] switches between the three ways measured in `bench/` (`token-fetch --hot-modes`)
 //! at run time, for an A/B in one process: the pool, these slots, and a `deadpool` pool managing
-//! sqlx connections without a ping. **The service still uses [`HotMode::Pool`]**: on the shared
-//! 2-core machine of 2026-12-03 (load average 16-19 from other builds) neither other way won
-//! clearly (bench/results/2026-12-03/miss-*.md); re-measure on a quiet machine before switching.
+//! sqlx connections without a ping. **The service uses [`HotMode::Deadpool`]**: once a miss was
+//! one statement, both ping-free ways beat the pool by 40-65% in two runs on a quieter machine,
+//! and deadpool also had the best p99 (BENCHMARKS.md, "Issue 14, third round";
+//! bench/results/2026-12-03/round3/miss-modes-2.md). On a loaded machine earlier that day neither
+//! way won clearly (bench/results/2026-12-03/miss-*.md).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -47,11 +49,11 @@ pub(super) type Query<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error
 /// Where the hot reads go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HotMode {
-    /// The sqlx pool, like every other query (a ping on every release). The default.
+    /// The sqlx pool, like every other query (a ping on every release).
     Pool,
     /// [`HOT_CONNECTIONS`] connections in slots taken round-robin.
     Dedicated,
-    /// A `deadpool` pool of as many sqlx connections, recycled without a ping.
+    /// A `deadpool` pool of as many sqlx connections, recycled without a ping. The default.
     Deadpool,
 }
 
@@ -142,7 +144,7 @@ impl HotReads {
             slots: (0..MAX_SLOTS).map(|_| Mutex::new(None)).collect(),
             width: AtomicUsize::new(HOT_CONNECTIONS),
             next: AtomicUsize::new(0),
-            mode: AtomicU8::new(HotMode::Pool as u8),
+            mode: AtomicU8::new(HotMode::Deadpool as u8),
             deadpool,
         })
     }
