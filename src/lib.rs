@@ -112,7 +112,7 @@ impl AppState {
             limits: limits::Limits::new(&config.limits),
             providers,
             clients: crate::config::Clients::new(&config.clients),
-            refresh: tokens::RefreshCoordinator::new(db.pool.options().get_max_connections()),
+            refresh: tokens::RefreshCoordinator::new(db.pool.max_connections()),
             token_cache: token_cache::TokenCache::new(&config.cache),
             process_tag: listener::process_tag(),
             metrics: metrics::Metrics::new(),

@@ -241,7 +241,11 @@ impl Db {
     /// describes a change is written in that change's transaction (`Change::audit`).
     pub async fn audit(&self, e: AuditEvent<'_>) {
         let r = match self.pool.acquire().await {
-            Ok(mut conn) => insert_audit(&mut conn, &e).await,
+            Ok(mut conn) => {
+                let r = insert_audit(&mut conn, &e).await;
+                conn.finished(&r);
+                r
+            }
             Err(err) => Err(err.into()),
         };
         if let Err(err) = r {

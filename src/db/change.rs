@@ -6,18 +6,18 @@
 //! nobody is told about a change they cannot yet read. On Postgres the cross-replica
 //! notification is sent inside the transaction, which Postgres delivers at commit.
 
-use sqlx::{Any, AnyConnection, Transaction};
+use sqlx::AnyConnection;
 
 use super::audit::{AuditEvent, insert_audit};
 use super::events::{NewEvent, insert_events};
-use super::{Db, Engine, Result};
+use super::{Db, Engine, Result, Tx};
 
 /// The Postgres channel on which elicitation changes reach other replicas.
 pub const ELICITATION_CHANNEL: &str = "mcp_connect_elicitations";
 
 /// An open transaction that collects what to announce once it commits.
 pub struct Change {
-    tx: Transaction<'static, Any>,
+    tx: Tx,
     engine: Engine,
     announce: Announce,
 }
@@ -40,7 +40,7 @@ impl Change {
     }
 
     /// A change in a transaction the caller already holds (e.g. one holding a lock).
-    pub fn on(tx: Transaction<'static, Any>, engine: Engine) -> Self {
+    pub fn on(tx: Tx, engine: Engine) -> Self {
         Self {
             tx,
             engine,

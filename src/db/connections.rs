@@ -196,7 +196,10 @@ fn seal_optional(
 
 impl Db {
     pub async fn get_connection(&self, id: &str) -> Result<Option<Connection>> {
-        get_connection(&mut *self.pool.acquire().await?, id).await
+        let mut conn = self.pool.acquire().await?;
+        let r = get_connection(&mut conn, id).await;
+        conn.finished(&r);
+        r
     }
 
     pub async fn find_connection(

@@ -35,6 +35,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use tokio::sync::Mutex;
 
 use super::error::is_dropped_connection;
+use super::pool::session_intact;
 
 /// Connections for the hot reads, per process (beside the pool's 16).
 pub const HOT_CONNECTIONS: usize = 4;
@@ -262,17 +263,4 @@ impl HotReads {
             }
         }
     }
-}
-
-/// Whether the connection is still usable after `e`: the statement failed (or its row did not
-/// decode), the session did not.
-fn session_intact(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::Database(_)
-            | sqlx::Error::RowNotFound
-            | sqlx::Error::ColumnDecode { .. }
-            | sqlx::Error::ColumnNotFound(_)
-            | sqlx::Error::Decode(_)
-    ) && !is_dropped_connection(e)
 }

@@ -60,19 +60,20 @@ pub mod flows;
 pub mod grants;
 pub mod hot;
 pub mod mcp_clients;
+pub mod pool;
 pub mod refresh_lock;
 pub mod rotation;
 pub mod sessions;
 
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{MigrateDatabase, Migrator};
-use sqlx::{Any, AnyPool};
+use sqlx::Any;
 
 pub use error::{Error, Result};
+pub use pool::{Pool, Tx};
 
 use crate::config::DatabaseUrl;
 
@@ -102,8 +103,9 @@ trait Table: Sized + TryFrom<Self::Row, Error = Error> {
 /// A query over [`Table::select`], its parameters bound.
 type Select<'q, R> = sqlx::query::QueryAs<'q, Any, R, sqlx::any::AnyArguments<'q>>;
 
-/// Pooled connections idle for at least this long are pinged before use.
-const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+/// Connections per process in the pool (Postgres; the token path's reads have
+/// [`hot::HOT_CONNECTIONS`] more).
+pub const POOL_CONNECTIONS: usize = 16;
 
 /// This binary's migrations for `engine`. Migrations a newer release already applied are
 /// tolerated (`ignore_missing`): in a rolling upgrade the migration job runs first, and a replica
@@ -127,7 +129,8 @@ pub enum Engine {
 
 #[derive(Clone)]
 pub struct Db {
-    pub pool: AnyPool,
+    /// Every query but the token path's reads on Postgres (see `pool`).
+    pub pool: Pool,
     pub engine: Engine,
     /// Postgres: the token path's reads, outside the pool (see `hot`).
     pub hot: Option<Arc<hot::HotReads>>,
@@ -156,40 +159,46 @@ impl Db {
                 .await
                 .map_err(|e| Error::setup("creating the database", e))?;
         }
-        // sqlx pings every connection it hands out by default: a second round trip for every
-        // query. Only ping connections that sat idle for a while (HikariCP's "alive bypass"):
-        // one that answered a moment ago is almost surely alive. If the server dropped it since
-        // (a restart), that query fails with a 503 and the pool drops the connection; the token
-        // read repeats itself once on another connection (`find_connection`).
-        let mut opts = AnyPoolOptions::new()
-            .acquire_timeout(Duration::from_secs(5))
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= PING_IF_IDLE_FOR {
-                        use sqlx::Connection;
-                        conn.ping().await?;
-                    }
-                    Ok(true)
-                })
-            });
-        opts = match engine {
-            Engine::Postgres => opts.max_connections(16).min_connections(1),
-            Engine::Sqlite => opts
-                .max_connections(8)
-                .after_connect(|conn, _| {
-                    Box::pin(async move {
-                        use sqlx::Executor;
-                        conn.execute("PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
-                            .await?;
-                        Ok(())
+        let pool = match engine {
+            // A pool that pings a connection only when that can matter (`pool`).
+            Engine::Postgres => Pool::direct(&url, POOL_CONNECTIONS)
+                .map_err(|e| Error::setup("parsing the database URL", e))?,
+            Engine::Sqlite => Pool::sqlx(
+                // sqlx pings every connection it hands out by default: only ping those that
+                // sat idle for a while (HikariCP's "alive bypass").
+                AnyPoolOptions::new()
+                    .acquire_timeout(pool::ACQUIRE_TIMEOUT)
+                    .test_before_acquire(false)
+                    .before_acquire(|conn, meta| {
+                        Box::pin(async move {
+                            if meta.idle_for >= pool::PING_IF_IDLE_FOR {
+                                use sqlx::Connection;
+                                conn.ping().await?;
+                            }
+                            Ok(true)
+                        })
                     })
-                }),
+                    .max_connections(8)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            use sqlx::Executor;
+                            conn.execute("PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+                                .await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(&url)
+                    .await
+                    .map_err(|e| Error::setup("connecting to the database", e))?,
+            ),
         };
-        let pool = opts
-            .connect(&url)
-            .await
-            .map_err(|e| Error::setup("connecting to the database", e))?;
+        // Fail at start-up, as the sqlx pool did, when the database cannot be reached.
+        if engine == Engine::Postgres {
+            sqlx::query("SELECT 1")
+                .execute(&pool)
+                .await
+                .map_err(|e| Error::setup("connecting to the database", e))?;
+        }
         let hot = match engine {
             Engine::Postgres => Some(Arc::new(
                 hot::HotReads::new(&url)
@@ -221,8 +230,9 @@ impl Db {
     }
 
     pub async fn migrate(&self) -> Result<()> {
+        let mut conn = self.pool.acquire().await?;
         migrator(self.engine)
-            .run(&self.pool)
+            .run_direct(&mut *conn)
             .await
             .map_err(|e| Error::setup("running migrations", e))
     }
@@ -234,14 +244,16 @@ impl Db {
     /// nothing else: a grant (connections, their apps, audit, events) always commits
     /// synchronously, and its commit makes every earlier write durable with it. Visibility is not
     /// affected: other replicas see the write as soon as it commits.
-    pub async fn begin_ephemeral(&self) -> Result<sqlx::Transaction<'static, Any>> {
-        let mut tx = self.pool.begin().await?;
-        if self.engine == Engine::Postgres {
-            sqlx::query("SET LOCAL synchronous_commit = off")
-                .execute(&mut *tx)
-                .await?;
-        }
-        Ok(tx)
+    pub async fn begin_ephemeral(&self) -> Result<Tx> {
+        Ok(match self.engine {
+            // One round trip for both.
+            Engine::Postgres => {
+                self.pool
+                    .begin_with(Some("BEGIN; SET LOCAL synchronous_commit = off".into()))
+                    .await?
+            }
+            Engine::Sqlite => self.pool.begin().await?,
+        })
     }
 
     /// Runs one statement on a short-lived table as [`Db::begin_ephemeral`] says (SQLite, whose

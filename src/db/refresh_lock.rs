@@ -7,11 +7,10 @@
 
 use std::time::Duration;
 
-use sqlx::{Any, Transaction};
 
 use super::change::Change;
 use super::connections::{Connection, get_connection};
-use super::{Db, Engine, Error, Result};
+use super::{Db, Engine, Error, Result, Tx};
 
 const LEASE: Duration = Duration::from_secs(15);
 
@@ -29,7 +28,7 @@ impl Drop for AbortOnDrop {
 
 pub enum RefreshLock {
     /// The transaction holding the advisory lock; `None` once handed to `change`.
-    Postgres(Option<Transaction<'static, Any>>),
+    Postgres(Option<Tx>),
     Sqlite {
         db: Db,
         connection_id: String,

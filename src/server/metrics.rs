@@ -282,7 +282,7 @@ impl Metrics {
     }
 
     /// The text exposition, with the pool gauges read now.
-    pub fn render(&self, pool: &sqlx::AnyPool) -> String {
+    pub fn render(&self, pool: &crate::db::Pool) -> String {
         let open = i64::from(pool.size());
         let idle = pool.num_idle() as i64;
         for (state, v) in [
@@ -299,7 +299,7 @@ impl Metrics {
         }
         self.0
             .pool_max
-            .set(i64::from(pool.options().get_max_connections()));
+            .set(i64::from(pool.max_connections()));
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.0.registry) {
             tracing::warn!(error = %e, "could not encode metrics");

@@ -343,7 +343,7 @@ pub struct SecretSources {
 /// Fails (with what it found, never the value) if any audit row holds a secret: an API key, a
 /// client secret, the encryption key, or any code or token the peers issued.
 pub async fn audit_log_secret_check(
-    pool: &sqlx::AnyPool,
+    pool: &mcp_connect::db::Pool,
     sources: &SecretSources,
 ) -> Result<(), String> {
     use sqlx::Row;
@@ -443,7 +443,7 @@ impl Drop for TestApp {
             rt.block_on(async move {
                 let checked = match sqlx::AnyPool::connect(&db_url).await {
                     Ok(pool) => {
-                        let r = audit_log_secret_check(&pool, &sources).await;
+                        let r = audit_log_secret_check(&mcp_connect::db::Pool::sqlx(pool.clone()), &sources).await;
                         pool.close().await;
                         r
                     }

@@ -129,7 +129,7 @@ async fn seed_steady(app: &TestApp) {
 }
 
 fn pool_size(app: &TestApp) -> usize {
-    app.db().pool.options().get_max_connections() as usize
+    app.db().pool.max_connections() as usize
 }
 
 /// Grants in a burst: 3x the pool, or `MCP_CONNECT_BURST_FACTOR` times it for the longer runs
