@@ -68,9 +68,9 @@ pub mod sessions;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use sqlx::Any;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{MigrateDatabase, Migrator};
-use sqlx::Any;
 
 pub use error::{Error, Result};
 pub use pool::{Pool, Tx};

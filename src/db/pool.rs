@@ -90,7 +90,9 @@ impl deadpool::managed::Manager for Manager {
         metrics: &deadpool::managed::Metrics,
     ) -> deadpool::managed::RecycleResult<sqlx::Error> {
         if metrics.age() >= MAX_LIFETIME {
-            return Err(deadpool::managed::RecycleError::message("past its lifetime"));
+            return Err(deadpool::managed::RecycleError::message(
+                "past its lifetime",
+            ));
         }
         if !held.clean || metrics.last_used() >= PING_IF_IDLE_FOR {
             tokio::time::timeout(ACQUIRE_TIMEOUT, held.conn.ping())
@@ -213,7 +215,9 @@ async fn checkout(pool: &deadpool::managed::Pool<Manager>) -> Result<Checked, sq
 
 impl Checked {
     fn held(&mut self) -> &mut Held {
-        self.0.as_mut().expect("a checked-out connection is held until dropped")
+        self.0
+            .as_mut()
+            .expect("a checked-out connection is held until dropped")
     }
 
     /// After a statement: clean if it finished, or failed with the session intact; when the
@@ -255,7 +259,9 @@ impl Deref for Checked {
     type Target = Held;
 
     fn deref(&self) -> &Held {
-        self.0.as_ref().expect("a checked-out connection is held until dropped")
+        self.0
+            .as_ref()
+            .expect("a checked-out connection is held until dropped")
     }
 }
 
@@ -473,7 +479,10 @@ impl<'p> Executor<'p> for &'_ Pool {
         }
     }
 
-    fn describe<'e, 'q: 'e>(self, sql: &'q str) -> BoxFuture<'e, Result<Describe<Any>, sqlx::Error>> {
+    fn describe<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+    ) -> BoxFuture<'e, Result<Describe<Any>, sqlx::Error>> {
         match &self.0 {
             Inner::Sqlx(p) => p.describe(sql),
             Inner::Direct(p) => {

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-
 use super::change::Change;
 use super::connections::{Connection, get_connection};
 use super::{Db, Engine, Error, Result, Tx};

@@ -297,9 +297,7 @@ impl Metrics {
                 })
                 .set(v);
         }
-        self.0
-            .pool_max
-            .set(i64::from(pool.max_connections()));
+        self.0.pool_max.set(i64::from(pool.max_connections()));
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.0.registry) {
             tracing::warn!(error = %e, "could not encode metrics");

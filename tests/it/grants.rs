@@ -376,7 +376,9 @@ on_both_databases!(
             .cloned()
             .collect::<Vec<_>>()
             .into();
-        old.run(&mut *db.pool.acquire().await.unwrap()).await.unwrap();
+        old.run(&mut *db.pool.acquire().await.unwrap())
+            .await
+            .unwrap();
 
         // Rows as the previous release wrote them (its INSERT ... ON CONFLICT (issuer, subject,
         // provider)): alice connected through demo-mcp's elicitation, bob's elicitation pruned.

@@ -443,7 +443,11 @@ impl Drop for TestApp {
             rt.block_on(async move {
                 let checked = match sqlx::AnyPool::connect(&db_url).await {
                     Ok(pool) => {
-                        let r = audit_log_secret_check(&mcp_connect::db::Pool::sqlx(pool.clone()), &sources).await;
+                        let r = audit_log_secret_check(
+                            &mcp_connect::db::Pool::sqlx(pool.clone()),
+                            &sources,
+                        )
+                        .await;
                         pool.close().await;
                         r
                     }

@@ -24,6 +24,7 @@ mod lifecycle;
 mod mcp_upstream;
 mod operations;
 mod pages_i18n;
+mod pool;
 mod private_postgres;
 mod provider_quirks;
 mod refresh_burst;
