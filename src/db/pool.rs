@@ -69,6 +69,8 @@ pub struct Held {
     /// False while a statement or transaction is under way: given back in that state, the
     /// connection is pinged (or closed) before anyone else gets it.
     clean: bool,
+    /// The server ended the session: closed when given back, with the pool's idle ones.
+    gone: bool,
 }
 
 pub struct Manager(AnyConnectOptions);
@@ -81,6 +83,7 @@ impl deadpool::managed::Manager for Manager {
         Ok(Held {
             conn: self.0.connect().await?,
             clean: true,
+            gone: false,
         })
     }
 
@@ -215,9 +218,7 @@ async fn checkout(pool: &deadpool::managed::Pool<Manager>) -> Result<Checked, sq
 
 impl Checked {
     fn held(&mut self) -> &mut Held {
-        self.0
-            .as_mut()
-            .expect("a checked-out connection is held until dropped")
+        self
     }
 
     /// After a statement: clean if it finished, or failed with the session intact; when the
@@ -227,13 +228,8 @@ impl Checked {
         match r {
             Ok(_) => held.clean = true,
             Err(e) if is_dropped_connection(e) => {
-                if let Some(o) = self.0.take() {
-                    let pool = deadpool::managed::Object::pool(&o);
-                    drop(deadpool::managed::Object::take(o));
-                    if let Some(p) = pool {
-                        p.retain(|_, _| false);
-                    }
-                }
+                held.clean = false;
+                held.gone = true;
             }
             Err(e) => held.clean = session_intact(e),
         }
@@ -255,25 +251,38 @@ impl Checked {
     }
 }
 
+// Only `drop` takes the object out: `None` cannot be seen through these.
 impl Deref for Checked {
     type Target = Held;
 
     fn deref(&self) -> &Held {
-        self.0
-            .as_ref()
-            .expect("a checked-out connection is held until dropped")
+        match &self.0 {
+            Some(o) => o,
+            None => unreachable!("a checked-out connection is held until dropped"),
+        }
     }
 }
 
 impl DerefMut for Checked {
     fn deref_mut(&mut self) -> &mut Held {
-        self.held()
+        match &mut self.0 {
+            Some(o) => o,
+            None => unreachable!("a checked-out connection is held until dropped"),
+        }
     }
 }
 
 impl Drop for Checked {
     fn drop(&mut self) {
         let Some(mut o) = self.0.take() else { return };
+        if o.gone {
+            let pool = deadpool::managed::Object::pool(&o);
+            drop(deadpool::managed::Object::take(o));
+            if let Some(p) = pool {
+                p.retain(|_, _| false);
+            }
+            return;
+        }
         if o.clean {
             return; // back to the pool as it is
         }
