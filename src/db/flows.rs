@@ -63,34 +63,40 @@ pub struct NewFlow<'a> {
 impl Db {
     /// Stores a pending provider redirect and, when the user changed the connection's
     /// parameters on the consent page, the elicitation's new parameters with it: one short-lived
-    /// transaction (`Db::begin_ephemeral`), so the hop that sends the browser to the provider
-    /// commits once.
+    /// commit (one statement with `Db::no_flush_from`, or with new parameters a transaction from
+    /// `Db::begin_ephemeral`), so the hop that sends the browser to the provider commits once.
     pub async fn insert_flow(
         &self,
         f: &NewFlow<'_>,
         new_params: Option<&crate::providers::ConnParams>,
     ) -> Result<()> {
+        const INSERT: &str = "INSERT INTO auth_flows (state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, created_at, expires_at)";
+        const VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10";
         let now = now();
+        let params = new_params.zip(f.elicitation_id);
+        // The usual case, nothing else to write: one statement, not waiting for the disk.
+        let sql = match (params, self.no_flush_from()) {
+            (None, Some(from)) => format!("{INSERT} SELECT {VALUES} FROM {from}"),
+            _ => format!("{INSERT} VALUES ({VALUES})"),
+        };
+        let insert = sqlx::query(&sql)
+            .bind(f.state_hash)
+            .bind(PROVIDER)
+            .bind(f.binding_hash)
+            .bind(f.elicitation_id)
+            .bind(f.provider)
+            .bind(None::<String>)
+            .bind(None::<String>)
+            .bind(f.verifier)
+            .bind(now)
+            .bind(now + f.ttl_seconds);
+        let Some((params, id)) = params else {
+            insert.execute(&self.pool).await?;
+            return Ok(());
+        };
         let mut tx = self.begin_ephemeral().await?;
-        if let (Some(params), Some(id)) = (new_params, f.elicitation_id) {
-            super::elicitations::set_elicitation_params(&mut tx, id, params).await?;
-        }
-        sqlx::query(
-            "INSERT INTO auth_flows (state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(f.state_hash)
-        .bind(PROVIDER)
-        .bind(f.binding_hash)
-        .bind(f.elicitation_id)
-        .bind(f.provider)
-        .bind(None::<String>)
-        .bind(None::<String>)
-        .bind(f.verifier)
-        .bind(now)
-        .bind(now + f.ttl_seconds)
-        .execute(&mut *tx)
-        .await?;
+        super::elicitations::set_elicitation_params(&mut tx, id, params).await?;
+        insert.execute(&mut *tx).await?;
         Ok(tx.commit().await?)
     }
 
@@ -114,19 +120,22 @@ impl Db {
     /// This is the one write of the provider callback that commits on its own, before the code
     /// exchange: every replica must see the state spent before the code is redeemed, because a
     /// code presented twice makes the provider refuse the second and, often, revoke the tokens
-    /// the first one got (RFC 6749 §4.1.2). It is short-lived data (`Db::begin_ephemeral`): the
+    /// the first one got (RFC 6749 §4.1.2). It is short-lived data (`Db::no_flush_from`): the
     /// grant's own synchronous commit makes it durable too.
     pub async fn claim_flow(&self, state_hash: &str) -> Result<bool> {
-        Ok(self
-            .execute_ephemeral(
-                sqlx::query(
-                    "UPDATE auth_flows SET used_at = $3, verifier = NULL \
-                     WHERE state_hash = $1 AND kind = $2 AND used_at IS NULL",
-                )
-                .bind(state_hash)
-                .bind(PROVIDER)
-                .bind(now()),
-            )
+        let from = self
+            .no_flush_from()
+            .map(|f| format!("FROM {f} "))
+            .unwrap_or_default();
+        let sql = format!(
+            "UPDATE auth_flows SET used_at = $3, verifier = NULL {from}\
+             WHERE state_hash = $1 AND kind = $2 AND used_at IS NULL"
+        );
+        Ok(sqlx::query(&sql)
+            .bind(state_hash)
+            .bind(PROVIDER)
+            .bind(now())
+            .execute(&self.pool)
             .await?
             .rows_affected()
             == 1)

@@ -107,6 +107,9 @@ type Select<'q, R> = sqlx::query::QueryAs<'q, Any, R, sqlx::any::AnyArguments<'q
 /// [`hot::HOT_CONNECTIONS`] more).
 pub const POOL_CONNECTIONS: usize = 16;
 
+/// See [`Db::no_flush_from`].
+const NO_FLUSH_FROM: &str = "(SELECT set_config('synchronous_commit', 'off', true)) AS no_flush";
+
 /// This binary's migrations for `engine`. Migrations a newer release already applied are
 /// tolerated (`ignore_missing`): in a rolling upgrade the migration job runs first, and a replica
 /// of this release that starts (or restarts) afterwards must still come up on that schema, which
@@ -256,20 +259,16 @@ impl Db {
         })
     }
 
-    /// Runs one statement on a short-lived table as [`Db::begin_ephemeral`] says (SQLite, whose
-    /// commits do not wait for the disk here, runs it as is).
-    pub async fn execute_ephemeral<'q>(
-        &self,
-        q: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
-    ) -> Result<sqlx::any::AnyQueryResult> {
+    /// A `FROM` item for one statement on a short-lived table, outside any transaction: on
+    /// Postgres it sets `synchronous_commit = off` for that statement's own transaction, so a
+    /// single write commits without waiting for the disk in one round trip (where
+    /// [`Db::begin_ephemeral`] takes three: `BEGIN; SET LOCAL ...`, the statement, `COMMIT`).
+    /// The setting ends with that transaction. SQLite needs nothing: `None`. Used as
+    /// `INSERT ... SELECT $1, ... FROM <it> ON CONFLICT ...` or `UPDATE ... FROM <it> WHERE ...`.
+    pub fn no_flush_from(&self) -> Option<&'static str> {
         match self.engine {
-            Engine::Sqlite => Ok(q.execute(&self.pool).await?),
-            Engine::Postgres => {
-                let mut tx = self.begin_ephemeral().await?;
-                let r = q.execute(&mut *tx).await?;
-                tx.commit().await?;
-                Ok(r)
-            }
+            Engine::Postgres => Some(NO_FLUSH_FROM),
+            Engine::Sqlite => None,
         }
     }
 

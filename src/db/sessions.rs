@@ -1,6 +1,6 @@
 //! The tower-sessions store, in the same database as everything else (no Redis needed). Rows
 //! are keyed by the SHA-256 of the session id, so reading the table does not yield live cookies.
-//! Creating and saving a session are short-lived writes (`Db::execute_ephemeral`: on Postgres
+//! Creating and saving a session are short-lived writes (`Db::no_flush_from`: on Postgres
 //! they do not wait for the disk; a crash can only sign someone out); deleting one (sign-out)
 //! commits synchronously, so a crash never brings a signed-out session back.
 
@@ -25,6 +25,16 @@ fn key(id: &Id) -> String {
     crate::crypto::sha256_b64(id.to_string().as_bytes())
 }
 
+/// The session row's upsert: one statement, on Postgres without waiting for the disk
+/// (`Db::no_flush_from`).
+fn upsert(no_flush: Option<&str>, on_conflict: &str) -> String {
+    let values = match no_flush {
+        Some(from) => format!("SELECT $1, $2, $3 FROM {from}"),
+        None => "VALUES ($1, $2, $3)".to_owned(),
+    };
+    format!("INSERT INTO sessions (id, data, expires_at) {values} ON CONFLICT (id) {on_conflict}")
+}
+
 fn backend(e: impl std::fmt::Display) -> session_store::Error {
     session_store::Error::Backend(e.to_string())
 }
@@ -34,15 +44,13 @@ impl SessionStore for DbSessionStore {
     async fn create(&self, record: &mut Record) -> session_store::Result<()> {
         let data = serde_json::to_string(record)
             .map_err(|e| session_store::Error::Encode(e.to_string()))?;
+        let sql = upsert(self.db.no_flush_from(), "DO NOTHING");
         loop {
-            let r = self
-                .db
-                .execute_ephemeral(
-                    sqlx::query("INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING")
-                        .bind(key(&record.id))
-                        .bind(&data)
-                        .bind(record.expiry_date.unix_timestamp()),
-                )
+            let r = sqlx::query(&sql)
+                .bind(key(&record.id))
+                .bind(&data)
+                .bind(record.expiry_date.unix_timestamp())
+                .execute(&self.db.pool)
                 .await
                 .map_err(backend)?;
             if r.rows_affected() == 1 {
@@ -55,18 +63,16 @@ impl SessionStore for DbSessionStore {
     async fn save(&self, record: &Record) -> session_store::Result<()> {
         let data = serde_json::to_string(record)
             .map_err(|e| session_store::Error::Encode(e.to_string()))?;
-        self.db
-            .execute_ephemeral(
-                sqlx::query(
-                    "INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) \
-                     ON CONFLICT (id) DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at",
-                )
-                .bind(key(&record.id))
-                .bind(data)
-                .bind(record.expiry_date.unix_timestamp()),
-            )
-            .await
-            .map_err(backend)?;
+        sqlx::query(&upsert(
+            self.db.no_flush_from(),
+            "DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at",
+        ))
+        .bind(key(&record.id))
+        .bind(data)
+        .bind(record.expiry_date.unix_timestamp())
+        .execute(&self.db.pool)
+        .await
+        .map_err(backend)?;
         Ok(())
     }
 

@@ -87,8 +87,14 @@ impl BrowserSession {
     /// session id, the CSRF token and the binding are all new: a planted or earlier session, its
     /// token and the redirects bound to it are worthless afterwards.
     pub async fn sign_in(&self, user: &SignedInUser) -> Result<()> {
+        // A browser that sent a session id (planted, or from an earlier sign-in) gets a new
+        // one and the old row is deleted; one that sent none gets a fresh id when the session
+        // is first stored, and there is no row to delete.
+        let had_id = self.0.id().is_some();
         self.0.clear().await;
-        self.0.cycle_id().await.map_err(store_err)?;
+        if had_id {
+            self.0.cycle_id().await.map_err(store_err)?;
+        }
         self.0.insert(USER, user).await.map_err(store_err)?;
         self.0
             .insert(CSRF, random_token(32))

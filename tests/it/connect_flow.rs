@@ -522,7 +522,20 @@ on_both_databases!(
         .await
         .unwrap();
         tx.commit().await.unwrap();
-        // The setting was local to that transaction: every pooled connection, and so every
+        // One statement on its own (a session row, a claimed state): the setting in the
+        // statement itself, for its own transaction only.
+        if let Some(from) = db.no_flush_from() {
+            for _ in 0..4 {
+                let (v,): (String,) = sqlx::query_as(&format!(
+                    "SELECT current_setting('synchronous_commit') FROM {from}"
+                ))
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+                assert_eq!(v, "off", "a one-statement short-lived write must not wait");
+            }
+        }
+        // The setting was local to those transactions: every pooled connection, and so every
         // grant written afterwards, commits synchronously again.
         if kind == DbKind::Postgres {
             let mut held = Vec::new();
