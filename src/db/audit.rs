@@ -83,36 +83,69 @@ impl serde::Serialize for AuditAction {
 /// Writes one audit row on `conn` (in the caller's transaction, if it has one) and mirrors it
 /// to the log under the `audit` target.
 pub async fn insert_audit(conn: &mut AnyConnection, e: &AuditEvent<'_>) -> Result<()> {
-    tracing::info!(
-        target: "audit",
-        event = e.event.as_str(),
-        actor = e.actor,
-        subject = e.subject,
-        provider = e.provider,
-        client_id = e.client_id,
-        connection_id = e.connection_id,
-        elicitation_id = e.elicitation_id,
-        request_id = e.request_id,
-        detail = e.detail,
-    );
-    sqlx::query(
-        "INSERT INTO audit_events (at, event, actor, issuer, subject, provider, client_id, connection_id, elicitation_id, request_id, detail) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-    )
-    .bind(now())
-    .bind(e.event.as_str())
-    .bind(e.actor)
-    .bind(e.issuer)
-    .bind(e.subject)
-    .bind(e.provider)
-    .bind(e.client_id)
-    .bind(e.connection_id)
-    .bind(e.elicitation_id)
-    .bind(e.request_id)
-    .bind(e.detail)
+    let row = NewAuditRow::logged(e);
+    row.bind(sqlx::query(&format!(
+        "INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES {}",
+        super::change::placeholders(1, AUDIT_COLUMN_COUNT, 1)
+    )))
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// The columns an audit row is written with, in [`NewAuditRow::bind`]'s order.
+pub(super) const AUDIT_COLUMNS: &str = "at, event, actor, issuer, subject, provider, client_id, connection_id, elicitation_id, request_id, detail";
+pub(super) const AUDIT_COLUMN_COUNT: usize = 11;
+
+/// An audit row to write, its values owned (a change collects them until it commits).
+#[derive(Debug, Clone)]
+pub(super) struct NewAuditRow {
+    at: i64,
+    event: AuditAction,
+    fields: [Option<String>; 9],
+}
+
+impl NewAuditRow {
+    /// The row for `e`, mirrored to the log under the `audit` target.
+    pub(super) fn logged(e: &AuditEvent<'_>) -> Self {
+        tracing::info!(
+            target: "audit",
+            event = e.event.as_str(),
+            actor = e.actor,
+            subject = e.subject,
+            provider = e.provider,
+            client_id = e.client_id,
+            connection_id = e.connection_id,
+            elicitation_id = e.elicitation_id,
+            request_id = e.request_id,
+            detail = e.detail,
+        );
+        Self {
+            at: now(),
+            event: e.event,
+            fields: [
+                e.actor,
+                e.issuer,
+                e.subject,
+                e.provider,
+                e.client_id,
+                e.connection_id,
+                e.elicitation_id,
+                e.request_id,
+                e.detail,
+            ]
+            .map(|f| f.map(str::to_owned)),
+        }
+    }
+
+    /// Binds this row's values, in [`AUDIT_COLUMNS`]' order.
+    pub(super) fn bind<'q>(
+        &'q self,
+        q: super::change::Statement<'q>,
+    ) -> super::change::Statement<'q> {
+        let q = q.bind(self.at).bind(self.event.as_str());
+        self.fields.iter().fold(q, |q, f| q.bind(f.as_deref()))
+    }
 }
 
 /// One event; every field but `event` is optional context.

@@ -6,20 +6,48 @@
 //! nobody is told about a change they cannot yet read. On Postgres the cross-replica
 //! notification is sent inside the transaction, which Postgres delivers at commit.
 
-use sqlx::AnyConnection;
+use sqlx::{Any, AnyConnection};
 
-use super::audit::{AuditEvent, insert_audit};
-use super::events::{NewEvent, insert_events};
-use super::{Db, Engine, Result, Tx};
+use super::audit::{AUDIT_COLUMN_COUNT, AUDIT_COLUMNS, AuditEvent, NewAuditRow};
+use super::events::{EVENT_COLUMN_COUNT, EVENT_COLUMNS, NewEvent};
+use super::{Db, Engine, Result, Tx, now};
+
+/// A statement being bound.
+pub(super) type Statement<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
+
+/// Rows per multi-row `INSERT` (well below both engines' limits on bound values).
+const ROWS_PER_STATEMENT: usize = 100;
+
+/// `($first, ...), (...)`: the placeholders of `rows` rows of `columns` values each.
+pub(super) fn placeholders(first: usize, columns: usize, rows: usize) -> String {
+    (0..rows)
+        .map(|r| {
+            let cells: Vec<String> = (0..columns)
+                .map(|c| format!("${}", first + r * columns + c))
+                .collect();
+            format!("({})", cells.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The Postgres channel on which elicitation changes reach other replicas.
 pub const ELICITATION_CHANNEL: &str = "mcp_connect_elicitations";
 
 /// An open transaction that collects what to announce once it commits.
+///
+/// Its audit rows, events and (Postgres) notifications are collected and written just before
+/// the commit, together: on Postgres one statement for all of them (data-modifying `WITH`
+/// clauses), so a change costs its own statements, that one, and the commit — not a round trip
+/// per record.
 pub struct Change {
     tx: Tx,
     engine: Engine,
     announce: Announce,
+    audit: Vec<NewAuditRow>,
+    events: Vec<NewEvent>,
+    /// Elicitations to announce on [`ELICITATION_CHANNEL`] (Postgres).
+    notify: Vec<String>,
 }
 
 /// What a committed change tells listeners in this process.
@@ -45,6 +73,9 @@ impl Change {
             tx,
             engine,
             announce: Announce::default(),
+            audit: Vec::new(),
+            events: Vec::new(),
+            notify: Vec::new(),
         }
     }
 
@@ -53,15 +84,18 @@ impl Change {
         &mut self.tx
     }
 
+    /// Records `e` with this change (written when it commits; mirrored to the log now).
     pub async fn audit(&mut self, e: AuditEvent<'_>) -> Result<()> {
-        insert_audit(&mut self.tx, &e).await
+        self.audit.push(NewAuditRow::logged(&e));
+        Ok(())
     }
 
+    /// Records `rows` with this change (written when it commits).
     pub async fn events(&mut self, rows: Vec<NewEvent>) -> Result<()> {
-        insert_events(&mut self.tx, &rows).await?;
         self.announce
             .event_clients
-            .extend(rows.into_iter().map(|r| r.client_id));
+            .extend(rows.iter().map(|r| r.client_id.clone()));
+        self.events.extend(rows);
         Ok(())
     }
 
@@ -69,11 +103,7 @@ impl Change {
     /// once the change commits.
     pub async fn elicitation_changed(&mut self, id: &str) -> Result<()> {
         if self.engine == Engine::Postgres {
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(ELICITATION_CHANNEL)
-                .bind(id)
-                .execute(&mut *self.tx)
-                .await?;
+            self.notify.push(id.to_owned());
         }
         self.announce.elicitations.push(id.to_owned());
         Ok(())
@@ -86,8 +116,93 @@ impl Change {
     }
 
     /// Commits; returns what to announce in this process (see `AppState::commit`).
-    pub async fn commit(self) -> Result<Announce> {
+    pub async fn commit(mut self) -> Result<Announce> {
+        self.write_records().await?;
         self.tx.commit().await?;
         Ok(self.announce)
+    }
+
+    /// Writes the collected audit rows, events and notifications in this transaction.
+    async fn write_records(&mut self) -> Result<()> {
+        let at = now();
+        let audit = std::mem::take(&mut self.audit);
+        let events = std::mem::take(&mut self.events);
+        let notify = std::mem::take(&mut self.notify);
+        let mut audit = audit.chunks(ROWS_PER_STATEMENT);
+        let mut events = events.chunks(ROWS_PER_STATEMENT);
+        let mut notify = Some(notify).filter(|n| !n.is_empty());
+        loop {
+            let (a, e) = (audit.next().unwrap_or(&[]), events.next().unwrap_or(&[]));
+            if a.is_empty() && e.is_empty() && notify.is_none() {
+                return Ok(());
+            }
+            match self.engine {
+                Engine::Postgres => {
+                    let n = notify.take().unwrap_or_default();
+                    let mut sql = String::new();
+                    let mut next = 1;
+                    let mut with = Vec::new();
+                    if !a.is_empty() {
+                        with.push(format!(
+                            "audit AS (INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES {})",
+                            placeholders(next, AUDIT_COLUMN_COUNT, a.len())
+                        ));
+                        next += a.len() * AUDIT_COLUMN_COUNT;
+                    }
+                    if !e.is_empty() {
+                        with.push(format!(
+                            "events AS (INSERT INTO events ({EVENT_COLUMNS}) VALUES {})",
+                            placeholders(next, EVENT_COLUMN_COUNT, e.len())
+                        ));
+                        next += e.len() * EVENT_COLUMN_COUNT;
+                    }
+                    if !with.is_empty() {
+                        sql = format!("WITH {} ", with.join(", "));
+                    }
+                    if n.is_empty() {
+                        sql.push_str("SELECT 1");
+                    } else {
+                        // The channel is the last parameter, after the ids.
+                        let channel = next + n.len();
+                        let calls: Vec<String> = (0..n.len())
+                            .map(|i| format!("pg_notify(${channel}, ${})", next + i))
+                            .collect();
+                        sql.push_str(&format!("SELECT {}", calls.join(", ")));
+                    }
+                    let mut q = sqlx::query(&sql);
+                    for r in a {
+                        q = r.bind(q);
+                    }
+                    for ev in e {
+                        q = ev.bind(q, at);
+                    }
+                    for id in &n {
+                        q = q.bind(id.as_str());
+                    }
+                    if !n.is_empty() {
+                        q = q.bind(ELICITATION_CHANNEL);
+                    }
+                    q.execute(&mut *self.tx).await?;
+                }
+                Engine::Sqlite => {
+                    if !a.is_empty() {
+                        let sql = format!(
+                            "INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES {}",
+                            placeholders(1, AUDIT_COLUMN_COUNT, a.len())
+                        );
+                        let q = a.iter().fold(sqlx::query(&sql), |q, r| r.bind(q));
+                        q.execute(&mut *self.tx).await?;
+                    }
+                    if !e.is_empty() {
+                        let sql = format!(
+                            "INSERT INTO events ({EVENT_COLUMNS}) VALUES {}",
+                            placeholders(1, EVENT_COLUMN_COUNT, e.len())
+                        );
+                        let q = e.iter().fold(sqlx::query(&sql), |q, ev| ev.bind(q, at));
+                        q.execute(&mut *self.tx).await?;
+                    }
+                }
+            }
+        }
     }
 }

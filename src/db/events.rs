@@ -1,6 +1,6 @@
 //! Event rows: the feed behind `GET /v1/events` and the webhook delivery outbox.
 
-use sqlx::{AnyConnection, FromRow};
+use sqlx::FromRow;
 
 use super::{Db, Result, now};
 
@@ -41,24 +41,25 @@ pub struct DueDelivery {
 /// Kept so code written against `db::events::now_ms` still builds; see `crate::time`.
 pub use crate::time::now_ms;
 
-/// Writes event rows on `conn`, in the transaction of the change they describe.
-pub async fn insert_events(conn: &mut AnyConnection, events: &[NewEvent]) -> Result<()> {
-    let at = now();
-    for e in events {
-        sqlx::query(
-            "INSERT INTO events (id, client_id, event_type, payload, created_at, next_attempt_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&e.id)
-        .bind(&e.client_id)
-        .bind(e.event_type)
-        .bind(&e.payload)
-        .bind(at)
-        .bind(e.deliver_at_ms)
-        .execute(&mut *conn)
-        .await?;
+/// The columns an event row is written with, in [`NewEvent::bind`]'s order.
+pub(super) const EVENT_COLUMNS: &str =
+    "id, client_id, event_type, payload, created_at, next_attempt_ms";
+pub(super) const EVENT_COLUMN_COUNT: usize = 6;
+
+impl NewEvent {
+    /// Binds this event's values (recorded at `at`), in [`EVENT_COLUMNS`]' order.
+    pub(super) fn bind<'q>(
+        &'q self,
+        q: super::change::Statement<'q>,
+        at: i64,
+    ) -> super::change::Statement<'q> {
+        q.bind(&self.id)
+            .bind(&self.client_id)
+            .bind(self.event_type)
+            .bind(&self.payload)
+            .bind(at)
+            .bind(self.deliver_at_ms)
     }
-    Ok(())
 }
 
 impl Db {

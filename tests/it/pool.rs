@@ -156,3 +156,109 @@ async fn connections_the_server_ended_are_replaced_after_at_most_one_refused_que
     db.close().await;
     drop_database(&url).await.unwrap();
 }
+
+crate::on_both_databases!(
+    a_change_with_hundreds_of_records_writes_them_all_in_order,
+    |kind| async move {
+        use mcp_connect::db::audit::{AuditAction, AuditEvent};
+        use mcp_connect::db::change::Change;
+        use mcp_connect::db::events::NewEvent;
+
+        let url = db_url(kind);
+        let db = Db::connect(&DatabaseUrl::parse(&url).unwrap())
+            .await
+            .unwrap();
+        db.migrate().await.unwrap();
+        // More rows than one multi-row INSERT takes, and values that must not be confused.
+        let mut change = Change::begin(&db).await.unwrap();
+        for i in 0..250 {
+            let detail = format!("row {i}");
+            change
+                .audit(AuditEvent {
+                    event: AuditAction::KeysRotated,
+                    actor: Some("change-test"),
+                    issuer: None,
+                    subject: Some(if i % 2 == 0 { "even" } else { "odd" }),
+                    provider: None,
+                    client_id: None,
+                    connection_id: None,
+                    elicitation_id: None,
+                    request_id: None,
+                    detail: Some(&detail),
+                })
+                .await
+                .unwrap();
+        }
+        let events = (0..230)
+            .map(|i| NewEvent {
+                id: format!("msg_change_test_{i}"),
+                client_id: "change-test".into(),
+                event_type: "elicitation.completed",
+                payload: format!("{{\"n\":{i}}}"),
+                deliver_at_ms: (i % 3 == 0).then_some(i),
+            })
+            .collect();
+        change.events(events).await.unwrap();
+        for id in ["e1", "e2", "e3"] {
+            change.elicitation_changed(id).await.unwrap();
+        }
+        let announce = change.commit().await.unwrap();
+        assert_eq!(announce.elicitations, ["e1", "e2", "e3"]);
+
+        let rows = sqlx::query(
+            "SELECT subject, detail FROM audit_events WHERE actor = 'change-test' ORDER BY id",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 250);
+        for (i, r) in rows.iter().enumerate() {
+            assert_eq!(r.get::<String, _>(1), format!("row {i}"), "in order");
+            assert_eq!(
+                r.get::<String, _>(0),
+                if i % 2 == 0 { "even" } else { "odd" }
+            );
+        }
+        let events = sqlx::query(
+            "SELECT id, payload, next_attempt_ms FROM events WHERE client_id = 'change-test' ORDER BY seq",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(events.len(), 230);
+        for (i, r) in events.iter().enumerate() {
+            assert_eq!(r.get::<String, _>(0), format!("msg_change_test_{i}"));
+            assert_eq!(r.get::<String, _>(1), format!("{{\"n\":{i}}}"));
+            let due: Option<i64> = r.get(2);
+            assert_eq!(due, (i % 3 == 0).then_some(i as i64));
+        }
+
+        // A change dropped before its commit leaves none of its records.
+        let mut change = Change::begin(&db).await.unwrap();
+        change
+            .audit(AuditEvent {
+                event: AuditAction::KeysRotated,
+                actor: Some("dropped-change"),
+                issuer: None,
+                subject: None,
+                provider: None,
+                client_id: None,
+                connection_id: None,
+                elicitation_id: None,
+                request_id: None,
+                detail: None,
+            })
+            .await
+            .unwrap();
+        drop(change);
+        let n: i64 =
+            sqlx::query("SELECT count(*) FROM audit_events WHERE actor = 'dropped-change'")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap()
+                .get(0);
+        assert_eq!(n, 0);
+        db.close().await;
+        drop_database(&url).await.unwrap();
+    }
+);
