@@ -54,7 +54,7 @@ pub struct Args {
     #[arg(long)]
     pub refresh_ahead_seconds: Option<u64>,
     /// Postgres: where the app's token reads go, one token-fetch run each in every cell
-    /// (`pool`: the sqlx pool, pinging each connection it takes back; `dedicated`: a few
+    /// (`pool`: the main pool, every other query's — on Postgres no longer pinging on release; `dedicated`: a few
     /// connections of their own; `deadpool`: a deadpool of sqlx connections without the ping,
     /// the service's default). See src/db/hot.rs.
     #[arg(long, value_delimiter = ',', default_values = ["deadpool"])]
@@ -177,7 +177,7 @@ struct Cell {
     engine: Engine,
     size: u64,
     conns: usize,
-    /// Where the token reads went (`sqlx pool` on SQLite).
+    /// Where the token reads went (`main pool` on SQLite).
     hot: &'static str,
     fixed: LoadResult,
     token: LoadResult,

@@ -13,9 +13,7 @@ use crate::AppState;
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
-use crate::db::connections::{
-    ConnectionStatus, NewTokens, save_connected_tokens, set_connection_details,
-};
+use crate::db::connections::{ConnectionStatus, Details, NewTokens, Stored, store_connected};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::Result;
 use crate::ids::ConnectionId;
@@ -129,22 +127,24 @@ impl AppState {
         request_id: Option<&str>,
     ) -> Result<()> {
         let mut change = Change::begin(&self.db).await?;
-        let before =
-            crate::db::grants::existing_status(change.conn(), &e.issuer, &e.subject, &e.provider)
-                .await?;
-        let (connection_id, reconnected) = save_connected_tokens(
+        let Stored {
+            id: connection_id,
+            before,
+        } = store_connected(
             change.conn(),
             &self.config.keys,
             &e.issuer,
             &e.subject,
             &e.provider,
             tokens,
+            metadata.map(|metadata| Details {
+                params: &e.params,
+                metadata,
+            }),
         )
         .await?;
-        if let Some(metadata) = metadata {
-            set_connection_details(change.conn(), &connection_id, &e.params, metadata).await?;
-        }
-        let was_revoked = before.is_some_and(|(_, status)| status == ConnectionStatus::Revoked);
+        let reconnected = before.is_some();
+        let was_revoked = before == Some(ConnectionStatus::Revoked);
         self.grant_to_approved_apps(&mut change, e, &connection_id, was_revoked)
             .await?;
         change

@@ -433,39 +433,83 @@ pub async fn save_connected_tokens(
     provider: &str,
     t: &NewTokens<'_>,
 ) -> Result<(String, bool)> {
+    let stored = store_connected(conn, keys, issuer, subject, provider, t, None).await?;
+    Ok((stored.id, stored.before.is_some()))
+}
+
+/// What [`store_connected`] did.
+#[derive(Debug)]
+pub struct Stored {
+    pub id: String,
+    /// The status of the row that was there before (a reconnect), `None` for a new connection.
+    pub before: Option<ConnectionStatus>,
+}
+
+/// The connection's parameters and what the provider told about the account, stored with its
+/// tokens.
+pub struct Details<'a> {
+    pub params: &'a crate::providers::ConnParams,
+    pub metadata: &'a crate::providers::tokens::Metadata,
+}
+
+/// As [`save_connected_tokens`], with the connection's `details` when given (`None` keeps
+/// those stored), and the status the row had before. A new connection is one statement: the
+/// `INSERT` carries everything; a reconnect reads the row's id and status, then replaces it.
+pub async fn store_connected(
+    conn: &mut AnyConnection,
+    keys: &KeyRing,
+    issuer: &str,
+    subject: &str,
+    provider: &str,
+    t: &NewTokens<'_>,
+    details: Option<Details<'_>>,
+) -> Result<Stored> {
     let now = now();
     let id = random_token(16);
-    let inserted = sqlx::query(
+    let (params, metadata) = match &details {
+        Some(d) => (
+            super::elicitations::encode_params(d.params)?,
+            encode_metadata(&id, d.metadata)?,
+        ),
+        None => (None, None),
+    };
+    // Without details the statement names only the columns every schema since 0001 has.
+    let (detail_columns, detail_values) = match details {
+        Some(_) => (", params, metadata", ", $12, $13"),
+        None => ("", ""),
+    };
+    let insert = format!(
         "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
-         expires_at, account_label, created_at, updated_at, last_refresh_at) \
-         VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11) \
-         ON CONFLICT (issuer, subject, provider) DO NOTHING",
-    )
-    .bind(&id)
-    .bind(issuer)
-    .bind(subject)
-    .bind(provider)
-    .bind(t.scopes.join(" "))
-    .bind(t.token_type)
-    .bind(seal(keys, &id, "access_token", t.access_token)?)
-    .bind(seal_optional(keys, &id, "refresh_token", t.refresh_token)?)
-    .bind(t.expires_at)
-    .bind(t.account_label)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+         expires_at, account_label, created_at, updated_at, last_refresh_at{detail_columns}) \
+         VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11{detail_values}) \
+         ON CONFLICT (issuer, subject, provider) DO NOTHING"
+    );
+    let q = sqlx::query(&insert)
+        .bind(&id)
+        .bind(issuer)
+        .bind(subject)
+        .bind(provider)
+        .bind(t.scopes.join(" "))
+        .bind(t.token_type)
+        .bind(seal(keys, &id, "access_token", t.access_token)?)
+        .bind(seal_optional(keys, &id, "refresh_token", t.refresh_token)?)
+        .bind(t.expires_at)
+        .bind(t.account_label)
+        .bind(now);
+    let q = match details {
+        Some(_) => q.bind(params).bind(metadata),
+        None => q,
+    };
+    let inserted = q.execute(&mut *conn).await?.rows_affected();
     if inserted == 1 {
-        return Ok((id, false));
+        return Ok(Stored { id, before: None });
     }
-    let (id,): (String,) = sqlx::query_as(
-        "SELECT id FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3",
-    )
-    .bind(issuer)
-    .bind(subject)
-    .bind(provider)
-    .fetch_one(&mut *conn)
-    .await?;
+    let Some((id, before)) =
+        super::grants::existing_status(conn, issuer, subject, provider).await?
+    else {
+        // Not inserted, yet not there: deleted between the two statements.
+        return Err(Error::RowNotFound);
+    };
     // A reconnect replaces the tokens. A provider that issues no new refresh token on
     // re-consent usually keeps the old one valid, so it is kept (a dead one only leads back
     // to `needs_reauth`).
@@ -484,7 +528,25 @@ pub async fn save_connected_tokens(
     .bind(now)
     .execute(&mut *conn)
     .await?;
-    Ok((id, true))
+    if let Some(d) = details {
+        set_connection_details(conn, &id, d.params, d.metadata).await?;
+    }
+    Ok(Stored {
+        id,
+        before: Some(before),
+    })
+}
+
+/// `metadata` as stored: JSON, or NULL when empty. A value that does not encode is an error,
+/// never stored as an empty one.
+fn encode_metadata(
+    id: &str,
+    metadata: &crate::providers::tokens::Metadata,
+) -> Result<Option<String>> {
+    (!metadata.is_empty())
+        .then(|| serde_json::to_string(metadata))
+        .transpose()
+        .map_err(|e| Error::encode(format!("the metadata of connection {id}"), e))
 }
 
 /// Stores refreshed tokens, only if nobody else stored newer ones since `expected_version`
@@ -525,11 +587,7 @@ pub async fn set_connection_details(
     params: &crate::providers::ConnParams,
     metadata: &crate::providers::tokens::Metadata,
 ) -> Result<()> {
-    // A value that does not encode is an error, never stored as an empty one.
-    let metadata = (!metadata.is_empty())
-        .then(|| serde_json::to_string(metadata))
-        .transpose()
-        .map_err(|e| Error::encode(format!("the metadata of connection {id}"), e))?;
+    let metadata = encode_metadata(id, metadata)?;
     sqlx::query("UPDATE connections SET params = $2, metadata = $3 WHERE id = $1")
         .bind(id)
         .bind(super::elicitations::encode_params(params)?)

@@ -1,4 +1,4 @@
-//! The token path's two reads on Postgres (`find_connection`, `client_may_use`) on a few
+//! The token path's reads on Postgres (`find_connection`, `client_may_use`) on a few
 //! connections of their own, outside `sqlx::Pool`.
 //!
 //! sqlx 0.8's pool pings every connection it takes back (`sqlx-core` 0.8.6, `pool/connection.rs`,
@@ -13,8 +13,10 @@
 //!   repeated once on a new connection; when that connect fails, the error is the caller's
 //!   (a 503, as from the pool). Both reads are safe to repeat.
 //!
-//! Everything else (writes, transactions, `/readyz`) stays on the pool. SQLite keeps the pool
-//! too: it has no network round trip to save.
+//! Everything else (writes, transactions, `/readyz`) goes through the main pool (`pool`), which
+//! on Postgres no longer pings on release either; these few connections stay apart so a burst
+//! of token reads never waits behind the connect flow's transactions. SQLite keeps the pool: it
+//! has no network round trip to save.
 //!
 //! [`HotMode`] switches between the three ways measured in `bench/` (`token-fetch --hot-modes`)
 //! at run time, for an A/B in one process: the pool, these slots, and a `deadpool` pool managing
@@ -50,7 +52,8 @@ pub(super) type Query<'c, T> = Pin<Box<dyn Future<Output = Result<T, sqlx::Error
 /// Where the hot reads go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HotMode {
-    /// The sqlx pool, like every other query (a ping on every release).
+    /// The main pool, like every other query (`pool`: on Postgres no ping on release since
+    /// 2026-12-03 evening; before, sqlx's pool with a ping on every release).
     Pool,
     /// [`HOT_CONNECTIONS`] connections in slots taken round-robin.
     Dedicated,
@@ -69,7 +72,7 @@ impl HotMode {
 
     pub fn label(self) -> &'static str {
         match self {
-            Self::Pool => "sqlx pool",
+            Self::Pool => "main pool",
             Self::Dedicated => "dedicated",
             Self::Deadpool => "deadpool",
         }
