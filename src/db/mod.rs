@@ -69,7 +69,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use sqlx::Any;
-use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::any::install_default_drivers;
 use sqlx::migrate::{MigrateDatabase, Migrator};
 
 pub use error::{Error, Result};
@@ -106,6 +106,10 @@ type Select<'q, R> = sqlx::query::QueryAs<'q, Any, R, sqlx::any::AnyArguments<'q
 /// Connections per process in the pool (Postgres; the token path's reads have
 /// [`hot::HOT_CONNECTIONS`] more).
 pub const POOL_CONNECTIONS: usize = 16;
+/// Connections per process in the pool (SQLite: one writer at a time in any case).
+const SQLITE_CONNECTIONS: usize = 8;
+/// Run on each new SQLite connection.
+const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;";
 
 /// See [`Db::no_flush_from`].
 const NO_FLUSH_FROM: &str = "(SELECT set_config('synchronous_commit', 'off', true)) AS no_flush";
@@ -162,46 +166,19 @@ impl Db {
                 .await
                 .map_err(|e| Error::setup("creating the database", e))?;
         }
+        // A pool that pings a connection only when that can matter (`pool`). On SQLite a ping
+        // is no network round trip but still a hand-over to the connection's worker thread and
+        // back, per query.
         let pool = match engine {
-            // A pool that pings a connection only when that can matter (`pool`).
-            Engine::Postgres => Pool::direct(&url, POOL_CONNECTIONS)
-                .map_err(|e| Error::setup("parsing the database URL", e))?,
-            Engine::Sqlite => Pool::sqlx(
-                // sqlx pings every connection it hands out by default: only ping those that
-                // sat idle for a while (HikariCP's "alive bypass").
-                AnyPoolOptions::new()
-                    .acquire_timeout(pool::ACQUIRE_TIMEOUT)
-                    .test_before_acquire(false)
-                    .before_acquire(|conn, meta| {
-                        Box::pin(async move {
-                            if meta.idle_for >= pool::PING_IF_IDLE_FOR {
-                                use sqlx::Connection;
-                                conn.ping().await?;
-                            }
-                            Ok(true)
-                        })
-                    })
-                    .max_connections(8)
-                    .after_connect(|conn, _| {
-                        Box::pin(async move {
-                            use sqlx::Executor;
-                            conn.execute("PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
-                                .await?;
-                            Ok(())
-                        })
-                    })
-                    .connect(&url)
-                    .await
-                    .map_err(|e| Error::setup("connecting to the database", e))?,
-            ),
-        };
-        // Fail at start-up, as the sqlx pool did, when the database cannot be reached.
-        if engine == Engine::Postgres {
-            sqlx::query("SELECT 1")
-                .execute(&pool)
-                .await
-                .map_err(|e| Error::setup("connecting to the database", e))?;
+            Engine::Postgres => Pool::direct(&url, POOL_CONNECTIONS, None),
+            Engine::Sqlite => Pool::direct(&url, SQLITE_CONNECTIONS, Some(SQLITE_PRAGMAS)),
         }
+        .map_err(|e| Error::setup("parsing the database URL", e))?;
+        // Fail at start-up, as the sqlx pool did, when the database cannot be reached.
+        sqlx::query("SELECT 1")
+            .execute(&pool)
+            .await
+            .map_err(|e| Error::setup("connecting to the database", e))?;
         let hot = match engine {
             Engine::Postgres => Some(Arc::new(
                 hot::HotReads::new(&url)

@@ -73,15 +73,23 @@ pub struct Held {
     gone: bool,
 }
 
-pub struct Manager(AnyConnectOptions);
+pub struct Manager {
+    options: AnyConnectOptions,
+    /// Run on every new connection (SQLite's pragmas).
+    init: Option<&'static str>,
+}
 
 impl deadpool::managed::Manager for Manager {
     type Type = Held;
     type Error = sqlx::Error;
 
     async fn create(&self) -> Result<Held, sqlx::Error> {
+        let mut conn = self.options.connect().await?;
+        if let Some(init) = self.init {
+            conn.execute(init).await?;
+        }
         Ok(Held {
-            conn: self.0.connect().await?,
+            conn,
             clean: true,
             gone: false,
         })
@@ -113,11 +121,11 @@ impl Pool {
         Self(Inner::Sqlx(pool))
     }
 
-    /// The ping-free pool of at most `max` connections to the database at `url` (Postgres);
-    /// connects lazily.
-    pub fn direct(url: &str, max: usize) -> Result<Self, sqlx::Error> {
+    /// The ping-free pool of at most `max` connections to the database at `url`, `init` run on
+    /// each new one; connects lazily.
+    pub fn direct(url: &str, max: usize, init: Option<&'static str>) -> Result<Self, sqlx::Error> {
         let options = AnyConnectOptions::from_str(url)?;
-        let pool = deadpool::managed::Pool::builder(Manager(options))
+        let pool = deadpool::managed::Pool::builder(Manager { options, init })
             .max_size(max)
             .runtime(deadpool::Runtime::Tokio1)
             .wait_timeout(Some(ACQUIRE_TIMEOUT))
