@@ -1,11 +1,13 @@
-//! The connection pool every query goes through: sqlx's own on SQLite; on Postgres, a `deadpool`
-//! of sqlx connections that are **not pinged each time they are given back**.
+//! The connection pool every query goes through (Postgres and SQLite): a `deadpool` of sqlx
+//! connections that are **not pinged each time they are given back**. ([`Pool::sqlx`] wraps a
+//! sqlx pool, for tests that read a database with one.)
 //!
 //! sqlx 0.8's pool pings every connection it takes back (`sqlx-core` 0.8.6,
-//! `pool/connection.rs`, `return_to_pool` → `ping`: a `Sync` and its `ReadyForQuery`), a second
+//! `pool/connection.rs`, `return_to_pool` → `ping`: on Postgres a `Sync` and its
+//! `ReadyForQuery`, on SQLite a hand-over to the connection's worker thread and back), a second
 //! round trip per query or transaction that no option turns off. On a connect flow that was about
-//! 17 of ~50 round trips (BENCHMARKS.md, "Issue 14, fourth round"). What that ping guards
-//! against is kept here, by other means:
+//! 17 of ~50 round trips on Postgres (BENCHMARKS.md, "Issue 14, fourth round"). What that ping
+//! guards against is kept here, by other means:
 //!
 //! - **A statement cut off half-way** (the request was dropped: client gone, timeout) may leave
 //!   the connection mid-protocol. Every checkout is `clean` only once its statement finished (or
@@ -116,7 +118,7 @@ impl deadpool::managed::Manager for Manager {
 }
 
 impl Pool {
-    /// sqlx's pool as it is (SQLite).
+    /// A sqlx pool as it is (tests reading a database with one).
     pub fn sqlx(pool: AnyPool) -> Self {
         Self(Inner::Sqlx(pool))
     }
