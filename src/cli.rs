@@ -105,18 +105,7 @@ pub async fn connections_show(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let c = find(cli, id).await?;
-    let history = cli
-        .state
-        .db
-        .search_audit(
-            &AuditFilter {
-                connection_id: Some(c.id.clone()),
-                ..Default::default()
-            },
-            100,
-            0,
-        )
-        .await?;
+    let history = cli.state.db.connection_history(&c.id).await?;
     if as_json {
         writeln!(
             out,

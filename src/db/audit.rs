@@ -148,6 +148,9 @@ impl NewAuditRow {
     }
 }
 
+/// How many events [`Db::connection_history`] lists.
+pub const CONNECTION_HISTORY: i64 = 100;
+
 /// One event; every field but `event` is optional context.
 #[derive(Debug, Clone)]
 pub struct AuditEvent<'a> {
@@ -293,6 +296,20 @@ impl Db {
             .execute(&self.pool)
             .await?
             .rows_affected())
+    }
+
+    /// The last [`CONNECTION_HISTORY`] events of connection `id`, newest first (what the admin
+    /// page and `mcp-connect connections show` list).
+    pub async fn connection_history(&self, id: &str) -> Result<Vec<AuditRow>> {
+        self.search_audit(
+            &AuditFilter {
+                connection_id: Some(id.to_owned()),
+                ..Default::default()
+            },
+            CONNECTION_HISTORY,
+            0,
+        )
+        .await
     }
 
     /// One page of events matching `f`, newest first.

@@ -12,7 +12,7 @@ use super::audit::Row as AuditEventRow;
 use super::{Admin, PAGE_SIZE, Pager, filter_value, page_number, when, when_opt};
 use crate::AppState;
 use crate::connect::elicitations::is_valid_id;
-use crate::db::audit::{AuditAction, AuditEvent, AuditFilter};
+use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::{Connection, ConnectionFilter, ConnectionStatus};
 use crate::error::{Error, Result};
 use crate::time::now;
@@ -208,17 +208,7 @@ pub async fn show(
     q: Result<Query<DetailQuery>, QueryRejection>,
 ) -> Result<Response> {
     let c = load(&state, &id).await?;
-    let history = state
-        .db
-        .search_audit(
-            &AuditFilter {
-                connection_id: Some(c.id.clone()),
-                ..Default::default()
-            },
-            100,
-            0,
-        )
-        .await?;
+    let history = state.db.connection_history(&c.id).await?;
     let mut requested_by: Vec<String> = Vec::new();
     for e in state.db.elicitations_of_connection(&c.id).await? {
         let name = state
