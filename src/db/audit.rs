@@ -83,19 +83,25 @@ impl serde::Serialize for AuditAction {
 /// Writes one audit row on `conn` (in the caller's transaction, if it has one) and mirrors it
 /// to the log under the `audit` target.
 pub async fn insert_audit(conn: &mut AnyConnection, e: &AuditEvent<'_>) -> Result<()> {
-    let row = NewAuditRow::logged(e);
-    row.bind(sqlx::query(&format!(
-        "INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES {}",
-        super::change::placeholders(1, AUDIT_COLUMN_COUNT, 1)
-    )))
-    .execute(conn)
-    .await?;
+    NewAuditRow::logged(e)
+        .bind(sqlx::query(&insert_sql(1, 1)))
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
 /// The columns an audit row is written with, in [`NewAuditRow::bind`]'s order.
-pub(super) const AUDIT_COLUMNS: &str = "at, event, actor, issuer, subject, provider, client_id, connection_id, elicitation_id, request_id, detail";
+const AUDIT_COLUMNS: &str = "at, event, actor, issuer, subject, provider, client_id, connection_id, elicitation_id, request_id, detail";
+/// How many values [`NewAuditRow::bind`] binds.
 pub(super) const AUDIT_COLUMN_COUNT: usize = 11;
+
+/// The `INSERT` of `rows` audit rows, their placeholders numbered from `$first`.
+pub(super) fn insert_sql(first: usize, rows: usize) -> String {
+    format!(
+        "INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES {}",
+        super::change::placeholders(first, AUDIT_COLUMN_COUNT, rows)
+    )
+}
 
 /// An audit row to write, its values owned (a change collects them until it commits).
 #[derive(Debug, Clone)]

@@ -8,8 +8,8 @@
 
 use sqlx::{Any, AnyConnection};
 
-use super::audit::{AUDIT_COLUMN_COUNT, AUDIT_COLUMNS, AuditEvent, NewAuditRow};
-use super::events::{EVENT_COLUMN_COUNT, EVENT_COLUMNS, NewEvent};
+use super::audit::{self, AUDIT_COLUMN_COUNT, AuditEvent, NewAuditRow};
+use super::events::{self, EVENT_COLUMN_COUNT, NewEvent};
 use super::{Db, Engine, Result, Tx, now};
 
 /// A statement being bound.
@@ -122,82 +122,74 @@ impl Change {
         Ok(self.announce)
     }
 
-    /// Writes the collected audit rows, events and notifications in this transaction.
+    /// Writes the collected audit rows, events and notifications in this transaction, at most
+    /// [`ROWS_PER_STATEMENT`] rows of each per statement.
     async fn write_records(&mut self) -> Result<()> {
         let at = now();
-        let audit = std::mem::take(&mut self.audit);
-        let events = std::mem::take(&mut self.events);
-        let notify = std::mem::take(&mut self.notify);
-        let mut audit = audit.chunks(ROWS_PER_STATEMENT);
-        let mut events = events.chunks(ROWS_PER_STATEMENT);
-        let mut notify = Some(notify).filter(|n| !n.is_empty());
+        let (audit, events) = (
+            std::mem::take(&mut self.audit),
+            std::mem::take(&mut self.events),
+        );
+        let mut notify = std::mem::take(&mut self.notify);
+        let (mut audit, mut events) = (
+            audit.chunks(ROWS_PER_STATEMENT),
+            events.chunks(ROWS_PER_STATEMENT),
+        );
         loop {
-            let (a, e) = (audit.next().unwrap_or(&[]), events.next().unwrap_or(&[]));
-            if a.is_empty() && e.is_empty() && notify.is_none() {
+            let (a, e) = (
+                audit.next().unwrap_or_default(),
+                events.next().unwrap_or_default(),
+            );
+            let n = std::mem::take(&mut notify);
+            if a.is_empty() && e.is_empty() && n.is_empty() {
                 return Ok(());
             }
             match self.engine {
+                // One statement: the inserts as data-modifying `WITH` clauses, the
+                // notifications as its `SELECT` (the channel bound last).
                 Engine::Postgres => {
-                    let n = notify.take().unwrap_or_default();
-                    let mut sql = String::new();
-                    let mut next = 1;
                     let mut with = Vec::new();
+                    let mut next = 1;
                     if !a.is_empty() {
-                        with.push(format!(
-                            "audit AS (INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES {})",
-                            placeholders(next, AUDIT_COLUMN_COUNT, a.len())
-                        ));
+                        with.push(format!("audit AS ({})", audit::insert_sql(next, a.len())));
                         next += a.len() * AUDIT_COLUMN_COUNT;
                     }
                     if !e.is_empty() {
-                        with.push(format!(
-                            "events AS (INSERT INTO events ({EVENT_COLUMNS}) VALUES {})",
-                            placeholders(next, EVENT_COLUMN_COUNT, e.len())
-                        ));
+                        with.push(format!("events AS ({})", events::insert_sql(next, e.len())));
                         next += e.len() * EVENT_COLUMN_COUNT;
                     }
-                    if !with.is_empty() {
-                        sql = format!("WITH {} ", with.join(", "));
-                    }
-                    if n.is_empty() {
-                        sql.push_str("SELECT 1");
+                    let channel = next + n.len();
+                    let select = if n.is_empty() {
+                        "1".to_owned()
                     } else {
-                        // The channel is the last parameter, after the ids.
-                        let channel = next + n.len();
-                        let calls: Vec<String> = (0..n.len())
-                            .map(|i| format!("pg_notify(${channel}, ${})", next + i))
-                            .collect();
-                        sql.push_str(&format!("SELECT {}", calls.join(", ")));
-                    }
-                    let mut q = sqlx::query(&sql);
-                    for r in a {
-                        q = r.bind(q);
-                    }
-                    for ev in e {
-                        q = ev.bind(q, at);
-                    }
-                    for id in &n {
-                        q = q.bind(id.as_str());
-                    }
-                    if !n.is_empty() {
-                        q = q.bind(ELICITATION_CHANNEL);
-                    }
+                        (next..channel)
+                            .map(|i| format!("pg_notify(${channel}, ${i})"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    let sql = if with.is_empty() {
+                        format!("SELECT {select}")
+                    } else {
+                        format!("WITH {} SELECT {select}", with.join(", "))
+                    };
+                    let q = a.iter().fold(sqlx::query(&sql), |q, r| r.bind(q));
+                    let q = e.iter().fold(q, |q, ev| ev.bind(q, at));
+                    let q = n.iter().fold(q, |q, id| q.bind(id.as_str()));
+                    let q = if n.is_empty() {
+                        q
+                    } else {
+                        q.bind(ELICITATION_CHANNEL)
+                    };
                     q.execute(&mut *self.tx).await?;
                 }
                 Engine::Sqlite => {
                     if !a.is_empty() {
-                        let sql = format!(
-                            "INSERT INTO audit_events ({AUDIT_COLUMNS}) VALUES {}",
-                            placeholders(1, AUDIT_COLUMN_COUNT, a.len())
-                        );
+                        let sql = audit::insert_sql(1, a.len());
                         let q = a.iter().fold(sqlx::query(&sql), |q, r| r.bind(q));
                         q.execute(&mut *self.tx).await?;
                     }
                     if !e.is_empty() {
-                        let sql = format!(
-                            "INSERT INTO events ({EVENT_COLUMNS}) VALUES {}",
-                            placeholders(1, EVENT_COLUMN_COUNT, e.len())
-                        );
+                        let sql = events::insert_sql(1, e.len());
                         let q = e.iter().fold(sqlx::query(&sql), |q, ev| ev.bind(q, at));
                         q.execute(&mut *self.tx).await?;
                     }

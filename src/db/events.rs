@@ -42,9 +42,17 @@ pub struct DueDelivery {
 pub use crate::time::now_ms;
 
 /// The columns an event row is written with, in [`NewEvent::bind`]'s order.
-pub(super) const EVENT_COLUMNS: &str =
-    "id, client_id, event_type, payload, created_at, next_attempt_ms";
+const EVENT_COLUMNS: &str = "id, client_id, event_type, payload, created_at, next_attempt_ms";
+/// How many values [`NewEvent::bind`] binds.
 pub(super) const EVENT_COLUMN_COUNT: usize = 6;
+
+/// The `INSERT` of `rows` events, their placeholders numbered from `$first`.
+pub(super) fn insert_sql(first: usize, rows: usize) -> String {
+    format!(
+        "INSERT INTO events ({EVENT_COLUMNS}) VALUES {}",
+        super::change::placeholders(first, EVENT_COLUMN_COUNT, rows)
+    )
+}
 
 impl NewEvent {
     /// Binds this event's values (recorded at `at`), in [`EVENT_COLUMNS`]' order.

@@ -227,14 +227,10 @@ async fn checkout(pool: &deadpool::managed::Pool<Manager>) -> Result<Checked, sq
 }
 
 impl Checked {
-    fn held(&mut self) -> &mut Held {
-        self
-    }
-
     /// After a statement: clean if it finished, or failed with the session intact; when the
     /// server dropped the session, every idle connection of the pool went with it.
     fn finished<T>(&mut self, r: &Result<T, sqlx::Error>) {
-        let held = self.held();
+        let held: &mut Held = self;
         match r {
             Ok(_) => held.clean = true,
             Err(e) if is_dropped_connection(e) => {
@@ -253,8 +249,8 @@ impl Checked {
     fn ended(&mut self, r: &Result<(), sqlx::Error>) {
         match r {
             Err(e) if !is_dropped_connection(e) => {
-                AnyTx::start_rollback(&mut self.held().conn);
-                self.held().clean = false;
+                AnyTx::start_rollback(&mut self.conn);
+                self.clean = false;
             }
             _ => self.finished(r),
         }
@@ -338,7 +334,7 @@ impl Conn {
     /// ping if it went through (else pinged, or closed, first).
     pub fn finished<T, E>(&mut self, r: &Result<T, E>) {
         if let (ConnInner::Direct(c), Ok(_)) = (&mut self.0, r) {
-            c.held().clean = true;
+            c.clean = true;
         }
     }
 }
@@ -373,23 +369,25 @@ enum TxInner {
 }
 
 impl Tx {
-    pub async fn commit(mut self) -> Result<(), sqlx::Error> {
-        match std::mem::replace(&mut self.0, TxInner::Direct(None)) {
-            TxInner::Sqlx(t) => t.commit().await,
-            TxInner::Direct(Some(mut c)) => {
-                let r = AnyTx::commit(&mut c.conn).await;
-                c.ended(&r);
-                r
-            }
-            TxInner::Direct(None) => Ok(()),
-        }
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        self.end(true).await
     }
 
-    pub async fn rollback(mut self) -> Result<(), sqlx::Error> {
+    pub async fn rollback(self) -> Result<(), sqlx::Error> {
+        self.end(false).await
+    }
+
+    /// `COMMIT` (`commit`) or `ROLLBACK`.
+    async fn end(mut self, commit: bool) -> Result<(), sqlx::Error> {
         match std::mem::replace(&mut self.0, TxInner::Direct(None)) {
+            TxInner::Sqlx(t) if commit => t.commit().await,
             TxInner::Sqlx(t) => t.rollback().await,
             TxInner::Direct(Some(mut c)) => {
-                let r = AnyTx::rollback(&mut c.conn).await;
+                let r = if commit {
+                    AnyTx::commit(&mut c.conn).await
+                } else {
+                    AnyTx::rollback(&mut c.conn).await
+                };
                 c.ended(&r);
                 r
             }
