@@ -160,7 +160,7 @@ impl Catalog {
         let pattern = bundle.get_message(key)?.value()?;
         let mut fargs = FluentArgs::new();
         for (name, value) in args {
-            fargs.set(*name, FluentValue::from(value.as_str()));
+            fargs.set(*name, fluent_value(value));
         }
         let mut errors = Vec::new();
         let text = bundle.format_pattern(pattern, Some(&fargs), &mut errors);
@@ -168,6 +168,20 @@ impl Catalog {
             tracing::error!(lang = lang.tag(), key, ?errors, "message failed to format");
         }
         Some(text.into_owned())
+    }
+}
+
+/// An argument as Fluent sees it: a count (plain digits without a leading zero, at most 15 so
+/// it stays exact) is a
+/// number, so a message can choose its plural form (`{ $seconds -> [one] ... *[other] ... }`);
+/// anything else is text. A number prints as the same digits.
+fn fluent_value(value: &str) -> FluentValue<'_> {
+    let count = (value == "0" || !value.starts_with('0'))
+        && (1..=15).contains(&value.len())
+        && value.bytes().all(|b| b.is_ascii_digit());
+    match value.parse::<u64>() {
+        Ok(n) if count => FluentValue::from(n),
+        _ => FluentValue::from(value),
     }
 }
 
@@ -433,6 +447,25 @@ mod tests {
         assert_eq!(m.render(Lang::En), "Acme is connected");
         assert!(m.render(Lang::ZhCn).contains("Acme"));
         assert_ne!(m.render(Lang::ZhCn), m.render(Lang::En));
+    }
+
+    #[test]
+    fn counts_take_their_plural_form_and_other_digits_stay_text() {
+        let wait = |n: &str| Msg::new("error-rate-limited-lead").arg("seconds", n);
+        assert_eq!(
+            wait("1").render(Lang::En),
+            "Too many requests. Try again in 1 second."
+        );
+        assert_eq!(
+            wait("30").render(Lang::En),
+            "Too many requests. Try again in 30 seconds."
+        );
+        assert!(wait("1").render(Lang::ZhCn).contains('1'));
+        // A long run of digits (an id, say) prints exactly as given.
+        let id = "12345678901234567890";
+        assert_eq!(fluent_value(id), FluentValue::from(id));
+        assert_eq!(fluent_value("007"), FluentValue::from("007"));
+        assert_eq!(fluent_value("7"), FluentValue::from(7u64));
     }
 
     #[test]

@@ -217,8 +217,9 @@ impl Application {
             let mut stop_metrics = self.state.shutdown.clone();
             let app = ops::metrics_router(self.state.clone());
             let limits = self.state.config.limits.clone();
+            let edge = self.state.clone();
             tasks.push(tokio::spawn(async move {
-                let r = serve(l, app, &limits, async move {
+                let r = serve(l, app, &limits, &edge.limits, async move {
                     let _ = stop_metrics.changed().await;
                 })
                 .await;
@@ -250,6 +251,7 @@ impl Application {
             self.listener,
             self.router,
             &self.state.config.limits,
+            &self.state.limits,
             graceful,
         )
         .await
@@ -266,12 +268,14 @@ impl Application {
 /// `DRAIN`). Unlike `axum::serve`, it bounds what slow or idle clients can hold: a connection
 /// must send each request's header within `header_read_timeout_seconds` of opening or of its
 /// previous answer (an idle keep-alive connection is closed after the same time; see
-/// `HeaderWatch`), and at most `max_connections` are open at once (the rest wait in the kernel's
-/// backlog). Each request carries the peer address as `ConnectInfo<SocketAddr>`.
+/// `HeaderWatch`), at most `max_connections` are open at once (the rest wait in the kernel's
+/// backlog), and one address holds at most `max_connections_per_address` of them (more are
+/// closed at once, so one stranger cannot keep everyone else waiting). Each request carries the peer address as `ConnectInfo<SocketAddr>`.
 async fn serve(
     listener: TcpListener,
     app: Router,
     limits: &config::Limits,
+    edge: &limits::Limits,
     stop: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     use hyper_util::rt::TokioIo;
@@ -305,6 +309,13 @@ async fn serve(
                 }
             },
             _ = &mut stop => break,
+        };
+        let slot = match edge.connection_slot(peer.ip()) {
+            limits::ConnectionSlot::Refused => {
+                tracing::debug!("too many connections from one address: connection closed");
+                continue;
+            }
+            held => held,
         };
         let _ = stream.set_nodelay(true);
         let watch = Arc::new(HeaderWatch::new());
@@ -350,7 +361,7 @@ async fn serve(
                     },
                 }
             }
-            drop(permit);
+            drop((permit, slot));
         });
     }
     drop(listener);
@@ -462,7 +473,9 @@ pub fn router(state: AppState) -> Router {
         .layer(metrics::Track(state.metrics.clone()))
         .layer(middleware::response_headers(csp, https))
         .layer(middleware::trace_layer())
-        .layer(middleware::request_id_layers())
+        .layer(middleware::request_id_layers(
+            &state.config.limits.trusted_proxies,
+        ))
 }
 
 /// Deletes expired sessions and flows, expires old elicitations (recording each), deletes audit

@@ -181,7 +181,10 @@ error-title-upstream = The provider did not answer
 error-unavailable-lead = The service cannot reach its database right now. Try again shortly.
 error-upstream-lead = The provider did not answer as expected. Try again shortly.
 error-internal-lead = Something went wrong on our side.
-error-rate-limited-lead = Too many requests. Try again in { $seconds } seconds.
+error-rate-limited-lead = Too many requests. Try again in { $seconds ->
+    [one] { $seconds } second
+   *[other] { $seconds } seconds
+}.
 error-retry-next = Wait a moment and reload this page. If it keeps happening, go back to your app and start again.
 too-many-lead = This address has sent too many requests in a short time.
 too-many-next = Wait a minute, then reload this page.

@@ -43,18 +43,20 @@ impl FromRequestParts<AppState> for ApiClient {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
-        // An address that keeps presenting bad keys is refused before its key is looked at.
-        let ip = state.limits.client_ip(
-            crate::server::limits::peer_ip(&parts.extensions),
-            &parts.headers,
-        );
-        state.limits.check_auth_allowed(ip)?;
         let client = Self::authenticate(parts, state);
         match &client {
+            // A valid key is never refused by the failed-authentication limit: others failing
+            // from the same address (a NAT, an ingress, a node) must not lock its owner out.
             Ok(c) => state.limits.check_api(&c.0.id)?,
-            // A wrong key is a guess; a request without credentials guesses nothing (and
-            // probes of the API's 401 must not lock its address out).
+            // A wrong key is a guess: an address over the limit is refused (429, so it learns
+            // nothing more about its guesses), and each one counts. A request without
+            // credentials guesses nothing (and probes of the API's 401 must not lock out).
             Err(_) if parts.headers.contains_key(header::AUTHORIZATION) => {
+                let ip = state.limits.client_ip(
+                    crate::server::limits::peer_ip(&parts.extensions),
+                    &parts.headers,
+                );
+                state.limits.check_auth_allowed(ip)?;
                 state.limits.auth_failed(ip)
             }
             Err(_) => {}

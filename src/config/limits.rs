@@ -14,6 +14,10 @@ pub struct Limits {
     pub request_timeout_seconds: u64,
     /// Open connections accepted at once; more wait in the listen backlog.
     pub max_connections: usize,
+    /// Open connections at once per client address (IPv6 by /64); more are closed at once. A
+    /// trusted proxy's connections are not counted; its forwarded clients are held to this
+    /// many requests in flight each instead.
+    pub max_connections_per_address: usize,
     /// `GET /v1/events` streams open at once per API client.
     pub sse_streams_per_client: usize,
     /// Long polls (`?wait=`, `wait_seconds`) held at once per API client.
@@ -40,6 +44,7 @@ impl Default for Limits {
             header_read_timeout_seconds: 20,
             request_timeout_seconds: 30,
             max_connections: 20_000,
+            max_connections_per_address: 256,
             sse_streams_per_client: 50,
             long_polls_per_client: 10_000,
             api_requests_per_second: 20_000,
@@ -76,6 +81,13 @@ pub(super) fn read(t: Option<Section>, r: &mut Report) -> Limits {
         ),
         max_connections: t.bounded(r, "max_connections", d.max_connections as u64, 1, 1_000_000)
             as usize,
+        max_connections_per_address: t.bounded(
+            r,
+            "max_connections_per_address",
+            d.max_connections_per_address as u64,
+            1,
+            1_000_000,
+        ) as usize,
         sse_streams_per_client: t.bounded(
             r,
             "sse_streams_per_client",

@@ -233,7 +233,7 @@ pub fn dev_router(issuer: std::sync::Arc<Issuer>, sandbox: std::sync::Arc<Sandbo
             middleware::security_headers,
         ))
         .layer(middleware::trace_layer())
-        .layer(middleware::request_id_layers())
+        .layer(middleware::request_id_layers(&[]))
 }
 
 /// The data folder: the SQLite database, one file per secret (made on first start, 0600),

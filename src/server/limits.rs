@@ -168,6 +168,8 @@ pub enum Limit {
     ApiClient,
     SseStreams,
     LongPolls,
+    /// Requests in flight per forwarded client address (behind a trusted proxy).
+    PerAddress,
 }
 
 impl Limit {
@@ -178,6 +180,7 @@ impl Limit {
             Self::ApiClient => "api_client",
             Self::SseStreams => "sse_streams",
             Self::LongPolls => "long_polls",
+            Self::PerAddress => "per_address",
         }
     }
 }
@@ -189,7 +192,19 @@ pub struct Limits {
     api: Option<RateLimiter<String>>,
     sse: Cap,
     long_polls: Cap,
+    /// Connections per peer address, or requests in flight per forwarded client address.
+    per_address: Cap,
     trusted_proxies: Vec<IpNet>,
+}
+
+/// What may hold one of the service's connections (see `Limits::connection_slot`).
+pub enum ConnectionSlot {
+    /// A peer within its cap: the slot is held for the connection's life.
+    Held(Slot),
+    /// A trusted proxy: its connections are shared by many clients and not counted.
+    Proxy,
+    /// A peer already holding its cap: close the connection.
+    Refused,
 }
 
 /// How long a refused caller is told to wait: whole seconds, at least one.
@@ -222,6 +237,7 @@ impl Limits {
             ),
             sse: Cap::new(c.sse_streams_per_client),
             long_polls: Cap::new(c.long_polls_per_client),
+            per_address: Cap::new(c.max_connections_per_address),
             trusted_proxies: c.trusted_proxies.clone(),
         }
     }
@@ -274,11 +290,46 @@ impl Limits {
             .ok_or_else(|| self.refuse(Limit::LongPolls, Duration::from_secs(1)))
     }
 
+    fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
+        self.trusted_proxies.iter().any(|n| n.contains(ip))
+    }
+
+    /// A new connection from `peer`: one address (IPv6: one /64) holds at most
+    /// `max_connections_per_address` connections, so no stranger can take every slot of
+    /// `max_connections` with sockets that never send a header.
+    pub fn connection_slot(&self, peer: IpAddr) -> ConnectionSlot {
+        if self.is_trusted_proxy(peer) {
+            return ConnectionSlot::Proxy;
+        }
+        match self.per_address.acquire(&addr_label(peer)) {
+            Some(slot) => ConnectionSlot::Held(slot),
+            None => ConnectionSlot::Refused,
+        }
+    }
+
+    /// A request that arrived through a trusted proxy: its forwarded client holds at most
+    /// `max_connections_per_address` requests in flight, the proxy's stand-in for a connection
+    /// cap. `None` for any other request (its connection is counted instead).
+    pub fn forwarded_request_slot(
+        &self,
+        peer: Option<IpAddr>,
+        headers: &HeaderMap,
+    ) -> Result<Option<Slot>, Error> {
+        let Some(peer) = peer.filter(|p| self.is_trusted_proxy(*p)) else {
+            return Ok(None);
+        };
+        let client = self.client_ip(Some(peer), headers).unwrap_or(peer);
+        self.per_address
+            .acquire(&addr_label(client))
+            .map(Some)
+            .ok_or_else(|| self.refuse(Limit::PerAddress, Duration::from_secs(1)))
+    }
+
     /// The client's address: the peer's, or, when the peer is a trusted proxy, the nearest
     /// `X-Forwarded-For` entry that is not itself a trusted proxy.
     pub fn client_ip(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
         let peer = peer?;
-        if !self.trusted_proxies.iter().any(|n| n.contains(peer)) {
+        if !self.is_trusted_proxy(peer) {
             return Some(peer);
         }
         let mut hops: Vec<IpAddr> = Vec::new();
@@ -300,6 +351,14 @@ impl Limits {
                 .find(|ip| !self.trusted_proxies.iter().any(|n| n.contains(*ip)))
                 .unwrap_or(peer),
         )
+    }
+}
+
+/// A per-address cap's key: the address as `AddrKey` counts it (IPv6 by /64).
+fn addr_label(ip: IpAddr) -> String {
+    match AddrKey::from(ip) {
+        AddrKey::V4(a) => format!("4:{a:x}"),
+        AddrKey::V6(p) => format!("6:{p:x}"),
     }
 }
 
@@ -329,10 +388,33 @@ pub fn browser_refusal(state: &AppState, req: &Request) -> Option<Response> {
         .client_ip(peer_ip(req.extensions()), req.headers())?;
     let d = l.check(&ip.into()).err()?;
     let ui = crate::web::ui::Ui::for_request(&state.config, req.method(), req.uri(), req.headers());
-    Some(too_many_page(&ui, retry_secs(d).max(1)))
+    Some(too_many_page(&ui, retry_secs(d).max(1), Limit::Browser))
 }
 
-fn too_many_page(ui: &crate::web::ui::Ui, retry_after: u64) -> Response {
+/// The per-address cap on requests in flight for a client behind a trusted proxy
+/// (`Limits::forwarded_request_slot`): the slot to hold until answered, or the refusal (a page
+/// on browser routes). Called by `middleware::Guard` for every request.
+pub fn forwarded_request_slot(state: &AppState, req: &Request) -> Result<Option<Slot>, Response> {
+    use axum::response::IntoResponse;
+    match state
+        .limits
+        .forwarded_request_slot(peer_ip(req.extensions()), req.headers())
+    {
+        Ok(slot) => Ok(slot),
+        Err(_) if !exempt(req.uri().path()) => {
+            let ui = crate::web::ui::Ui::for_request(
+                &state.config,
+                req.method(),
+                req.uri(),
+                req.headers(),
+            );
+            Err(too_many_page(&ui, 1, Limit::PerAddress))
+        }
+        Err(e) => Err(e.into_response()),
+    }
+}
+
+fn too_many_page(ui: &crate::web::ui::Ui, retry_after: u64, limit: Limit) -> Response {
     use crate::i18n::Msg;
     let mut resp = crate::web::pages::MessagePage::new(
         ui,
@@ -345,7 +427,7 @@ fn too_many_page(ui: &crate::web::ui::Ui, retry_after: u64) -> Response {
     if let Ok(v) = HeaderValue::from_str(&retry_after.to_string()) {
         resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
-    resp.extensions_mut().insert(Limit::Browser);
+    resp.extensions_mut().insert(limit);
     resp
 }
 
@@ -393,6 +475,48 @@ mod tests {
         assert!(cap.acquire("d").is_some());
         drop(a);
         assert!(cap.acquire("c").is_some());
+    }
+
+    #[test]
+    fn connections_are_capped_per_address_but_not_for_trusted_proxies() {
+        let c = LimitsConfig {
+            max_connections_per_address: 2,
+            trusted_proxies: vec![IpNet::parse("10.0.0.0/8").unwrap()],
+            ..LimitsConfig::default()
+        };
+        let l = Limits::new(&c);
+        let held = |ip: &str| l.connection_slot(ip.parse().unwrap());
+        let a = held("198.51.100.7");
+        let _b = held("198.51.100.7");
+        assert!(matches!(a, ConnectionSlot::Held(_)));
+        assert!(matches!(held("198.51.100.7"), ConnectionSlot::Refused));
+        // One /64 is one address; the next /64 is another.
+        let _c = held("2001:db8:1:2::1");
+        let _d = held("2001:db8:1:2::2");
+        assert!(matches!(held("2001:db8:1:2::3"), ConnectionSlot::Refused));
+        assert!(matches!(held("2001:db8:1:3::1"), ConnectionSlot::Held(_)));
+        assert!(matches!(held("198.51.100.8"), ConnectionSlot::Held(_)));
+        for _ in 0..5 {
+            assert!(matches!(held("10.1.1.1"), ConnectionSlot::Proxy));
+        }
+        drop(a);
+        assert!(matches!(held("198.51.100.7"), ConnectionSlot::Held(_)));
+        // Behind the proxy, each forwarded client holds at most the cap in flight.
+        let proxy: Option<IpAddr> = Some("10.1.1.1".parse().unwrap());
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", "203.0.113.9".parse().unwrap());
+        let r1 = l.forwarded_request_slot(proxy, &h).unwrap();
+        let _r2 = l.forwarded_request_slot(proxy, &h).unwrap();
+        assert!(r1.is_some());
+        assert!(l.forwarded_request_slot(proxy, &h).is_err());
+        h.insert("x-forwarded-for", "203.0.113.10".parse().unwrap());
+        assert!(l.forwarded_request_slot(proxy, &h).unwrap().is_some());
+        drop(r1);
+        h.insert("x-forwarded-for", "203.0.113.9".parse().unwrap());
+        assert!(l.forwarded_request_slot(proxy, &h).unwrap().is_some());
+        // A direct peer's requests are not counted here (its connections are).
+        let direct: Option<IpAddr> = Some("198.51.100.9".parse().unwrap());
+        assert!(l.forwarded_request_slot(direct, &h).unwrap().is_none());
     }
 
     #[test]

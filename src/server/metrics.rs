@@ -142,7 +142,7 @@ impl Metrics {
         let rate_limited = Family::<LimitLabels, Counter>::default();
         registry.register(
             "rate_limited",
-            "Requests refused with 429 by limit (browser, failed_auth, api_client, sse_streams, long_polls)",
+            "Requests refused with 429 by limit (browser, failed_auth, api_client, sse_streams, long_polls, per_address)",
             rate_limited.clone(),
         );
         let refreshes = Family::<ProviderOutcomeLabels, Counter>::default();

@@ -17,6 +17,8 @@ use tower_http::request_id::{
 use tower_http::trace::{HttpMakeClassifier, TraceLayer};
 use tracing::Span;
 
+use crate::config::IpNet;
+
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 #[derive(Clone, Copy, Default)]
@@ -40,15 +42,43 @@ impl MakeRequestId for RandomRequestId {
     }
 }
 
-type RequestIdLayers = ServiceBuilder<
-    Stack<PropagateRequestIdLayer, Stack<SetRequestIdLayer<RandomRequestId>, Identity>>,
->;
-
-/// Gives every request an `x-request-id` (keeping a well-formed incoming one) and echoes it.
-pub fn request_id_layers() -> RequestIdLayers {
+/// Gives every request an `x-request-id` and echoes it. An incoming id is kept only when a
+/// trusted proxy (`[limits] trusted_proxies`) sent it and it is well-formed: anyone else could
+/// forge the correlation of audit rows and logs, and what is refused is never echoed.
+pub fn request_id_layers(
+    trusted_proxies: &[IpNet],
+) -> ServiceBuilder<
+    Stack<
+        PropagateRequestIdLayer,
+        Stack<
+            SetRequestIdLayer<RandomRequestId>,
+            Stack<
+                tower::util::MapRequestLayer<
+                    impl Fn(Request) -> Request + Clone + Send + Sync + 'static,
+                >,
+                Identity,
+            >,
+        >,
+    >,
+> {
     ServiceBuilder::new()
+        .map_request(keep_trusted_request_id(trusted_proxies.into()))
         .layer(SetRequestIdLayer::new(REQUEST_ID, RandomRequestId))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+}
+
+/// Drops an incoming `x-request-id` unless a trusted proxy sent it and it is well-formed.
+fn keep_trusted_request_id(
+    trusted: std::sync::Arc<[IpNet]>,
+) -> impl Fn(Request) -> Request + Clone + Send + Sync + 'static {
+    move |mut req: Request| {
+        let from_proxy = crate::server::limits::peer_ip(req.extensions())
+            .is_some_and(|ip| trusted.iter().any(|n| n.contains(ip)));
+        if !from_proxy || request_id_str(req.headers()).is_none() {
+            req.headers_mut().remove(REQUEST_ID);
+        }
+        req
+    }
 }
 
 /// The request id of a request, for error pages and audit records.
@@ -121,6 +151,12 @@ pub fn response_headers(
 ) -> tower::util::MapResponseLayer<impl Fn(Response) -> Response + Clone + Send + Sync + 'static> {
     tower::util::MapResponseLayer::new(move |mut resp: Response| {
         set_security_headers(&mut resp, &csp);
+        // A refused request's body is never read, so the connection cannot carry another
+        // request: say so, rather than let a keep-alive client find a broken pipe.
+        if resp.status() == axum::http::StatusCode::TOO_MANY_REQUESTS {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if https {
             resp.headers_mut().insert(
                 header::STRICT_TRANSPORT_SECURITY,
@@ -236,13 +272,18 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
+        let mut slot = None;
         if let Some(state) = &self.guard.state {
             if let Some(refused) = crate::limits::browser_refusal(state, &req) {
                 return GuardFuture::Done(Some(refused));
             }
+            match crate::limits::forwarded_request_slot(state, &req) {
+                Ok(s) => slot = s,
+                Err(refused) => return GuardFuture::Done(Some(refused)),
+            }
         }
         let Some(limit) = deadline(&req, self.guard.base) else {
-            return GuardFuture::Open(self.inner.call(req));
+            return GuardFuture::Open(self.inner.call(req), slot);
         };
         // What a timeout page needs, taken before the request moves on; API and probe answers
         // are never pages.
@@ -269,6 +310,7 @@ where
             limit,
             timer: None,
             page,
+            _slot: slot,
         }
     }
 }
@@ -277,8 +319,9 @@ where
 pub enum GuardFuture<F> {
     /// Answered by the guard itself.
     Done(Option<Response>),
-    /// No deadline (the event stream).
-    Open(F),
+    /// No deadline (the event stream). Each variant holds its forwarded client's slot
+    /// (`limits::forwarded_request_slot`) until answered.
+    Open(F, Option<crate::limits::Slot>),
     Timed {
         inner: F,
         limit: Duration,
@@ -286,6 +329,7 @@ pub enum GuardFuture<F> {
         timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
         /// `Some` on browser routes: the timeout page's frame.
         page: Option<crate::web::ui::Ui>,
+        _slot: Option<crate::limits::Slot>,
     },
 }
 
@@ -305,12 +349,13 @@ where
                 use axum::response::IntoResponse;
                 axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response()
             }))),
-            GuardFuture::Open(inner) => std::pin::Pin::new(inner).poll(cx),
+            GuardFuture::Open(inner, _) => std::pin::Pin::new(inner).poll(cx),
             GuardFuture::Timed {
                 inner,
                 limit,
                 timer,
                 page,
+                ..
             } => {
                 if let Poll::Ready(r) = std::pin::Pin::new(inner).poll(cx) {
                     return Poll::Ready(r);

@@ -255,6 +255,57 @@ async fn connections_beyond_the_cap_wait_until_one_closes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_hold_every_connection_slot() {
+    let app = Bare::spawn(
+        "[limits]\nmax_connections = 5\nmax_connections_per_address = 3\n",
+        None,
+    )
+    .await;
+    let from = |ip: &str| {
+        let ip: std::net::IpAddr = ip.parse().unwrap();
+        let addr = app.addr();
+        async move {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind((ip, 0).into()).unwrap();
+            s.connect(addr.parse().unwrap()).await.unwrap()
+        }
+    };
+    // A user's keep-alive client, connected before the attack.
+    let user = client_from("127.0.0.14");
+    let ok = |c: &reqwest::Client| {
+        c.get(format!("{}/healthz", app.url))
+            .timeout(Duration::from_secs(5))
+            .send()
+    };
+    assert_eq!(ok(&user).await.unwrap().status(), StatusCode::OK);
+    // A stranger opens sockets that never send a header: past its cap they are closed at once.
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(from("127.0.0.12").await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut closed = 0;
+    for s in &mut held {
+        let mut buf = [0u8; 1];
+        if let Ok(Ok(0)) = tokio::time::timeout(
+            Duration::from_millis(300),
+            tokio::io::AsyncReadExt::read(s, &mut buf),
+        )
+        .await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 2, "the sockets past the cap of 3 are closed");
+    // The user's connection is still answered, and so is a newcomer from another address.
+    assert_eq!(ok(&user).await.unwrap().status(), StatusCode::OK);
+    let newcomer = client_from("127.0.0.13");
+    assert_eq!(ok(&newcomer).await.unwrap().status(), StatusCode::OK);
+    drop(held);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_polls_and_event_streams_are_capped_per_client() {
     let app = Bare::spawn(
         "[limits]\nlong_polls_per_client = 2\nsse_streams_per_client = 1\n",
@@ -378,10 +429,21 @@ async fn api_requests_are_limited_per_client() {
         let (s, _, body) = token(API_KEY).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
     }
-    let (s, retry, body) = token(API_KEY).await;
-    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    // The refused POST's body is never read: the answer says the connection closes, so a
+    // keep-alive client opens a new one instead of writing into a broken pipe.
+    let r = http
+        .post(format!("{}/v1/tokens", app.url))
+        .bearer_auth(API_KEY)
+        .json(&json!({"subject": "alice", "provider": "acme"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(r.headers()["connection"], "close");
+    let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "rate_limited");
-    assert_eq!(retry.as_deref(), Some("1"));
+    assert_eq!(body["message"], "Too many requests. Try again in 1 second.");
     // Another client has its own allowance.
     let (s, _, body) = token(OTHER_API_KEY).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
@@ -481,9 +543,15 @@ async fn failed_api_authentication_is_limited_per_address() {
     assert_eq!(body["error"], "rate_limited");
     let wait: u64 = retry.unwrap().parse().unwrap();
     assert!((1..=60).contains(&wait), "{wait}");
-    // Even a right key is not tried from that address for now (no oracle for guessing).
-    let (s, _, _) = get(&attacker, API_KEY).await;
-    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    // A valid key from the same address (the MCP server behind the attacker's NAT) is never
+    // refused by this limit, however many failures keep arriving beside it; the failures stay
+    // refused.
+    for _ in 0..20 {
+        let (s, _, body) = get(&attacker, API_KEY).await;
+        assert_eq!(s, StatusCode::OK, "a valid key was refused: {body}");
+        let (s, _, _) = get(&attacker, "wrong-key-wrong-key-wrong-key").await;
+        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    }
     // Another address, and successful requests, are not affected.
     let (s, _, body) = get(&neighbour, API_KEY).await;
     assert_eq!(s, StatusCode::OK, "{body}");
@@ -494,7 +562,7 @@ async fn failed_api_authentication_is_limited_per_address() {
     let m = metrics(&app.url).await;
     assert_eq!(
         counter(&m, "mcp_connect_rate_limited_total{limit=\"failed_auth\"}"),
-        2.0,
+        21.0,
         "{m}"
     );
     app.stop().await;
@@ -529,6 +597,7 @@ async fn browser_routes_are_limited_per_address_with_a_page() {
         .parse()
         .unwrap();
     assert!((1..=60).contains(&retry), "{retry}");
+    assert_eq!(r.headers()["connection"], "close");
     assert!(
         r.headers()["content-type"]
             .to_str()
@@ -806,6 +875,39 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_allowance() {
     assert_eq!(
         get(&stranger, "203.0.113.250").await.unwrap().status(),
         StatusCode::TOO_MANY_REQUESTS
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_are_taken_only_from_trusted_proxies_and_never_echoed_when_refused() {
+    let app = Bare::spawn("[limits]\ntrusted_proxies = [\"127.0.0.10\"]\n", None).await;
+    let echoed = |from: &'static str, id: &'static str| {
+        let url = format!("{}/healthz", app.url);
+        async move {
+            let r = client_from(from)
+                .get(url)
+                .header("x-request-id", id)
+                .send()
+                .await
+                .unwrap();
+            r.headers()["x-request-id"].to_str().unwrap().to_owned()
+        }
+    };
+    // A trusted proxy's well-formed id is kept: one id across the proxy's log and ours.
+    assert_eq!(echoed("127.0.0.10", "proxy-id-1").await, "proxy-id-1");
+    // Anyone else's is replaced, so no caller can forge the correlation of audit rows and logs.
+    let forged = echoed("127.0.0.11", "forged-id-1").await;
+    assert_ne!(forged, "forged-id-1");
+    assert!(!forged.is_empty());
+    // A malformed id is never echoed, not even from the proxy.
+    let malformed = echoed("127.0.0.10", "has spaces;and=more").await;
+    assert_ne!(malformed, "has spaces;and=more");
+    assert!(
+        malformed
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+        "{malformed}"
     );
     app.stop().await;
 }
