@@ -16,6 +16,10 @@ pub struct IdentityConfig {
     pub client_id: String,
     pub client_secret: Option<SecretString>,
     pub scopes: Vec<String>,
+    /// When set (`"at+jwt"` for an RFC 9068 issuer), a JWT `subject_token` must carry this
+    /// `typ` header: the issuer marks its access tokens so, and nothing else it signs (an ID
+    /// token, a logout token) passes for one. Unset: `typ` is not looked at.
+    pub access_token_typ: Option<String>,
 }
 
 impl fmt::Debug for IdentityConfig {
@@ -70,6 +74,17 @@ pub(super) fn read(t: Option<Section>, r: &mut Report) -> Option<IdentityConfig>
     }
     let client_secret: Option<SecretString> = t.get(r, "client_secret");
     let scopes: Vec<String> = t.get(r, "scopes");
+    let access_token_typ: Option<String> = t.get(r, "access_token_typ");
+    let access_token_typ = match access_token_typ.map(|v| v.trim().to_owned()) {
+        Some(v) if v.is_empty() || !v.bytes().all(|b| b.is_ascii_graphic()) => {
+            r.err(
+                "identity.access_token_typ",
+                "must be a media type such as \"at+jwt\"",
+            );
+            None
+        }
+        v => v,
+    };
     t.finish(r);
     Some(IdentityConfig {
         issuer: issuer?,
@@ -80,5 +95,6 @@ pub(super) fn read(t: Option<Section>, r: &mut Report) -> Option<IdentityConfig>
         } else {
             scopes
         },
+        access_token_typ,
     })
 }

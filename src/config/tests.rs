@@ -515,6 +515,32 @@ fn grant_and_subject_token_settings_are_validated_and_named() {
 }
 
 #[test]
+fn the_access_token_typ_and_the_per_address_cap_are_read_and_checked() {
+    let c = Config::from_parts(&base(), &[]).unwrap();
+    assert_eq!(c.identity.access_token_typ, None);
+    assert_eq!(c.limits.max_connections_per_address, 256);
+    let with = |line: &str| {
+        base().replace(
+            "client_id = \"mcp-connect\"",
+            &format!("client_id = \"mcp-connect\"\n{line}"),
+        )
+    };
+    let c = Config::from_parts(&with("access_token_typ = \"at+jwt\""), &[]).unwrap();
+    assert_eq!(c.identity.access_token_typ.as_deref(), Some("at+jwt"));
+    let e = Config::from_parts(&with("access_token_typ = \" \""), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("identity.access_token_typ"), "{e}");
+    let e = Config::from_parts(
+        &format!("{}\n[limits]\nmax_connections_per_address = 0\n", base()),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("limits.max_connections_per_address"), "{e}");
+}
+
+#[test]
 fn webhook_settings_are_validated_and_named() {
     let c = Config::from_parts(&base(), &[]).unwrap();
     let w = c.clients[0].webhook.as_ref().unwrap();

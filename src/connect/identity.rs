@@ -238,12 +238,20 @@ impl Identity {
         if !ALLOWED_ALGS.contains(&header.alg) {
             bail!("ID token uses disallowed algorithm {:?}", header.alg);
         }
+        if has_critical_extensions(token) {
+            bail!("ID token names critical header extensions (crit) this service does not know");
+        }
+        // An access token (RFC 9068) is not an ID token, whatever its audience says.
+        if header.typ.as_deref().is_some_and(|t| typ_is(t, "at+jwt")) {
+            bail!("the token is an access token (typ at+jwt), not an ID token");
+        }
         let key = self.decoding_key(header.kid.as_deref()).await?;
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.config.issuer]);
         validation.set_audience(&[&self.config.client_id]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.leeway = 60;
+        validation.validate_nbf = true;
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation)
             .context("ID token rejected")?;
         let claims = data.claims;
@@ -276,6 +284,20 @@ impl Identity {
                 "the subject_token is signed with an algorithm that is not accepted",
             ));
         }
+        if has_critical_extensions(token) {
+            return Err(refused(
+                "malformed",
+                "the subject_token names critical header extensions (crit) that are not understood",
+            ));
+        }
+        if let Some(want) = &self.config.access_token_typ {
+            if !header.typ.as_deref().is_some_and(|t| typ_is(t, want)) {
+                return Err(refused(
+                    "type",
+                    "the subject_token is not an access token of the identity issuer (its typ header differs)",
+                ));
+            }
+        }
         let key = match self.decoding_key(header.kid.as_deref()).await {
             Ok(k) => k,
             Err(e) if format!("{e:#}").contains("no key") => {
@@ -291,6 +313,7 @@ impl Identity {
         validation.set_audience(&[audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.leeway = 5;
+        validation.validate_nbf = true;
         let data =
             jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| {
                 match e.kind() {
@@ -478,6 +501,33 @@ impl Identity {
     }
 }
 
+/// Whether a JWT's protected header has `crit`: RFC 7515 §4.1.11 says a recipient that does not
+/// understand a listed extension must reject the token, and this service understands none. (The
+/// JWT library's header type drops the member, so the header is read here.)
+fn has_critical_extensions(token: &str) -> bool {
+    use base64::Engine as _;
+    let Some(head) = token.split('.').next() else {
+        return false;
+    };
+    let Ok(raw) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(head) else {
+        return false;
+    };
+    serde_json::from_slice::<Map<String, Value>>(&raw).is_ok_and(|h| h.contains_key("crit"))
+}
+
+/// Whether a `typ` header names the media type `want` (RFC 7515 §4.1.9: case-insensitive, and
+/// the `application/` prefix may be left out).
+fn typ_is(typ: &str, want: &str) -> bool {
+    let bare = |t: &str| {
+        let t = t.trim();
+        t.get(..12)
+            .filter(|p| p.eq_ignore_ascii_case("application/"))
+            .map_or(t, |_| &t[12..])
+            .to_ascii_lowercase()
+    };
+    bare(typ) == bare(want)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,6 +613,7 @@ mod tests {
                 client_id: "mcp-connect".into(),
                 client_secret: None,
                 scopes: vec!["openid".into()],
+                access_token_typ: None,
             },
             crate::outbound::http::build(crate::outbound::Policy::new(vec![
                 crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
@@ -636,6 +687,130 @@ mod tests {
             }),
             Some(Duration::from_secs(3600))
         );
+    }
+
+    /// A token of `id`'s issuer signed with `k`, with `claims` over the usual ones and `header`
+    /// members added to the protected header.
+    fn signed(id: &Identity, k: &Key, claims: Value, header: Value) -> String {
+        let now = crate::time::now();
+        let mut body = json!({"iss": id.issuer(), "sub": "alice", "iat": now, "exp": now + 300});
+        for (name, v) in claims.as_object().unwrap() {
+            body[name] = v.clone();
+        }
+        let mut h = json!({"alg": "ES256", "kid": k.kid});
+        for (name, v) in header.as_object().unwrap() {
+            h[name] = v.clone();
+        }
+        // The JWT library's header has no `crit`: sign by hand what it would sign.
+        let head = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&h).unwrap());
+        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&body).unwrap());
+        let input = format!("{head}.{payload}");
+        let sig = jsonwebtoken::crypto::sign(input.as_bytes(), &k.enc, Algorithm::ES256).unwrap();
+        format!("{input}.{sig}")
+    }
+
+    #[tokio::test]
+    async fn tokens_not_yet_valid_or_with_critical_extensions_are_refused() {
+        let (stub, id) = start().await;
+        let k = key("k");
+        *stub.keys.lock().unwrap() = vec![k.jwk.clone()];
+        let tomorrow = crate::time::now() + 86_400;
+        let id_claims = |extra: Value| {
+            let mut c = json!({"aud": "mcp-connect", "nonce": "n"});
+            for (name, v) in extra.as_object().unwrap() {
+                c[name] = v.clone();
+            }
+            c
+        };
+        // The baseline passes, so each refusal below is for the one thing changed.
+        let ok = signed(&id, &k, id_claims(json!({})), json!({}));
+        id.verify_id_token(&ok, "n").await.unwrap();
+        let at = signed(
+            &id,
+            &k,
+            json!({"aud": "https://mcp"}),
+            json!({"typ": "at+jwt"}),
+        );
+        assert_eq!(
+            id.verify_access_token(&at, "https://mcp").await.unwrap(),
+            "alice"
+        );
+
+        let later = signed(
+            &id,
+            &k,
+            id_claims(json!({"nbf": tomorrow, "exp": tomorrow + 300})),
+            json!({}),
+        );
+        assert!(id.verify_id_token(&later, "n").await.is_err());
+        let later = signed(
+            &id,
+            &k,
+            json!({"aud": "https://mcp", "nbf": tomorrow, "exp": tomorrow + 300}),
+            json!({}),
+        );
+        assert!(matches!(
+            id.verify_access_token(&later, "https://mcp").await,
+            Err(SubjectTokenError::Refused("not_yet_valid", _))
+        ));
+
+        let crit = json!({"crit": ["exp-unknown"], "exp-unknown": true});
+        let e = id
+            .verify_id_token(&signed(&id, &k, id_claims(json!({})), crit.clone()), "n")
+            .await
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("crit"), "{e:#}");
+        assert!(matches!(
+            id.verify_access_token(
+                &signed(&id, &k, json!({"aud": "https://mcp"}), crit),
+                "https://mcp"
+            )
+            .await,
+            Err(SubjectTokenError::Refused("malformed", _))
+        ));
+
+        // An access token is never taken for an ID token.
+        let e = id
+            .verify_id_token(
+                &signed(&id, &k, id_claims(json!({})), json!({"typ": "at+jwt"})),
+                "n",
+            )
+            .await
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("at+jwt"), "{e:#}");
+    }
+
+    #[tokio::test]
+    async fn the_access_token_typ_is_required_where_the_issuer_sets_it() {
+        let (stub, mut id) = start().await;
+        let k = key("k");
+        *stub.keys.lock().unwrap() = vec![k.jwk.clone()];
+        let token = |typ: Option<&str>| {
+            let h = typ.map_or(json!({}), |t| json!({ "typ": t }));
+            signed(&id, &k, json!({"aud": "https://mcp"}), h)
+        };
+        let (plain, jwt, at, long) = (
+            token(None),
+            token(Some("JWT")),
+            token(Some("at+jwt")),
+            token(Some("application/AT+JWT")),
+        );
+        // Not configured: typ is not looked at.
+        for t in [&plain, &jwt, &at] {
+            id.verify_access_token(t, "https://mcp").await.unwrap();
+        }
+        id.config.access_token_typ = Some("at+jwt".into());
+        for t in [&plain, &jwt] {
+            assert!(matches!(
+                id.verify_access_token(t, "https://mcp").await,
+                Err(SubjectTokenError::Refused("type", _))
+            ));
+        }
+        for t in [&at, &long] {
+            id.verify_access_token(t, "https://mcp").await.unwrap();
+        }
+        assert!(typ_is("application/at+jwt", "at+jwt"));
+        assert!(!typ_is("jwt", "at+jwt"));
     }
 
     #[tokio::test]

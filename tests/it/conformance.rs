@@ -443,6 +443,7 @@ on_both_peers!(
                 client_id: server.client_id.clone(),
                 client_secret: Some(SecretString::from(server.client_secret.clone())),
                 scopes: vec!["openid".into()],
+                access_token_typ: None,
             },
             mcp_connect::outbound::http::build(mcp_connect::outbound::Policy::new(vec![
                 mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
