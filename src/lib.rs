@@ -79,8 +79,8 @@ pub struct AppInner {
     /// Set when the process was asked to stop: `/readyz` answers 503 so load balancers take
     /// this replica out while it still serves (see `Application::run_until`).
     pub draining: std::sync::atomic::AtomicBool,
-    /// Refused callback states not yet in the audit log (aggregated, see `web::state_refusals`).
-    pub state_refusals: web::state_refusals::StateRefusals,
+    /// Repeatable refusals not yet in the audit log (aggregated, see `web::refusals`).
+    pub refusals: web::refusals::Refusals,
 }
 
 #[derive(Clone)]
@@ -123,7 +123,7 @@ impl AppState {
             events: hub,
             shutdown,
             draining: Default::default(),
-            state_refusals: Default::default(),
+            refusals: Default::default(),
         })))
     }
 }
@@ -499,9 +499,7 @@ impl AppState {
         if let Err(e) = self.db.delete_expired().await {
             tracing::warn!(error = %e, "cleanup failed");
         }
-        self.state_refusals
-            .flush(&self.db, crate::time::now())
-            .await;
+        self.refusals.flush(&self.db, crate::time::now()).await;
         if let Err(e) = self.expire_elicitations().await {
             tracing::warn!(error = %e, "expiring elicitations failed");
         }

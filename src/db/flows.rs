@@ -51,6 +51,12 @@ struct FlowRow {
     used_at: Option<i64>,
 }
 
+/// Pending provider redirects kept per browser session: starting one more removes the oldest
+/// unused one beyond this (its tab's callback then finds no state), so posting the consent form
+/// over and over cannot grow the table. Sessions are bounded per user too
+/// (`sessions::MAX_SESSIONS_PER_USER`).
+pub const MAX_PENDING_FLOWS_PER_BROWSER: i64 = 10;
+
 pub struct NewFlow<'a> {
     pub state_hash: &'a str,
     pub binding_hash: &'a str,
@@ -90,14 +96,41 @@ impl Db {
             .bind(f.verifier)
             .bind(now)
             .bind(now + f.ttl_seconds);
-        let Some((params, id)) = params else {
-            insert.execute(&self.pool).await?;
-            return Ok(());
-        };
-        let mut tx = self.begin_ephemeral().await?;
-        super::elicitations::set_elicitation_params(&mut tx, id, params).await?;
-        insert.execute(&mut *tx).await?;
-        Ok(tx.commit().await?)
+        match params {
+            None => {
+                insert.execute(&self.pool).await?;
+            }
+            Some((params, id)) => {
+                let mut tx = self.begin_ephemeral().await?;
+                super::elicitations::set_elicitation_params(&mut tx, id, params).await?;
+                insert.execute(&mut *tx).await?;
+                tx.commit().await?;
+            }
+        }
+        self.keep_newest_flows(f.binding_hash, f.state_hash).await
+    }
+
+    /// Deletes the unused redirects of one browser binding beyond the newest
+    /// `MAX_PENDING_FLOWS_PER_BROWSER`, never `just_made` (times are whole seconds: a tie must
+    /// not remove the redirect the browser is being sent on); on Postgres without waiting for
+    /// the disk (losing it in a crash leaves rows that expire anyway).
+    async fn keep_newest_flows(&self, binding_hash: &str, just_made: &str) -> Result<()> {
+        let using = self
+            .no_flush_from()
+            .map(|f| format!(" USING {f}"))
+            .unwrap_or_default();
+        let sql = format!(
+            "DELETE FROM auth_flows{using} WHERE binding_hash = $1 AND used_at IS NULL AND state_hash <> $2 \
+             AND state_hash NOT IN (SELECT state_hash FROM auth_flows WHERE binding_hash = $1 \
+             AND used_at IS NULL AND state_hash <> $2 ORDER BY created_at DESC, state_hash LIMIT $3)"
+        );
+        sqlx::query(&sql)
+            .bind(binding_hash)
+            .bind(just_made)
+            .bind(MAX_PENDING_FLOWS_PER_BROWSER - 1)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     /// The flow a state names, and whether it was used already. Reads only: presenting a state

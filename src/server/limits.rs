@@ -394,7 +394,10 @@ pub fn browser_refusal(state: &AppState, req: &Request) -> Option<Response> {
 /// The per-address cap on requests in flight for a client behind a trusted proxy
 /// (`Limits::forwarded_request_slot`): the slot to hold until answered, or the refusal (a page
 /// on browser routes). Called by `middleware::Guard` for every request.
-pub fn forwarded_request_slot(state: &AppState, req: &Request) -> Result<Option<Slot>, Response> {
+pub fn forwarded_request_slot(
+    state: &AppState,
+    req: &Request,
+) -> Result<Option<Slot>, Box<Response>> {
     use axum::response::IntoResponse;
     match state
         .limits
@@ -408,9 +411,9 @@ pub fn forwarded_request_slot(state: &AppState, req: &Request) -> Result<Option<
                 req.uri(),
                 req.headers(),
             );
-            Err(too_many_page(&ui, 1, Limit::PerAddress))
+            Err(Box::new(too_many_page(&ui, 1, Limit::PerAddress)))
         }
-        Err(e) => Err(e.into_response()),
+        Err(e) => Err(Box::new(e.into_response())),
     }
 }
 

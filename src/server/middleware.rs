@@ -42,25 +42,18 @@ impl MakeRequestId for RandomRequestId {
     }
 }
 
+/// `request_id_layers`: keep a trusted id (`M`), make one, echo it.
+type RequestIdStack<M> = Stack<
+    PropagateRequestIdLayer,
+    Stack<SetRequestIdLayer<RandomRequestId>, Stack<tower::util::MapRequestLayer<M>, Identity>>,
+>;
+
 /// Gives every request an `x-request-id` and echoes it. An incoming id is kept only when a
 /// trusted proxy (`[limits] trusted_proxies`) sent it and it is well-formed: anyone else could
 /// forge the correlation of audit rows and logs, and what is refused is never echoed.
 pub fn request_id_layers(
     trusted_proxies: &[IpNet],
-) -> ServiceBuilder<
-    Stack<
-        PropagateRequestIdLayer,
-        Stack<
-            SetRequestIdLayer<RandomRequestId>,
-            Stack<
-                tower::util::MapRequestLayer<
-                    impl Fn(Request) -> Request + Clone + Send + Sync + 'static,
-                >,
-                Identity,
-            >,
-        >,
-    >,
-> {
+) -> ServiceBuilder<RequestIdStack<impl Fn(Request) -> Request + Clone + Send + Sync + 'static>> {
     ServiceBuilder::new()
         .map_request(keep_trusted_request_id(trusted_proxies.into()))
         .layer(SetRequestIdLayer::new(REQUEST_ID, RandomRequestId))
@@ -279,7 +272,7 @@ where
             }
             match crate::limits::forwarded_request_slot(state, &req) {
                 Ok(s) => slot = s,
-                Err(refused) => return GuardFuture::Done(Some(refused)),
+                Err(refused) => return GuardFuture::Done(Some(*refused)),
             }
         }
         let Some(limit) = deadline(&req, self.guard.base) else {
@@ -290,7 +283,7 @@ where
         let page = if never_a_page(req.uri().path()) {
             None
         } else {
-            Some(
+            Some(Box::new(
                 self.guard
                     .state
                     .as_ref()
@@ -303,7 +296,7 @@ where
                         )
                     })
                     .unwrap_or_else(crate::web::ui::Ui::plain),
-            )
+            ))
         };
         GuardFuture::Timed {
             inner: self.inner.call(req),
@@ -328,7 +321,7 @@ pub enum GuardFuture<F> {
         /// Armed at the first poll that finds the answer not ready.
         timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
         /// `Some` on browser routes: the timeout page's frame.
-        page: Option<crate::web::ui::Ui>,
+        page: Option<Box<crate::web::ui::Ui>>,
         _slot: Option<crate::limits::Slot>,
     },
 }
@@ -375,7 +368,7 @@ where
 }
 
 /// 503 `unavailable`: JSON on API routes (`page` is `None`), else a page.
-fn timeout_response(page: Option<crate::web::ui::Ui>) -> Response {
+fn timeout_response(page: Option<Box<crate::web::ui::Ui>>) -> Response {
     use axum::response::IntoResponse;
     match page {
         None => crate::error::Error::page(

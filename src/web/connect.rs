@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::flow::{start_provider, start_sign_in};
 use super::pages::{ConsentPage, MessagePage, ParamField, SignOutForm, render};
+use super::refusals::Refusal;
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
@@ -156,22 +157,32 @@ async fn refuse_other_user(
         stage,
         "elicitation opened by a different user; refused"
     );
-    // Written for unknown ids too (by a signed-in, accountable user), so the answer takes the
-    // same time whether the elicitation exists or not.
+    // Recorded for unknown ids too (by a signed-in, accountable user), so the answer takes the
+    // same time whether the elicitation exists or not. One row a minute per user and
+    // elicitation (all unknown ids together), with the count: repeating the request cannot grow
+    // the log, and probing unknown ids cannot hide a refusal at a real one.
+    let label = if e.is_some() { stage } else { "unknown id" };
     state
-        .db
-        .audit(AuditEvent {
-            event: AuditAction::ElicitationSubjectMismatchRefused,
-            actor: Some(&user.subject),
-            issuer: Some(&user.issuer),
-            subject: e.map(|e| e.subject.as_str()),
-            provider: e.map(|e| e.provider.as_str()),
-            client_id: e.map(|e| e.client_id.as_str()),
-            connection_id: None,
-            elicitation_id: Some(id),
-            request_id: rid,
-            detail: Some(if e.is_some() { stage } else { "unknown id" }),
-        })
+        .refusals
+        .record_user(
+            &state.db,
+            Refusal {
+                row: AuditEvent {
+                    event: AuditAction::ElicitationSubjectMismatchRefused,
+                    actor: Some(&user.subject),
+                    issuer: Some(&user.issuer),
+                    subject: e.map(|e| e.subject.as_str()),
+                    provider: e.map(|e| e.provider.as_str()),
+                    client_id: e.map(|e| e.client_id.as_str()),
+                    connection_id: None,
+                    elicitation_id: Some(id),
+                    request_id: rid,
+                    detail: None,
+                },
+                about: if e.is_some() { id } else { "unknown id" },
+                label,
+            },
+        )
         .await;
     let csrf = session.csrf_token().await?;
     Ok(MessagePage::new(

@@ -11,8 +11,8 @@ use secrecy::SecretString;
 
 use super::connect::{Own, own_pending_elicitation};
 use super::presignin::{LoginFlow, MAX_RETURN_TO, PreSignIn};
+use super::refusals::{Callback, Context, Reason};
 use super::session::BrowserSession;
-use super::state_refusals::{Callback, Context, Reason};
 use super::ui::Ui;
 use crate::AppState;
 use crate::connect::identity::SignedInUser;
@@ -223,7 +223,7 @@ pub async fn refuse_state(
     ctx: Context<'_>,
 ) -> Error {
     state
-        .state_refusals
+        .refusals
         .record(&state.db, &state.metrics, callback, reason, ctx)
         .await;
     match reason {

@@ -14,9 +14,9 @@ pub mod flow;
 pub mod pages;
 pub mod presignin;
 pub mod provider_callback;
+pub mod refusals;
 pub mod session;
 pub mod signin;
-pub mod state_refusals;
 pub mod ui;
 
 use axum::Router;

@@ -11,8 +11,8 @@ use serde::Deserialize;
 
 use super::flow::{CallbackQuery, local_path, presented_state, refuse_state};
 use super::presignin::{Lookup, PreSignIn};
+use super::refusals::{Callback, Context, Reason};
 use super::session::BrowserSession;
-use super::state_refusals::{Callback, Context, Reason};
 use crate::AppState;
 use crate::crypto::sha256_b64;
 use crate::error::{Error, Result};

@@ -330,7 +330,7 @@ on_both_databases!(
         );
         // The rest is written (with its count) once the minute has passed.
         app.state
-            .state_refusals
+            .refusals
             .flush(app.db(), mcp_connect::db::now() + 61)
             .await;
         let rows = audited_counts(&app, "state.unknown_refused").await;
@@ -338,7 +338,7 @@ on_both_databases!(
         assert_eq!(rows.iter().sum::<u64>(), 2 * n);
         // Nothing more is pending.
         app.state
-            .state_refusals
+            .refusals
             .flush(app.db(), mcp_connect::db::now() + 200)
             .await;
         assert_eq!(audited_counts(&app, "state.unknown_refused").await.len(), 4);
@@ -585,6 +585,97 @@ on_both_databases!(
         assert_eq!(r.headers()[LOCATION], "/account");
         assert!(!still_signed_in().await);
         assert_eq!(count(&app, "sessions").await, 0);
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    repeated_refusals_of_a_signed_in_user_and_their_rows_are_bounded,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        let n = 30u64;
+        // bob's link, opened by alice over and over; unknown links; the admin pages.
+        let bobs = app.elicit("bob").await["id"].as_str().unwrap().to_owned();
+        let alice = signed_in(&app, "alice").await;
+        for i in 0..n {
+            for path in [
+                format!("/connect/{bobs}"),
+                format!("/connect/AAAAAAAAAAAAAAAAAAAAAA{i:02}"),
+                "/admin".to_owned(),
+            ] {
+                let page = alice.get(&format!("{}{path}", app.url)).await;
+                assert_eq!(page.status, StatusCode::FORBIDDEN, "{path}");
+            }
+        }
+        // One row per kind and user in the minute, the first at once, with its context.
+        let mismatch = "elicitation.subject_mismatch_refused";
+        assert_eq!(audited_counts(&app, mismatch).await, vec![1, 1]);
+        assert_eq!(audited_counts(&app, "admin.access_refused").await, vec![1]);
+        let rows = app.db().recent_audit(None, 500).await.unwrap();
+        assert!(rows.iter().any(|r| r.event == mismatch
+            && r.elicitation_id.as_deref() == Some(bobs.as_str())
+            && r.subject.as_deref() == Some("bob")
+            && r.actor.as_deref() == Some("alice")));
+        // The rest is written with its count once the minute has passed: nothing is lost.
+        app.state
+            .refusals
+            .flush(app.db(), mcp_connect::db::now() + 61)
+            .await;
+        let counted = audited_counts(&app, mismatch).await;
+        assert_eq!(counted.len(), 4, "{counted:?}");
+        assert_eq!(counted.iter().sum::<u64>(), 2 * n);
+        let counted = audited_counts(&app, "admin.access_refused").await;
+        assert_eq!(counted, vec![1, n - 1]);
+        // The later row about bob's elicitation still names it; the one for unknown ids names
+        // none of them.
+        let rows = app.db().recent_audit(None, 500).await.unwrap();
+        let later: Vec<_> = rows
+            .iter()
+            .filter(|r| {
+                r.event == mismatch && !r.detail.as_deref().unwrap_or("").ends_with("count=1")
+            })
+            .collect();
+        assert_eq!(later.len(), 2);
+        assert!(
+            later
+                .iter()
+                .any(|r| r.elicitation_id.as_deref() == Some(bobs.as_str()))
+        );
+        assert!(later.iter().any(|r| r.elicitation_id.is_none()));
+
+        // Posting the consent form over and over keeps at most ten pending redirects per
+        // browser (and the newest one works).
+        let e = app.elicit("alice").await;
+        let url = e["url"].as_str().unwrap();
+        let b = Browser::new();
+        let consent = b.sign_in_to_consent(url, "alice").await;
+        for _ in 0..15 {
+            let upstream = b
+                .submit(&consent, "form.actions", &[("action", "continue")])
+                .await;
+            assert!(upstream.has("name=\"login\""), "{}", upstream.body);
+        }
+        let pending: i64 = count(&app, "auth_flows").await;
+        assert_eq!(pending, 10, "at most ten pending redirects per browser");
+        let done = b.consent_and_allow(&consent, "alice").await;
+        assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+        assert_eq!(app.token("alice").await.0, StatusCode::OK);
+
+        // Signing in again and again keeps at most ten sessions per user: the least recently
+        // used go first.
+        for _ in 0..14 {
+            signed_in(&app, "carol").await;
+        }
+        let (carols,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM sessions WHERE user_key IS NOT NULL AND data LIKE '%carol%'",
+        )
+        .fetch_one(&app.db().pool)
+        .await
+        .unwrap();
+        assert_eq!(carols, 10);
+        // alice's two browsers are untouched by carol's.
+        let page = alice.get(&format!("{}/account", app.url)).await;
+        assert!(page.has("Sign out"), "{}", page.body);
         app.shutdown().await;
     }
 );

@@ -143,16 +143,24 @@ pub async fn gate(
     let csrf = session.csrf_token().await?;
     if !is_admin(&state.config.admin, state.identity.issuer(), &user) {
         tracing::warn!(target: "security", subject = %user.subject, path = %uri.path(), "admin page refused to a non-admin");
+        // One row a minute per user, with the count (the first path it names): a user reloading
+        // or scripting /admin cannot grow the log.
         state
-            .db
-            .audit(AuditEvent {
-                actor: Some(&user.subject),
-                issuer: Some(&user.issuer),
-                subject: Some(&user.subject),
-                request_id: rid.as_deref(),
-                detail: Some(uri.path()),
-                ..AuditEvent::new(AuditAction::AdminAccessRefused)
-            })
+            .refusals
+            .record_user(
+                &state.db,
+                crate::web::refusals::Refusal {
+                    row: AuditEvent {
+                        actor: Some(&user.subject),
+                        issuer: Some(&user.issuer),
+                        subject: Some(&user.subject),
+                        request_id: rid.as_deref(),
+                        ..AuditEvent::new(AuditAction::AdminAccessRefused)
+                    },
+                    about: "admin",
+                    label: uri.path(),
+                },
+            )
             .await;
         // A user who is not an administrator reads this in their own language.
         let ui = Ui::for_request(&state.config, &axum::http::Method::GET, uri, headers);
