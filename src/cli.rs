@@ -365,6 +365,19 @@ pub async fn keys_status(cli: &Cli, out: &mut impl Write) -> anyhow::Result<()> 
     for (id, n) in rotation::key_usage(&cli.state.db).await? {
         writeln!(out, "key {id:?} seals {n} stored value(s)")?;
     }
+    let missing = rotation::missing_keys(&cli.state.db, keys).await?;
+    for (id, n) in &missing {
+        writeln!(
+            out,
+            "MISSING key {id:?}: {n} stored value(s) are sealed with it and encryption_keys lacks it; they cannot be read"
+        )?;
+    }
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "encryption_keys lacks {} key(s) the database needs",
+            missing.len()
+        );
+    }
     Ok(())
 }
 

@@ -95,6 +95,11 @@ impl KeyRing {
         &self.keys[0].id
     }
 
+    /// Every key id in the ring, the current one first.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().map(|k| k.id.as_str())
+    }
+
     /// Seals `plaintext` under the current key. The result is `keyid.base64url(nonce || ct)`;
     /// `aad` names where the value lives, so a value copied elsewhere will not open.
     /// Fails only for a plaintext beyond AES-GCM's limit; a value that could not be sealed is
@@ -159,6 +164,12 @@ impl KeyRing {
 /// Associated data for a token field of a connection.
 pub fn connection_aad(connection_id: &str, field: &str) -> String {
     format!("mcp-connect/v1/connection/{connection_id}/{field}")
+}
+
+/// Associated data for the sealed client secret an upstream MCP server's authorization server
+/// issued at registration (`mcp_clients.client_secret`).
+pub fn mcp_client_secret_aad(provider: &str, issuer: &str) -> String {
+    format!("mcp_client:{provider}:{issuer}")
 }
 
 /// Associated data for the sealed PKCE verifier of a pending redirect.

@@ -163,6 +163,7 @@ impl Application {
         };
         let db = Db::connect(&config.database_url).await?;
         db.migrate().await?;
+        grants::rotation::check_key_ring(&db, &config.keys).await?;
         let (shutdown_tx, shutdown) = watch::channel(false);
         let state = AppState::new(config, db, shutdown)?;
         let mut tasks = Vec::new();

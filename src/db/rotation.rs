@@ -182,4 +182,85 @@ impl Db {
                 .await?;
         Ok(rows.into_iter().map(|(v,)| v).collect())
     }
+
+    /// Every stored sealed value whose key id is not among `known`, as the key id it names
+    /// (the text before the first `.`, at most 64 characters) — connections' tokens, pending
+    /// redirects' verifiers and upstream MCP client secrets. Empty when the key ring opens
+    /// everything: one scan per table, no value returned.
+    pub async fn sealed_with_unknown_keys(&self, known: &[&str]) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        for (table, column) in [
+            ("connections", "access_token"),
+            ("connections", "refresh_token"),
+            ("auth_flows", "verifier"),
+            ("mcp_clients", "client_secret"),
+        ] {
+            let known_prefix: Vec<String> = (1..=known.len())
+                .map(|i| format!("substr({column}, 1, length(${i})) = ${i}"))
+                .collect();
+            let unknown = if known_prefix.is_empty() {
+                String::new()
+            } else {
+                format!(" AND NOT ({})", known_prefix.join(" OR "))
+            };
+            let sql = format!(
+                "SELECT substr({column}, 1, 65) FROM {table} WHERE {column} IS NOT NULL{unknown}"
+            );
+            let mut q = sqlx::query_as::<_, (String,)>(&sql);
+            for id in known {
+                q = q.bind(format!("{id}."));
+            }
+            for (head,) in q.fetch_all(&self.pool).await? {
+                let id = head.split_once('.').map_or("(malformed)", |(id, _)| id);
+                found.push(id.chars().take(64).collect());
+            }
+        }
+        Ok(found)
+    }
+
+    /// Upstream MCP client secrets not sealed under `prefix`: `(provider, issuer, redirect URI,
+    /// sealed secret)`. A handful of rows (one per provider and authorization server).
+    pub async fn mcp_client_secrets_to_reseal(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, String, String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT provider, issuer, redirect_uri, client_secret FROM mcp_clients \
+             WHERE client_secret IS NOT NULL AND substr(client_secret, 1, length($1)) <> $1",
+        )
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Replaces one upstream MCP client secret if it is still the one read.
+    pub async fn reseal_mcp_client_secret(
+        &self,
+        (provider, issuer, redirect_uri): (&str, &str, &str),
+        new: &str,
+        old: &str,
+    ) -> Result<bool> {
+        Ok(sqlx::query(
+            "UPDATE mcp_clients SET client_secret = $4 \
+             WHERE provider = $1 AND issuer = $2 AND redirect_uri = $3 AND client_secret = $5",
+        )
+        .bind(provider)
+        .bind(issuer)
+        .bind(redirect_uri)
+        .bind(new)
+        .bind(old)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1)
+    }
+
+    /// Every upstream MCP client's sealed secret.
+    pub async fn sealed_mcp_client_secrets(&self) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> =
+            sqlx::query_as("SELECT client_secret FROM mcp_clients WHERE client_secret IS NOT NULL")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|(v,)| v).collect())
+    }
 }

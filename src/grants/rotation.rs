@@ -12,7 +12,7 @@
 use anyhow::Context;
 use secrecy::ExposeSecret;
 
-use crate::crypto::{KeyRing, connection_aad, flow_verifier_aad};
+use crate::crypto::{KeyRing, connection_aad, flow_verifier_aad, mcp_client_secret_aad};
 use crate::db::Db;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::rotation::{RESEAL_CHUNK, ResealedRow, ResealedVerifier};
@@ -34,12 +34,13 @@ pub struct RotationReport {
     pub remaining: u64,
 }
 
-/// The rows (connections, pending redirects) holding at least one value not sealed with the
-/// current key.
+/// The rows (connections, pending redirects, upstream MCP clients) holding at least one value
+/// not sealed with the current key.
 pub async fn count_pending(db: &Db, keys: &KeyRing) -> anyhow::Result<u64> {
     let prefix = format!("{}.", keys.current_id());
     let (c, f) = db.count_not_sealed_with(&prefix).await?;
-    Ok(c + f)
+    let m = db.mcp_client_secrets_to_reseal(&prefix).await?.len() as u64;
+    Ok(c + f + m)
 }
 
 /// A value re-sealed under the current key, or the same value if it already is.
@@ -122,6 +123,7 @@ pub async fn rotate(
         let conflicts_before = run.report.conflicts;
         run.connections().await?;
         run.flows().await?;
+        run.mcp_clients().await?;
         if run.report.conflicts == conflicts_before || run.report.rows_rotated == before {
             break;
         }
@@ -270,6 +272,35 @@ impl Run<'_> {
     }
 }
 
+impl Run<'_> {
+    /// Upstream MCP client secrets (a few rows: one read, one conditional write each).
+    async fn mcp_clients(&mut self) -> anyhow::Result<()> {
+        let (db, keys) = (self.db, self.keys);
+        let rows = db
+            .mcp_client_secrets_to_reseal(&self.prefix)
+            .await
+            .context("reading upstream MCP client secrets to rotate")?;
+        for (provider, issuer, redirect_uri, sealed) in rows {
+            self.handled += 1;
+            if let Some(Resealed::New(new)) = reseal(
+                keys,
+                Some(&sealed),
+                &mcp_client_secret_aad(&provider, &issuer),
+                &format!("mcp_clients/{provider}/client_secret"),
+                &mut self.report.unreadable,
+            ) {
+                let written = db
+                    .reseal_mcp_client_secret((&provider, &issuer, &redirect_uri), &new, &sealed)
+                    .await
+                    .context("committing a rotation batch")?;
+                self.count_write(written, 1);
+            }
+        }
+        (self.progress)(self.handled);
+        Ok(())
+    }
+}
+
 struct Update {
     id: String,
     new_at: Resealed,
@@ -300,6 +331,40 @@ async fn update_chunk(
         .context("writing a rotation batch")
 }
 
+/// Stored values sealed with keys the ring lacks, by key id. Empty is the only healthy answer:
+/// the service refuses to start otherwise (`check_key_ring`), and `keys status` lists them.
+pub async fn missing_keys(
+    db: &Db,
+    keys: &KeyRing,
+) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
+    let known: Vec<&str> = keys.ids().collect();
+    let mut counts = std::collections::BTreeMap::<String, u64>::new();
+    for id in db.sealed_with_unknown_keys(&known).await? {
+        *counts.entry(id).or_default() += 1;
+    }
+    Ok(counts)
+}
+
+/// At start-up: stops with an error naming the key ids when stored values are sealed with keys
+/// that `encryption_keys` lacks (a restore with the wrong key file, a key removed too soon), so
+/// the service never runs serving errors, or worse, for every user whose grant it cannot open.
+pub async fn check_key_ring(db: &Db, keys: &KeyRing) -> anyhow::Result<()> {
+    let missing = missing_keys(db, keys)
+        .await
+        .context("checking the key ring")?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let total: u64 = missing.values().sum();
+    let ids: Vec<String> = missing.keys().map(|id| format!("{id:?}")).collect();
+    anyhow::bail!(
+        "{total} stored value(s) are sealed with key id(s) {} that encryption_keys lacks; \
+         add the missing key(s) to encryption_keys (from the key backup that goes with this \
+         database) and start again. `mcp-connect keys status` lists them.",
+        ids.join(", ")
+    )
+}
+
 /// How many stored values each key id seals (for `keys status` and the end of a rotation).
 pub async fn key_usage(db: &Db) -> anyhow::Result<Vec<(String, u64)>> {
     let mut counts = std::collections::BTreeMap::<String, u64>::new();
@@ -316,6 +381,10 @@ pub async fn key_usage(db: &Db) -> anyhow::Result<Vec<(String, u64)>> {
         }
     }
     for v in db.sealed_flow_verifiers().await? {
+        let id = KeyRing::key_id_of(&v).unwrap_or("(malformed)");
+        *counts.entry(id.to_owned()).or_default() += 1;
+    }
+    for v in db.sealed_mcp_client_secrets().await? {
         let id = KeyRing::key_id_of(&v).unwrap_or("(malformed)");
         *counts.entry(id.to_owned()).or_default() += 1;
     }

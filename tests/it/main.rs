@@ -27,6 +27,7 @@ mod pages_i18n;
 mod pool;
 mod private_postgres;
 mod provider_quirks;
+mod recovery;
 mod refresh_burst;
 mod rmcp_example;
 mod rotating_provider;
