@@ -18,6 +18,7 @@ mod connect_flow;
 #[cfg(feature = "demo")]
 mod demo;
 mod edges;
+mod failover;
 mod grants;
 mod invariants;
 mod lifecycle;

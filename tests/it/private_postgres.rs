@@ -16,7 +16,9 @@ pub struct PrivatePostgres {
     pub base_url: String,
     dir: PathBuf,
     bin: PathBuf,
-    port: u16,
+    pub port: u16,
+    /// Server settings (`-c name=value`) beyond the test defaults.
+    settings: Vec<String>,
 }
 
 fn pg_bin() -> Result<PathBuf, String> {
@@ -79,6 +81,70 @@ async fn run(mut c: Command, what: &str) -> Result<(), String> {
 impl PrivatePostgres {
     /// initdb and start; the server accepts connections when this returns.
     pub async fn start() -> Result<PrivatePostgres, String> {
+        Self::start_with(&[]).await
+    }
+
+    /// `start`, with server settings (`"synchronous_standby_names='*'"`).
+    pub async fn start_with(settings: &[&str]) -> Result<PrivatePostgres, String> {
+        let pg = Self::empty(settings).await?;
+        let data = pg.dir.join("data");
+        run(
+            as_owner(
+                &pg.bin.join("initdb"),
+                &[
+                    "-D",
+                    data.to_str().unwrap(),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ],
+            ),
+            "initdb",
+        )
+        .await?;
+        pg.start_server().await?;
+        Ok(pg)
+    }
+
+    /// A streaming standby of `primary` (`pg_basebackup -R`), started; it replicates
+    /// synchronously when the primary's `synchronous_standby_names` names it (`'*'`).
+    pub async fn standby_of(
+        primary: &PrivatePostgres,
+        settings: &[&str],
+    ) -> Result<PrivatePostgres, String> {
+        let pg = Self::empty(settings).await?;
+        let data = pg.dir.join("data");
+        let port = primary.port.to_string();
+        run(
+            as_owner(
+                &pg.bin.join("pg_basebackup"),
+                &[
+                    "-D",
+                    data.to_str().unwrap(),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-U",
+                    "postgres",
+                    "-X",
+                    "stream",
+                    "-R",
+                    "--no-sync",
+                ],
+            ),
+            "pg_basebackup",
+        )
+        .await?;
+        pg.start_server().await?;
+        Ok(pg)
+    }
+
+    /// A directory for a server, owned by the user that runs it, and a free port.
+    async fn empty(settings: &[&str]) -> Result<PrivatePostgres, String> {
         let bin = pg_bin()?;
         let dir =
             std::env::temp_dir().join(format!("mcp-connect-pg-{}", crate::harness::random_name()));
@@ -94,36 +160,36 @@ impl PrivatePostgres {
             )
             .await?;
         }
-        let data = dir.join("data");
-        run(
-            as_owner(
-                &bin.join("initdb"),
-                &[
-                    "-D",
-                    data.to_str().unwrap(),
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "-E",
-                    "UTF8",
-                    "--no-sync",
-                ],
-            ),
-            "initdb",
-        )
-        .await?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
             .port();
-        let pg = PrivatePostgres {
+        Ok(PrivatePostgres {
             base_url: format!("postgres://postgres@127.0.0.1:{port}"),
             dir,
             bin,
             port,
-        };
-        pg.start_server().await?;
-        Ok(pg)
+            settings: settings.iter().map(|s| (*s).to_owned()).collect(),
+        })
+    }
+
+    /// Promotes a standby to primary (`pg_ctl promote`), waiting until it accepts writes.
+    pub async fn promote(&self) -> Result<(), String> {
+        run(
+            self.pg_ctl(&["-w", "-t", "30", "promote"]),
+            "pg_ctl promote",
+        )
+        .await
+    }
+
+    /// Kills the server as a crash would (`pg_ctl stop -m immediate`): nothing is flushed or
+    /// handed on.
+    pub async fn crash(&self) -> Result<(), String> {
+        run(
+            self.pg_ctl(&["-w", "-m", "immediate", "stop"]),
+            "pg_ctl stop -m immediate",
+        )
+        .await
     }
 
     fn pg_ctl(&self, args: &[&str]) -> Command {
@@ -137,11 +203,14 @@ impl PrivatePostgres {
 
     /// Starts the server (again) on its port and waits until it accepts connections.
     pub async fn start_server(&self) -> Result<(), String> {
-        let opts = format!(
+        let mut opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=120",
             self.port,
             self.dir.display()
         );
+        for s in &self.settings {
+            opts.push_str(&format!(" -c {s}"));
+        }
         let log = self.dir.join("server.log");
         run(
             self.pg_ctl(&[
