@@ -7,7 +7,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 use super::catalog::WhenMissing;
-use super::{Endpoints, Provider, TokenAuth};
+use super::mcp::ClientAuth;
+use super::{Endpoints, Provider};
 use crate::outbound::http::{MAX_RESPONSE_BYTES, read_limited as read_body};
 
 /// What a token endpoint granted. Secrets stay wrapped.
@@ -330,13 +331,19 @@ impl Provider {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
-        let req = match (self.token_auth, self.client_secret_for(endpoints)) {
-            (TokenAuth::Basic, Some(_)) => self.basic_auth(endpoints, req),
-            (_, secret) => {
-                fields.push(("client_id".into(), self.client_id_for(endpoints).to_owned()));
-                if let Some(s) = secret {
+        let client_id = self.client_id_for(endpoints).to_owned();
+        let req = match self.client_auth_for(endpoints) {
+            ClientAuth::SecretBasic => self.basic_auth(endpoints, req),
+            ClientAuth::SecretPost => {
+                fields.push(("client_id".into(), client_id));
+                if let Some(s) = self.client_secret_for(endpoints) {
                     fields.push(("client_secret".into(), s.to_owned()));
                 }
+                req
+            }
+            // A public client: the secret a server may have issued anyway is not sent.
+            ClientAuth::None => {
+                fields.push(("client_id".into(), client_id));
                 req
             }
         };
