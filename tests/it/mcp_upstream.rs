@@ -665,3 +665,56 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+/// After a connect whose token the caller says was refused: `force_refresh` answers 409
+/// `reauthorization_required` (with the elicitation when asked), never the same token, and the
+/// grant itself is left as it was.
+async fn forced_refresh_needs_the_user(kind: DbKind, setup: Setup) {
+    let (_stub, app) = connect(kind, setup, "").await;
+    let fetch = |extra: Value| {
+        let mut body = json!({"subject": "alice", "provider": "other"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let app = &app;
+        async move { call(app, "/v1/tokens", body).await }
+    };
+    let (s, v) = fetch(json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let first = v["access_token"].as_str().unwrap().to_owned();
+    let (s, v) = fetch(json!({"force_refresh": true})).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["error"], "reauthorization_required", "{v}");
+    assert!(!v.to_string().contains(&first), "{v}");
+    let (s, v) = fetch(json!({"force_refresh": true, "elicit": true})).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["error"], "reauthorization_required", "{v}");
+    assert!(v["elicitation"]["url"].is_string(), "{v}");
+    assert!(!v.to_string().contains(&first), "{v}");
+    let (s, v) = fetch(json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["access_token"], first.as_str());
+    app.shutdown().await;
+}
+
+on_both_databases!(
+    force_refresh_without_a_refresh_token_asks_for_reauthorization,
+    |kind| async move {
+        let setup = Setup {
+            no_refresh_token: true,
+            ..Setup::default()
+        };
+        forced_refresh_needs_the_user(kind, setup).await;
+    }
+);
+
+on_both_databases!(
+    force_refresh_refused_by_the_provider_asks_for_reauthorization,
+    |kind| async move {
+        let setup = Setup {
+            refuses_refresh: Some("unauthorized_client"),
+            ..Setup::default()
+        };
+        forced_refresh_needs_the_user(kind, setup).await;
+    }
+);
