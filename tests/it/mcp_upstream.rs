@@ -662,6 +662,29 @@ on_both_databases!(
         .await
         .unwrap();
         assert_eq!(method.as_deref(), Some("client_secret_post"));
+        // The issued secret is stored sealed and never logged.
+        let secret = stub
+            .clients
+            .lock()
+            .unwrap()
+            .values()
+            .find_map(|(_, s)| s.clone())
+            .unwrap();
+        let (stored,): (Option<String>,) =
+            sqlx::query_as("SELECT client_secret FROM mcp_clients WHERE provider = 'other'")
+                .fetch_one(&app.state.db.pool)
+                .await
+                .unwrap();
+        assert!(!stored.unwrap().contains(&secret), "stored in clear");
+        let logs = captured_logs();
+        assert!(
+            logs.contains("registered at the upstream MCP"),
+            "logs were captured"
+        );
+        assert!(
+            !logs.contains(&secret),
+            "the client secret appears in the logs"
+        );
         app.shutdown().await;
     }
 );
