@@ -30,6 +30,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use url::Url;
 
+use super::tokens::ClientAuth;
 use crate::crypto::KeyRing;
 use crate::db::Db;
 use crate::outbound::http::{Http, MAX_RESPONSE_BYTES, ServerMetadata, fetch_json, read_limited};
@@ -67,38 +68,6 @@ pub struct RegisteredClient {
     /// How to authenticate at the token endpoint, as registered; `None` for the configured
     /// client, which follows the provider's `token_auth`.
     pub auth: Option<ClientAuth>,
-}
-
-/// A token-endpoint authentication method (RFC 7591 `token_endpoint_auth_method`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientAuth {
-    /// HTTP Basic with the client id and secret.
-    SecretBasic,
-    /// `client_id` and `client_secret` in the form body.
-    SecretPost,
-    /// A public client: `client_id` in the form body, no secret.
-    None,
-}
-
-impl ClientAuth {
-    /// In order of preference when the authorization server offers several.
-    const PREFERENCE: [ClientAuth; 3] = [Self::SecretBasic, Self::SecretPost, Self::None];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::SecretBasic => "client_secret_basic",
-            Self::SecretPost => "client_secret_post",
-            Self::None => "none",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::PREFERENCE.into_iter().find(|m| m.as_str() == s)
-    }
-
-    fn needs_secret(self) -> bool {
-        self != Self::None
-    }
 }
 
 impl std::fmt::Debug for RegisteredClient {
@@ -187,7 +156,7 @@ impl Upstream {
     ) -> anyhow::Result<Discovered> {
         let ctx = self.context()?;
         let challenge = self.challenge(http).await.unwrap_or_default();
-        let (prm, resource) = self
+        let prm = self
             .resource_metadata(http, challenge.resource_metadata.as_deref())
             .await?;
         let issuer = prm
@@ -250,17 +219,16 @@ impl Upstream {
             metadata,
             client,
             extra_scopes,
-            resource,
+            resource: prm.resource,
         })
     }
 
-    /// RFC 9728 metadata (the challenge's hint first, then the well-known forms) and the
-    /// resource it advertises.
+    /// RFC 9728 metadata: the challenge's hint first, then the well-known forms.
     async fn resource_metadata(
         &self,
         http: &Http,
         hint: Option<&str>,
-    ) -> anyhow::Result<(ResourceMetadata, String)> {
+    ) -> anyhow::Result<ResourceMetadata> {
         let mut candidates = Vec::new();
         if let Some(hint) = hint {
             candidates.push((hint.to_owned(), Expect::Covering));
@@ -286,14 +254,13 @@ impl Upstream {
                             "protected-resource metadata at {url} is for {:?}, which is not {}",
                             m.resource,
                             match expect {
-                                Expect::Exact => format!("{}", self.resource),
+                                Expect::Exact => self.resource.to_string(),
                                 Expect::Covering =>
                                     format!("{origin} or a prefix of {}", self.resource),
                             }
                         );
                     }
-                    let resource = m.resource.clone();
-                    return Ok((m, resource));
+                    return Ok(m);
                 }
                 Err(e) => errors.push(format!("{e:#}")),
             }
@@ -441,9 +408,12 @@ fn parse_challenge(h: &str) -> Challenge {
         let token = &rest[..end];
         let after = rest[end..].trim_start_matches([' ', '\t']);
         let Some(value_start) = after.strip_prefix('=').filter(|_| !token.is_empty()) else {
-            // A scheme name (or a token68, which no Bearer challenge has).
-            bearer = token.eq_ignore_ascii_case("bearer");
-            rest = &rest[end.max(1).min(rest.len())..];
+            // A scheme name (or a token68, which no Bearer challenge has); a stray `=` is
+            // skipped (`end` is 0 only there: commas and spaces were trimmed).
+            if !token.is_empty() {
+                bearer = token.eq_ignore_ascii_case("bearer");
+            }
+            rest = &rest[end.max(1)..];
             continue;
         };
         let value_start = value_start.trim_start_matches([' ', '\t']);
@@ -717,6 +687,10 @@ mod tests {
         assert_eq!(c.resource_metadata.as_deref(), Some("https://x.test/prm"));
         assert_eq!(c.scope, Some(vec!["a".to_owned()]));
         assert_eq!(parse_challenge("Bearer realm=\"x\""), Challenge::default());
+        assert_eq!(
+            parse_challenge("Bearer , =, scope=a").scope,
+            Some(vec!["a".to_owned()])
+        );
         // Another scheme's parameters are not the Bearer challenge's; escapes are undone.
         let c = parse_challenge(
             r#"Basic realm="scope=x", DPoP scope="dpop", Bearer realm="a \"q\" b", scope="mcp""#,

@@ -425,14 +425,14 @@ impl Provider {
 
     /// How to authenticate at the token endpoint: as registered at discovery, else the
     /// configured `token_auth` (Basic only when there is a secret to send).
-    fn client_auth_for(&self, endpoints: &Endpoints) -> mcp::ClientAuth {
+    fn client_auth_for(&self, endpoints: &Endpoints) -> tokens::ClientAuth {
         if let Some(a) = endpoints.client.as_ref().and_then(|c| c.auth) {
             return a;
         }
         match (self.token_auth, self.client_secret_for(endpoints)) {
-            (TokenAuth::Basic, Some(_)) => mcp::ClientAuth::SecretBasic,
-            (_, Some(_)) => mcp::ClientAuth::SecretPost,
-            (_, None) => mcp::ClientAuth::None,
+            (TokenAuth::Basic, Some(_)) => tokens::ClientAuth::SecretBasic,
+            (_, Some(_)) => tokens::ClientAuth::SecretPost,
+            (_, None) => tokens::ClientAuth::None,
         }
     }
 

@@ -7,9 +7,41 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 use super::catalog::WhenMissing;
-use super::mcp::ClientAuth;
 use super::{Endpoints, Provider};
 use crate::outbound::http::{MAX_RESPONSE_BYTES, read_limited as read_body};
+
+/// A token-endpoint authentication method (RFC 7591 `token_endpoint_auth_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// HTTP Basic with the client id and secret.
+    SecretBasic,
+    /// `client_id` and `client_secret` in the form body.
+    SecretPost,
+    /// A public client: `client_id` in the form body, no secret.
+    None,
+}
+
+impl ClientAuth {
+    /// In order of preference when the authorization server offers several.
+    pub(super) const PREFERENCE: [ClientAuth; 3] =
+        [Self::SecretBasic, Self::SecretPost, Self::None];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SecretBasic => "client_secret_basic",
+            Self::SecretPost => "client_secret_post",
+            Self::None => "none",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::PREFERENCE.into_iter().find(|m| m.as_str() == s)
+    }
+
+    pub(super) fn needs_secret(self) -> bool {
+        self != Self::None
+    }
+}
 
 /// What a token endpoint granted. Secrets stay wrapped.
 #[derive(Debug)]
