@@ -50,7 +50,10 @@ pub struct TokenRequest {
     #[schema(minimum = 0, maximum = 86400)]
     #[serde(default, deserialize_with = "super::opt_i64")]
     pub min_ttl_seconds: Option<i64>,
-    /// Refresh even if the token looks valid (e.g. the provider just refused it).
+    /// Refresh even if the token looks valid (e.g. the provider just refused it). Never answers
+    /// with the token held before: when there is no refresh token, or the provider refuses the
+    /// refresh, the answer is `reauthorization_required` (with `elicit`, carrying the
+    /// elicitation); when the provider cannot be reached, `upstream_error`.
     #[serde(default)]
     pub force_refresh: bool,
     /// When not connected, answer `authorization_required` with a ready elicitation.

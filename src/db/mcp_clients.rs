@@ -4,31 +4,37 @@
 
 use super::{Db, Result};
 
-/// A stored registration: the client id and the sealed secret.
+/// A stored registration: the client id, the sealed secret and the token-endpoint
+/// authentication method (`None` on rows stored before migration 0019).
 pub struct StoredRegistration {
     pub client_id: String,
     pub sealed_secret: Option<String>,
+    pub auth_method: Option<String>,
+}
+
+/// A registration to store.
+pub struct NewRegistration<'a> {
+    pub provider: &'a str,
+    pub issuer: &'a str,
+    pub redirect_uri: &'a str,
+    pub client_id: &'a str,
+    pub sealed_secret: Option<&'a str>,
+    pub auth_method: &'a str,
 }
 
 impl Db {
     /// Stores a registration unless another replica stored one first (the first one wins).
-    pub async fn insert_mcp_client(
-        &self,
-        provider: &str,
-        issuer: &str,
-        redirect_uri: &str,
-        client_id: &str,
-        sealed_secret: Option<&str>,
-    ) -> Result<()> {
+    pub async fn insert_mcp_client(&self, r: &NewRegistration<'_>) -> Result<()> {
         sqlx::query(
-            "INSERT INTO mcp_clients (provider, issuer, redirect_uri, client_id, client_secret, registered_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (provider, issuer, redirect_uri) DO NOTHING",
+            "INSERT INTO mcp_clients (provider, issuer, redirect_uri, client_id, client_secret, token_endpoint_auth_method, registered_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (provider, issuer, redirect_uri) DO NOTHING",
         )
-        .bind(provider)
-        .bind(issuer)
-        .bind(redirect_uri)
-        .bind(client_id)
-        .bind(sealed_secret)
+        .bind(r.provider)
+        .bind(r.issuer)
+        .bind(r.redirect_uri)
+        .bind(r.client_id)
+        .bind(r.sealed_secret)
+        .bind(r.auth_method)
         .bind(super::now())
         .execute(&self.pool)
         .await?;
@@ -41,17 +47,21 @@ impl Db {
         issuer: &str,
         redirect_uri: &str,
     ) -> Result<Option<StoredRegistration>> {
-        let row: Option<(String, Option<String>)> = sqlx::query_as(
-            "SELECT client_id, client_secret FROM mcp_clients WHERE provider = $1 AND issuer = $2 AND redirect_uri = $3",
+        let row: Option<(String, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT client_id, client_secret, token_endpoint_auth_method FROM mcp_clients \
+             WHERE provider = $1 AND issuer = $2 AND redirect_uri = $3",
         )
         .bind(provider)
         .bind(issuer)
         .bind(redirect_uri)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(|(client_id, sealed_secret)| StoredRegistration {
-            client_id,
-            sealed_secret,
-        }))
+        Ok(row.map(
+            |(client_id, sealed_secret, auth_method)| StoredRegistration {
+                client_id,
+                sealed_secret,
+                auth_method,
+            },
+        ))
     }
 }

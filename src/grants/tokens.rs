@@ -159,7 +159,7 @@ impl AppState {
             let Ok(Ok(_permit)) =
                 tokio::time::timeout(LOCK_WAIT, state.refresh.permits.acquire()).await
             else {
-                if !is_expired(&c) {
+                if !force && !is_expired(&c) {
                     return state.token_of(&c);
                 }
                 return Err(Error::Unavailable(anyhow::anyhow!(
@@ -227,6 +227,11 @@ impl AppState {
                     request_id,
                 )
                 .await?;
+                return Err(reauth(provider));
+            }
+            if force {
+                // The caller says the provider refused this token: handing it back would only
+                // be refused again, and nothing here can get another without the user.
                 return Err(reauth(provider));
             }
             return self.token_of(&c);
@@ -318,6 +323,14 @@ impl AppState {
                 record_refresh_failure(change.conn(), &c.id, &summary, false).await?;
                 change.connection_changed(&c.id);
                 self.commit(change).await?;
+                if force {
+                    // Not the token the caller was just refused: a refusal needs the user, a
+                    // failure is worth another try.
+                    return Err(match e {
+                        TokenError::OAuth { .. } => reauth(provider),
+                        _ => Error::Upstream(anyhow::anyhow!(summary)),
+                    });
+                }
                 if !is_expired(&c) {
                     // The current token still works; hand it out rather than fail.
                     return self.token_of(&c);

@@ -2,18 +2,23 @@
 //! the authorization server is found the way an MCP client finds it, and mcp-connect registers
 //! itself there.
 //!
-//! 1. RFC 9728 protected-resource metadata: the `resource_metadata` hint of the server's 401
-//!    `WWW-Authenticate`, else the well-known URL with the resource's path inserted, else the
-//!    root well-known URL. Its `resource` must be the configured one.
-//! 2. The first of its `authorization_servers`: RFC 8414 metadata (path-inserted well-known form
+//! 1. The first challenge: an unauthenticated JSON-RPC `initialize` POST (then a GET) to the
+//!    server, whose 401 `WWW-Authenticate` may name the metadata (`resource_metadata`) and the
+//!    scopes to ask for (`scope`).
+//! 2. RFC 9728 protected-resource metadata: the challenge's `resource_metadata`, else the
+//!    well-known URL with the resource's path inserted, else the root well-known URL. Its
+//!    `resource` must be the identifier that URL stands for (RFC 9728 §3.3), and is then the
+//!    RFC 8707 resource indicator exactly as advertised.
+//! 3. The first of its `authorization_servers`: RFC 8414 metadata (path-inserted well-known form
 //!    for issuers with a path), then OpenID Connect discovery (both forms); its `issuer` must match.
-//! 3. The client: a Client ID Metadata Document (our own, served at
+//! 4. The client: a Client ID Metadata Document (our own, served at
 //!    `/.well-known/oauth-client/{provider}`) when the server advertises
 //!    `client_id_metadata_document_supported`; else RFC 7591 dynamic registration at its
 //!    `registration_endpoint` (stored in `mcp_clients`, shared by replicas); else the configured
-//!    `client_id`.
-//! 4. The RFC 8707 `resource` indicator on the authorization and token requests, and
-//!    `offline_access` added to the scopes when the server lists it.
+//!    `client_id`. A registration asks for the token-endpoint authentication the server
+//!    supports, and the method its answer names is the one used.
+//! 5. Scopes: the configured ones, else the challenge's `scope`, else the metadata's
+//!    `scopes_supported`; `offline_access` added when the authorization server lists it.
 //!
 //! Every URL here comes from the network: all of it goes through the SSRF guard.
 
@@ -25,6 +30,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use url::Url;
 
+use super::tokens::ClientAuth;
 use crate::crypto::KeyRing;
 use crate::db::Db;
 use crate::outbound::http::{Http, MAX_RESPONSE_BYTES, ServerMetadata, fetch_json, read_limited};
@@ -59,6 +65,9 @@ impl std::fmt::Debug for Upstream {
 pub struct RegisteredClient {
     pub client_id: String,
     pub client_secret: Option<SecretString>,
+    /// How to authenticate at the token endpoint, as registered; `None` for the configured
+    /// client, which follows the provider's `token_auth`.
+    pub auth: Option<ClientAuth>,
 }
 
 impl std::fmt::Debug for RegisteredClient {
@@ -87,6 +96,8 @@ struct McpServerExtras {
     client_id_metadata_document_supported: bool,
     #[serde(default)]
     scopes_supported: Vec<String>,
+    /// Absent means `client_secret_basic` only (RFC 8414 §2).
+    token_endpoint_auth_methods_supported: Option<Vec<String>>,
 }
 
 /// What discovery found.
@@ -95,6 +106,26 @@ pub struct Discovered {
     pub client: RegisteredClient,
     /// Scopes to ask for on top of the configured ones.
     pub extra_scopes: Vec<String>,
+    /// The RFC 8707 resource indicator: the metadata's `resource`, exactly as advertised.
+    pub resource: String,
+}
+
+/// What the server's 401 answer to an unauthenticated request said (RFC 6750 §3, RFC 9728 §5.1).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Challenge {
+    resource_metadata: Option<String>,
+    scope: Option<Vec<String>>,
+}
+
+/// What a protected-resource metadata document's `resource` must be, by where it was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// The well-known URL with the configured URL's path inserted: that very URL.
+    Exact,
+    /// The root well-known URL (built for the origin) or the challenge's hint: a resource that
+    /// covers the configured URL, i.e. the same origin and a path that is a whole-segment
+    /// prefix of its path (the origin itself, or the configured URL).
+    Covering,
 }
 
 impl Upstream {
@@ -124,7 +155,10 @@ impl Upstream {
         configured_scopes: &[String],
     ) -> anyhow::Result<Discovered> {
         let ctx = self.context()?;
-        let prm = self.resource_metadata(http).await?;
+        let challenge = self.challenge(http).await.unwrap_or_default();
+        let prm = self
+            .resource_metadata(http, challenge.resource_metadata.as_deref())
+            .await?;
         let issuer = prm
             .authorization_servers
             .first()
@@ -141,9 +175,23 @@ impl Upstream {
             RegisteredClient {
                 client_id: client_metadata_url(&ctx.public_url, provider),
                 client_secret: None,
+                auth: Some(ClientAuth::None),
             }
         } else if let Some(reg) = &extras.registration_endpoint {
-            registered_client(http, ctx, provider, &issuer, reg, &redirect_uri).await?
+            let asked = preferred_auth(extras.token_endpoint_auth_methods_supported.as_deref())
+                .ok_or_else(|| {
+                    anyhow!(
+                        "the authorization server {issuer} supports none of the token endpoint authentication methods mcp-connect has (client_secret_basic, client_secret_post, none)"
+                    )
+                })?;
+            let registration = Registration {
+                provider,
+                issuer: &issuer,
+                endpoint: reg,
+                redirect_uri: &redirect_uri,
+                auth: asked,
+            };
+            registered_client(http, ctx, &registration).await?
         } else if let Some(c) = configured_client {
             c
         } else {
@@ -151,9 +199,14 @@ impl Upstream {
                 "the authorization server {issuer} supports neither Client ID Metadata Documents nor dynamic registration; set client_id (and client_secret) for this provider"
             );
         };
+        // MCP's scope selection: what the challenge asked for, else everything the resource
+        // supports; the operator's configuration wins over both.
         let mut extra_scopes = Vec::new();
         if configured_scopes.is_empty() {
-            extra_scopes.extend(prm.scopes_supported.iter().cloned());
+            match challenge.scope {
+                Some(s) => extra_scopes.extend(s),
+                None => extra_scopes.extend(prm.scopes_supported.iter().cloned()),
+            }
         }
         let offline = "offline_access".to_owned();
         if extras.scopes_supported.contains(&offline)
@@ -166,36 +219,45 @@ impl Upstream {
             metadata,
             client,
             extra_scopes,
+            resource: prm.resource,
         })
     }
 
-    /// RFC 9728 metadata: the 401 hint first, then the well-known forms.
-    async fn resource_metadata(&self, http: &Http) -> anyhow::Result<ResourceMetadata> {
+    /// RFC 9728 metadata: the challenge's hint first, then the well-known forms.
+    async fn resource_metadata(
+        &self,
+        http: &Http,
+        hint: Option<&str>,
+    ) -> anyhow::Result<ResourceMetadata> {
         let mut candidates = Vec::new();
-        if let Some(hint) = self.challenge_hint(http).await {
-            candidates.push(hint);
+        if let Some(hint) = hint {
+            candidates.push((hint.to_owned(), Expect::Covering));
         }
-        let mut origin = self.resource.clone();
-        origin.set_query(None);
-        origin.set_fragment(None);
         let path = self.resource.path().trim_end_matches('/').to_owned();
-        origin.set_path("");
-        let origin = origin.as_str().trim_end_matches('/').to_owned();
+        let origin = origin_of(&self.resource);
         if !path.is_empty() {
-            candidates.push(format!(
-                "{origin}/.well-known/oauth-protected-resource{path}"
+            candidates.push((
+                format!("{origin}/.well-known/oauth-protected-resource{path}"),
+                Expect::Exact,
             ));
         }
-        candidates.push(format!("{origin}/.well-known/oauth-protected-resource"));
+        candidates.push((
+            format!("{origin}/.well-known/oauth-protected-resource"),
+            Expect::Covering,
+        ));
         let mut errors = Vec::new();
-        for url in candidates {
+        for (url, expect) in candidates {
             match fetch_json::<ResourceMetadata>(http, &url).await {
                 Ok(m) => {
-                    if !same_resource(&m.resource, self.resource.as_str()) {
+                    if !resource_matches(&m.resource, &self.resource, expect) {
                         bail!(
-                            "protected-resource metadata at {url} is for {:?}, not {}",
+                            "protected-resource metadata at {url} is for {:?}, which is not {}",
                             m.resource,
-                            self.resource
+                            match expect {
+                                Expect::Exact => self.resource.to_string(),
+                                Expect::Covering =>
+                                    format!("{origin} or a prefix of {}", self.resource),
+                            }
                         );
                     }
                     return Ok(m);
@@ -210,26 +272,100 @@ impl Upstream {
         )
     }
 
-    /// The `resource_metadata` URL of the server's 401 answer to an unauthenticated request.
-    async fn challenge_hint(&self, http: &Http) -> Option<String> {
-        let resp = http
-            .get(self.resource.clone())
-            .header(
-                reqwest::header::ACCEPT,
-                "application/json, text/event-stream",
-            )
-            .send()
-            .await
-            .ok()?;
-        if resp.status() != reqwest::StatusCode::UNAUTHORIZED {
-            return None;
+    /// The first challenge: MCP servers answer a JSON-RPC POST with 401, and GET often with
+    /// 404 or 405, so `initialize` is sent first and a GET only if that brought no 401.
+    async fn challenge(&self, http: &Http) -> Option<Challenge> {
+        let initialize = json!({
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": MCP_PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "mcp-connect", "version": env!("CARGO_PKG_VERSION")},
+            },
+        });
+        let post = http
+            .post(self.resource.clone())
+            .json(&initialize)
+            .header(reqwest::header::ACCEPT, MCP_ACCEPT);
+        if let Some(c) = read_challenge(post).await {
+            return Some(c);
         }
-        resp.headers()
-            .get_all(reqwest::header::WWW_AUTHENTICATE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .find_map(resource_metadata_param)
+        read_challenge(
+            http.get(self.resource.clone())
+                .header(reqwest::header::ACCEPT, MCP_ACCEPT),
+        )
+        .await
     }
+}
+
+/// The protocol revision the probe's `initialize` names.
+const MCP_PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// What a Streamable HTTP client accepts (MCP transports: both, on every POST).
+const MCP_ACCEPT: &str = "application/json, text/event-stream";
+
+/// The Bearer challenge of a 401 answer; `None` for any other answer.
+async fn read_challenge(req: crate::outbound::Request) -> Option<Challenge> {
+    let resp = req.send().await.ok()?;
+    if resp.status() != reqwest::StatusCode::UNAUTHORIZED {
+        return None;
+    }
+    let mut c = Challenge::default();
+    for v in resp
+        .headers()
+        .get_all(reqwest::header::WWW_AUTHENTICATE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+    {
+        let found = parse_challenge(v);
+        c.resource_metadata = c.resource_metadata.or(found.resource_metadata);
+        c.scope = c.scope.or(found.scope);
+    }
+    Some(c)
+}
+
+/// `https://host[:port]` of a URL, without a trailing slash.
+fn origin_of(u: &Url) -> String {
+    u.origin().ascii_serialization()
+}
+
+/// RFC 9728 §3.3: the advertised `resource` against the identifier the metadata URL stands
+/// for (see `Expect`). Scheme and host compare as URLs; a trailing slash is not a difference.
+fn resource_matches(advertised: &str, configured: &Url, expect: Expect) -> bool {
+    let Ok(a) = Url::parse(advertised) else {
+        return false;
+    };
+    if a.fragment().is_some() || a.origin() != configured.origin() {
+        return false;
+    }
+    if a.query().is_some() || configured.query().is_some() {
+        return a.query() == configured.query() && a.path() == configured.path();
+    }
+    let a_path = a.path().trim_end_matches('/');
+    let c_path = configured.path().trim_end_matches('/');
+    match expect {
+        Expect::Exact => a_path == c_path,
+        Expect::Covering => {
+            a_path.is_empty()
+                || c_path == a_path
+                || c_path
+                    .strip_prefix(a_path)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        }
+    }
+}
+
+/// The method to register with: the most preferred one the server lists (RFC 8414's default,
+/// `client_secret_basic`, when it lists none).
+fn preferred_auth(supported: Option<&[String]>) -> Option<ClientAuth> {
+    let Some(supported) = supported else {
+        return Some(ClientAuth::SecretBasic);
+    };
+    ClientAuth::PREFERENCE
+        .into_iter()
+        .find(|m| supported.iter().any(|s| s == m.as_str()))
 }
 
 /// Our Client ID Metadata Document's URL (also the `client_id` at servers that take them).
@@ -249,24 +385,75 @@ pub fn client_metadata_document(public_url: &str, provider: &str, display: &str)
         "redirect_uris": [format!("{}/oauth/{provider}/callback", public_url.trim_end_matches('/'))],
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
+        "application_type": "web",
         "token_endpoint_auth_method": "none",
     })
 }
 
-fn same_resource(a: &str, b: &str) -> bool {
-    a.trim_end_matches('/') == b.trim_end_matches('/')
-}
-
-/// `resource_metadata="..."` in a `WWW-Authenticate: Bearer ...` challenge.
-fn resource_metadata_param(h: &str) -> Option<String> {
-    let i = h.find("resource_metadata=")?;
-    let rest = &h[i + "resource_metadata=".len()..];
-    let v = if let Some(q) = rest.strip_prefix('"') {
-        q.split('"').next()?
-    } else {
-        rest.split([',', ' ']).next()?
-    };
-    (!v.is_empty()).then(|| v.to_owned())
+/// The `resource_metadata` and `scope` parameters of the Bearer challenge in one
+/// `WWW-Authenticate` value (RFC 9110 §11.6.1: `scheme name=value, name="quoted", other-scheme
+/// ...`).
+fn parse_challenge(h: &str) -> Challenge {
+    let mut c = Challenge::default();
+    let mut bearer = false;
+    let mut rest = h;
+    loop {
+        rest = rest.trim_start_matches(|ch: char| ch == ',' || ch.is_ascii_whitespace());
+        if rest.is_empty() {
+            break;
+        }
+        let end = rest
+            .find(|ch: char| ch == '=' || ch == ',' || ch.is_ascii_whitespace())
+            .unwrap_or(rest.len());
+        let token = &rest[..end];
+        let after = rest[end..].trim_start_matches([' ', '\t']);
+        let Some(value_start) = after.strip_prefix('=').filter(|_| !token.is_empty()) else {
+            // A scheme name (or a token68, which no Bearer challenge has); a stray `=` is
+            // skipped (`end` is 0 only there: commas and spaces were trimmed).
+            if !token.is_empty() {
+                bearer = token.eq_ignore_ascii_case("bearer");
+            }
+            rest = &rest[end.max(1)..];
+            continue;
+        };
+        let value_start = value_start.trim_start_matches([' ', '\t']);
+        let (value, next) = if let Some(q) = value_start.strip_prefix('"') {
+            let mut v = String::new();
+            let mut chars = q.char_indices();
+            let mut close = q.len();
+            while let Some((i, ch)) = chars.next() {
+                match ch {
+                    '\\' => {
+                        if let Some((_, esc)) = chars.next() {
+                            v.push(esc);
+                        }
+                    }
+                    '"' => {
+                        close = i + 1;
+                        break;
+                    }
+                    _ => v.push(ch),
+                }
+            }
+            (v, &q[close.min(q.len())..])
+        } else {
+            let end = value_start
+                .find(|ch: char| ch == ',' || ch.is_ascii_whitespace())
+                .unwrap_or(value_start.len());
+            (value_start[..end].to_owned(), &value_start[end..])
+        };
+        rest = next;
+        if !bearer || value.is_empty() {
+            continue;
+        }
+        if token.eq_ignore_ascii_case("resource_metadata") && c.resource_metadata.is_none() {
+            c.resource_metadata = Some(value);
+        } else if token.eq_ignore_ascii_case("scope") && c.scope.is_none() {
+            let scopes: Vec<String> = value.split_ascii_whitespace().map(str::to_owned).collect();
+            c.scope = (!scopes.is_empty()).then_some(scopes);
+        }
+    }
+    c
 }
 
 /// RFC 8414 §3.1: the well-known suffix goes between the host and the issuer's path.
@@ -316,28 +503,34 @@ async fn authorization_server_metadata(
     )
 }
 
-fn secret_aad(provider: &str, issuer: &str) -> String {
-    format!("mcp_client:{provider}:{issuer}")
+/// One RFC 7591 registration: where, for what, and the authentication method asked for.
+struct Registration<'a> {
+    provider: &'a str,
+    issuer: &'a str,
+    endpoint: &'a str,
+    redirect_uri: &'a str,
+    auth: ClientAuth,
 }
 
 /// The client registered for (provider, issuer, redirect URI): stored, or registered now.
 async fn registered_client(
     http: &Http,
     ctx: &McpContext,
-    provider: &str,
-    issuer: &str,
-    endpoint: &str,
-    redirect_uri: &str,
+    r: &Registration<'_>,
 ) -> anyhow::Result<RegisteredClient> {
-    if let Some(c) = load(ctx, provider, issuer, redirect_uri).await? {
+    let (provider, issuer, endpoint) = (r.provider, r.issuer, r.endpoint);
+    if let Some(c) = load(ctx, provider, issuer, r.redirect_uri).await? {
         return Ok(c);
     }
+    // SEP-837: mcp-connect is a server-side web application (its redirect URI is its own public
+    // URL, also on loopback in development), so "web", never "native".
     let body = json!({
         "client_name": format!("mcp-connect ({provider})"),
-        "redirect_uris": [redirect_uri],
+        "application_type": "web",
+        "redirect_uris": [r.redirect_uri],
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
-        "token_endpoint_auth_method": "none",
+        "token_endpoint_auth_method": r.auth.as_str(),
     });
     let resp = http
         .post(endpoint)
@@ -364,29 +557,57 @@ async fn registered_client(
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .map(|s| SecretString::from(s.to_owned()));
+    let auth = registered_auth(
+        v.get("token_endpoint_auth_method").and_then(Value::as_str),
+        secret.is_some(),
+    )
+    .with_context(|| format!("dynamic registration at {endpoint}"))?;
     let sealed = secret
         .as_ref()
         .map(|s| {
-            ctx.keys
-                .seal(s.expose_secret().as_bytes(), &secret_aad(provider, issuer))
+            ctx.keys.seal(
+                s.expose_secret().as_bytes(),
+                &crate::crypto::mcp_client_secret_aad(provider, issuer),
+            )
         })
         .transpose()
         .context("sealing the registered client secret")?;
     // Another replica may have registered meanwhile: the first stored registration wins.
     ctx.db
-        .insert_mcp_client(
+        .insert_mcp_client(&crate::db::mcp_clients::NewRegistration {
             provider,
             issuer,
-            redirect_uri,
-            &client_id,
-            sealed.as_deref(),
-        )
+            redirect_uri: r.redirect_uri,
+            client_id: &client_id,
+            sealed_secret: sealed.as_deref(),
+            auth_method: auth.as_str(),
+        })
         .await
         .context("storing the registered client")?;
-    tracing::info!(provider, issuer, client_id = %client_id, "registered at the upstream MCP authorization server");
-    load(ctx, provider, issuer, redirect_uri)
+    tracing::info!(provider, issuer, client_id = %client_id, auth = auth.as_str(), "registered at the upstream MCP authorization server");
+    load(ctx, provider, issuer, r.redirect_uri)
         .await?
         .ok_or_else(|| anyhow!("the registered client was not stored"))
+}
+
+/// The method a registration answer names (RFC 7591 §2: `client_secret_basic` when it names
+/// none and a secret was issued). A method that needs a secret without one, or one mcp-connect
+/// does not have, is refused by name.
+fn registered_auth(named: Option<&str>, has_secret: bool) -> anyhow::Result<ClientAuth> {
+    let auth = match named {
+        Some(m) => ClientAuth::parse(m).ok_or_else(|| {
+            anyhow!("the registration names token_endpoint_auth_method {m:?}, which mcp-connect does not support")
+        })?,
+        None if has_secret => ClientAuth::SecretBasic,
+        None => ClientAuth::None,
+    };
+    if auth.needs_secret() && !has_secret {
+        bail!(
+            "the registration names token_endpoint_auth_method {} but issued no client_secret",
+            auth.as_str()
+        );
+    }
+    Ok(auth)
 }
 
 async fn load(
@@ -403,14 +624,27 @@ async fn load(
     else {
         return Ok(None);
     };
-    let (client_id, sealed) = (stored.client_id, stored.sealed_secret);
-    let client_secret = sealed
-        .map(|s| ctx.keys.open_string(&s, &secret_aad(provider, issuer)))
+    let client_secret = stored
+        .sealed_secret
+        .map(|s| {
+            ctx.keys
+                .open_string(&s, &crate::crypto::mcp_client_secret_aad(provider, issuer))
+        })
         .transpose()
         .context("opening the registered client secret")?;
+    // Rows stored before the method was recorded registered as `none` and used Basic whenever
+    // the server issued a secret anyway.
+    let auth = match stored.auth_method.as_deref() {
+        Some(m) => ClientAuth::parse(m).ok_or_else(|| {
+            anyhow!("the stored registration for {provider} at {issuer} has an unknown token_endpoint_auth_method {m:?}")
+        })?,
+        None if client_secret.is_some() => ClientAuth::SecretBasic,
+        None => ClientAuth::None,
+    };
     Ok(Some(RegisteredClient {
-        client_id,
+        client_id: stored.client_id,
         client_secret,
+        auth: Some(auth),
     }))
 }
 
@@ -438,19 +672,83 @@ mod tests {
     }
 
     #[test]
-    fn the_challenge_hint_is_read() {
+    fn the_challenge_is_read() {
+        let c = parse_challenge(
+            r#"Bearer error="invalid_token", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/mcp", scope="files:read  files:write""#,
+        );
         assert_eq!(
-            resource_metadata_param(
-                r#"Bearer error="invalid_token", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/mcp""#
-            )
-            .as_deref(),
+            c.resource_metadata.as_deref(),
             Some("https://mcp.example.com/.well-known/oauth-protected-resource/mcp")
         );
         assert_eq!(
-            resource_metadata_param("Bearer resource_metadata=https://x.test/prm, scope=\"a\"")
-                .as_deref(),
-            Some("https://x.test/prm")
+            c.scope,
+            Some(vec!["files:read".to_owned(), "files:write".to_owned()])
         );
-        assert_eq!(resource_metadata_param("Bearer realm=\"x\""), None);
+        let c = parse_challenge("Bearer resource_metadata=https://x.test/prm, scope=\"a\"");
+        assert_eq!(c.resource_metadata.as_deref(), Some("https://x.test/prm"));
+        assert_eq!(c.scope, Some(vec!["a".to_owned()]));
+        assert_eq!(parse_challenge("Bearer realm=\"x\""), Challenge::default());
+        assert_eq!(
+            parse_challenge("Bearer , =, scope=a").scope,
+            Some(vec!["a".to_owned()])
+        );
+        // Another scheme's parameters are not the Bearer challenge's; escapes are undone.
+        let c = parse_challenge(
+            r#"Basic realm="scope=x", DPoP scope="dpop", Bearer realm="a \"q\" b", scope="mcp""#,
+        );
+        assert_eq!(c.scope, Some(vec!["mcp".to_owned()]));
+        assert_eq!(c.resource_metadata, None);
+    }
+
+    #[test]
+    fn the_advertised_resource_must_be_the_one_the_metadata_url_stands_for() {
+        let configured = Url::parse("https://mcp.example.com/api/mcp").unwrap();
+        let check = |a: &str, e| resource_matches(a, &configured, e);
+        assert!(check("https://mcp.example.com/api/mcp", Expect::Exact));
+        assert!(check("https://MCP.example.com/api/mcp/", Expect::Exact));
+        assert!(!check("https://mcp.example.com", Expect::Exact));
+        assert!(check("https://mcp.example.com", Expect::Covering));
+        assert!(check("https://mcp.example.com/", Expect::Covering));
+        assert!(check("https://mcp.example.com/api", Expect::Covering));
+        assert!(check("https://mcp.example.com/api/mcp", Expect::Covering));
+        assert!(!check("https://mcp.example.com/ap", Expect::Covering));
+        assert!(!check(
+            "https://mcp.example.com/api/mcp/more",
+            Expect::Covering
+        ));
+        assert!(!check("https://evil.example.com", Expect::Covering));
+        assert!(!check("http://mcp.example.com", Expect::Covering));
+        assert!(!check("https://mcp.example.com:8443", Expect::Covering));
+        assert!(!check("not a url", Expect::Covering));
+    }
+
+    #[test]
+    fn token_endpoint_authentication_is_negotiated() {
+        let list = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(preferred_auth(None), Some(ClientAuth::SecretBasic));
+        assert_eq!(
+            preferred_auth(Some(&list(&["none", "client_secret_post"]))),
+            Some(ClientAuth::SecretPost)
+        );
+        assert_eq!(
+            preferred_auth(Some(&list(&["none", "client_secret_basic"]))),
+            Some(ClientAuth::SecretBasic)
+        );
+        assert_eq!(
+            preferred_auth(Some(&list(&["none"]))),
+            Some(ClientAuth::None)
+        );
+        assert_eq!(preferred_auth(Some(&list(&["private_key_jwt"]))), None);
+        assert_eq!(
+            registered_auth(Some("client_secret_post"), true).unwrap(),
+            ClientAuth::SecretPost
+        );
+        assert_eq!(
+            registered_auth(None, true).unwrap(),
+            ClientAuth::SecretBasic
+        );
+        assert_eq!(registered_auth(None, false).unwrap(), ClientAuth::None);
+        assert!(registered_auth(Some("client_secret_post"), false).is_err());
+        assert!(registered_auth(Some("private_key_jwt"), true).is_err());
     }
 }

@@ -258,6 +258,7 @@ impl Provider {
             let configured = (!c.client_id.is_empty()).then(|| mcp::RegisteredClient {
                 client_id: c.client_id.clone(),
                 client_secret: c.client_secret.clone(),
+                auth: None,
             });
             let d = m
                 .discover(http, &self.name, configured, &self.scopes)
@@ -272,7 +273,7 @@ impl Provider {
                 userinfo_url: None,
                 metadata_urls: Vec::new(),
                 iss_required: d.metadata.authorization_response_iss_parameter_supported,
-                resource: Some(m.resource.to_string()),
+                resource: Some(d.resource),
                 client: Some(d.client),
                 extra_scopes: d.extra_scopes,
             });
@@ -420,6 +421,19 @@ impl Provider {
             .as_ref()
             .map(|c| c.client_id.as_str())
             .unwrap_or(&self.client_id)
+    }
+
+    /// How to authenticate at the token endpoint: as registered at discovery, else the
+    /// configured `token_auth` (Basic only when there is a secret to send).
+    fn client_auth_for(&self, endpoints: &Endpoints) -> tokens::ClientAuth {
+        if let Some(a) = endpoints.client.as_ref().and_then(|c| c.auth) {
+            return a;
+        }
+        match (self.token_auth, self.client_secret_for(endpoints)) {
+            (TokenAuth::Basic, Some(_)) => tokens::ClientAuth::SecretBasic,
+            (_, Some(_)) => tokens::ClientAuth::SecretPost,
+            (_, None) => tokens::ClientAuth::None,
+        }
     }
 
     fn client_secret_for<'a>(&'a self, endpoints: &'a Endpoints) -> Option<&'a str> {

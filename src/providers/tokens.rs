@@ -7,8 +7,41 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 use super::catalog::WhenMissing;
-use super::{Endpoints, Provider, TokenAuth};
+use super::{Endpoints, Provider};
 use crate::outbound::http::{MAX_RESPONSE_BYTES, read_limited as read_body};
+
+/// A token-endpoint authentication method (RFC 7591 `token_endpoint_auth_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// HTTP Basic with the client id and secret.
+    SecretBasic,
+    /// `client_id` and `client_secret` in the form body.
+    SecretPost,
+    /// A public client: `client_id` in the form body, no secret.
+    None,
+}
+
+impl ClientAuth {
+    /// In order of preference when the authorization server offers several.
+    pub(super) const PREFERENCE: [ClientAuth; 3] =
+        [Self::SecretBasic, Self::SecretPost, Self::None];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SecretBasic => "client_secret_basic",
+            Self::SecretPost => "client_secret_post",
+            Self::None => "none",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::PREFERENCE.into_iter().find(|m| m.as_str() == s)
+    }
+
+    pub(super) fn needs_secret(self) -> bool {
+        self != Self::None
+    }
+}
 
 /// What a token endpoint granted. Secrets stay wrapped.
 #[derive(Debug)]
@@ -330,13 +363,19 @@ impl Provider {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
-        let req = match (self.token_auth, self.client_secret_for(endpoints)) {
-            (TokenAuth::Basic, Some(_)) => self.basic_auth(endpoints, req),
-            (_, secret) => {
-                fields.push(("client_id".into(), self.client_id_for(endpoints).to_owned()));
-                if let Some(s) = secret {
+        let client_id = self.client_id_for(endpoints).to_owned();
+        let req = match self.client_auth_for(endpoints) {
+            ClientAuth::SecretBasic => self.basic_auth(endpoints, req),
+            ClientAuth::SecretPost => {
+                fields.push(("client_id".into(), client_id));
+                if let Some(s) = self.client_secret_for(endpoints) {
                     fields.push(("client_secret".into(), s.to_owned()));
                 }
+                req
+            }
+            // A public client: the secret a server may have issued anyway is not sent.
+            ClientAuth::None => {
+                fields.push(("client_id".into(), client_id));
                 req
             }
         };

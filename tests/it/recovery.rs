@@ -139,13 +139,14 @@ on_both_databases!(
         let old = ring(&[&k1]);
         let aad = mcp_connect::crypto::mcp_client_secret_aad("upstream", "https://as.example");
         let sealed = old.seal(b"dcr-client-secret", &aad).unwrap();
-        db.insert_mcp_client(
-            "upstream",
-            "https://as.example",
-            "https://cb",
-            "client-1",
-            Some(&sealed),
-        )
+        db.insert_mcp_client(&mcp_connect::db::mcp_clients::NewRegistration {
+            provider: "upstream",
+            issuer: "https://as.example",
+            redirect_uri: "https://cb",
+            client_id: "client-1",
+            sealed_secret: Some(&sealed),
+            auth_method: "client_secret_basic",
+        })
         .await
         .unwrap();
         let both = ring(&[&k2, &k1]);
