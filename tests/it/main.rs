@@ -34,6 +34,7 @@ mod rmcp_example;
 mod rotating_provider;
 mod signals;
 mod signin_hardening;
+mod soak;
 mod ssrf;
 mod token_cache;
 mod topology;
