@@ -332,6 +332,7 @@ client_id = "mcp-connect"
 [providers.github]
 kind = "github"
 client_id = "gh"
+client_secret = "gh-secret"
 {extra}
 "#
         );

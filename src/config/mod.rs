@@ -164,8 +164,12 @@ impl Config {
 
     /// Builds a config from TOML text and a list of environment variables (tests pass their own).
     pub fn from_parts(toml_text: &str, env: &[(String, String)]) -> Result<Self, ConfigErrors> {
-        let (root, figment) = sources::merged(toml_text, env)?;
-        validate(Section::new("", root), figment)
+        let merged = sources::merged(toml_text, env)?;
+        validate(
+            Section::new("", merged.root),
+            merged.figment,
+            merged.from_files,
+        )
     }
 
     pub fn is_https(&self) -> bool {
@@ -186,11 +190,41 @@ struct Report {
     called: Vec<(String, Url)>,
     /// Which layer each value came from, to say so when it came from the environment.
     sources: figment::Figment,
+    /// Keys whose value was read from a `*_file` (`sources::Merged::from_files`).
+    from_files: Vec<String>,
 }
 
 impl Report {
     fn err(&mut self, key: impl Into<String>, message: impl Into<String>) {
         self.errors.push(ConfigError::new(key, message));
+    }
+
+    /// A key nobody reads: named as written (`client_secret_file` when it came from a file),
+    /// with the nearest known key when one is close, the `*_file` forms, and what to do instead
+    /// for `redirect_uri`.
+    fn unknown(&mut self, key: String, name: &str, known: &[&str]) {
+        let written = if self.from_files.contains(&key) {
+            format!("{key}_file")
+        } else {
+            key
+        };
+        let message = if name == "redirect_uri" || name == "redirect_url" {
+            "is not a key: redirect URIs derive from `public_url` (<public_url>/auth/callback at the \
+             identity issuer, <public_url>/oauth/<provider>/callback at each provider; \
+             `mcp-connect providers list --config` prints them)"
+                .to_owned()
+        } else {
+            let mut m = match did_you_mean(name, known) {
+                Some(k) => format!("is not a known key; did you mean `{k}`?"),
+                None => "is not a known key".to_owned(),
+            };
+            m.push_str(&format!(
+                " (known here: {}; every secret may also be given as `<key>_file`)",
+                known.join(", ")
+            ));
+            m
+        };
+        self.err(written, message);
     }
 
     fn called(&mut self, key: impl Into<String>, url: Url) {
@@ -215,8 +249,10 @@ impl Report {
             figment::error::Kind::UnknownVariant(found, expected) => {
                 format!("{found:?} is not one of: {}", expected.join(", "))
             }
-            figment::error::Kind::UnknownField(_, expected) => {
-                format!("is not a known key (known here: {})", expected.join(", "))
+            figment::error::Kind::UnknownField(found, expected) => {
+                let known: Vec<&str> = expected.to_vec();
+                self.unknown(full, found, &known);
+                return;
             }
             kind => kind.to_string(),
         };
@@ -225,7 +261,10 @@ impl Report {
             .get_metadata(source_tag(value, &e.path))
             .is_some_and(|m| m.name == sources::ENV_SOURCE);
         if from_env {
-            message.push_str(" (set by an `MCP_CONNECT_*` environment variable)");
+            message.push_str(&format!(
+                " (set by the environment variable `{}`)",
+                env_name(&full)
+            ));
         }
         self.err(full, message);
     }
@@ -240,6 +279,25 @@ impl Report {
             }
         }
     }
+}
+
+/// The environment variable that sets `key` (`clients[0].id` → `MCP_CONNECT_CLIENTS__0__ID`).
+fn env_name(key: &str) -> String {
+    let path = key
+        .replace("].", "__")
+        .replace(['[', '.'], "__")
+        .replace(']', "");
+    format!("MCP_CONNECT_{}", path.to_ascii_uppercase())
+}
+
+/// The known name closest to `name` when it is likely a typo of it (a few edits apart).
+pub(crate) fn did_you_mean<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(name, k), *k))
+        .filter(|(d, k)| *d <= (k.len() / 3).clamp(1, 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
 }
 
 /// The tag of the deepest value on `path` below `value` (figment tags each value with its layer).
@@ -332,17 +390,19 @@ impl Section {
     /// Reports every key that was not read.
     fn finish(self, r: &mut Report) {
         for k in self.dict.keys() {
-            r.err(
-                self.key(k),
-                format!("is not a known key (known here: {})", self.read.join(", ")),
-            );
+            r.unknown(self.key(k), k, &self.read);
         }
     }
 }
 
-fn validate(mut top: Section, sources: figment::Figment) -> Result<Config, ConfigErrors> {
+fn validate(
+    mut top: Section,
+    sources: figment::Figment,
+    from_files: Vec<String>,
+) -> Result<Config, ConfigErrors> {
     let mut r = Report {
         sources,
+        from_files,
         ..Report::default()
     };
     let server = server::read(&mut top, &mut r);
@@ -361,6 +421,17 @@ fn validate(mut top: Section, sources: figment::Figment) -> Result<Config, Confi
     let branding = crate::branding::validate(raw_branding, &mut |k: &str, m: String| r.err(k, m));
     top.finish(&mut r);
     network::check_called(&outbound, &mut r);
+    // Introspection authenticates at the identity issuer as this service.
+    if identity.as_ref().is_some_and(|i| i.client_secret.is_none()) {
+        for (i, c) in clients.iter().enumerate() {
+            if c.subject_token_introspection {
+                r.err(
+                    format!("clients[{i}].subject_token_introspection"),
+                    "needs `[identity] client_secret`: introspection (RFC 7662) authenticates at the identity issuer with it",
+                );
+            }
+        }
+    }
 
     if !r.errors.is_empty() {
         return Err(ConfigErrors(r.errors));

@@ -205,13 +205,16 @@ pub(super) fn read(
             // Typed by the user, or found from the MCP server: no endpoints or client needed.
         } else if let Some(ProviderKind::Catalog(kind)) = &p.kind {
             match crate::providers::catalog::lookup(kind) {
-                None => r.err(
-                    format!("{key}.kind"),
-                    format!(
-                        "unknown kind {kind:?}; known: {}",
-                        crate::providers::catalog::names().join(", ")
-                    ),
-                ),
+                None => {
+                    let known = crate::providers::catalog::names();
+                    let hint = super::did_you_mean(kind, &known)
+                        .map(|k| format!("; did you mean {k:?}?"))
+                        .unwrap_or_default();
+                    r.err(
+                        format!("{key}.kind"),
+                        format!("unknown kind {kind:?}{hint} (known: {})", known.join(", ")),
+                    )
+                }
                 Some(e) => {
                     if e.is_generic()
                         && p.issuer.is_none()
@@ -280,6 +283,24 @@ pub(super) fn read(
         }
         if p.client_id.is_empty() && !credential && !is_mcp {
             r.err(format!("{key}.client_id"), "must not be empty");
+        }
+        // A catalog provider's token endpoint authenticates the app with its secret: without
+        // one the first user's sign-in would fail at the code exchange.
+        if let Some(entry) = p.kind.as_ref().and_then(ProviderKind::entry) {
+            let secret_missing = p
+                .client_secret
+                .as_ref()
+                .is_none_or(|s| secrecy::ExposeSecret::expose_secret(s).trim().is_empty());
+            if !credential && !entry.is_generic() && secret_missing {
+                r.err(
+                    format!("{key}.client_secret"),
+                    format!(
+                        "is required for kind {:?}: its token endpoint authenticates the app with the secret ({})",
+                        entry.name,
+                        p.token_auth.unwrap_or(entry.token.client_auth).as_str()
+                    ),
+                );
+            }
         }
         if p.registered_name
             .as_deref()

@@ -41,10 +41,16 @@ pub(super) const ENV_SOURCE: &str = "`MCP_CONNECT_*` environment variables";
 
 /// The merged tree (file, environment, array-entry overrides, `*_file` contents), and the
 /// figment that knows which layer each value's tag stands for.
-pub(super) fn merged(
-    toml_text: &str,
-    env: &[(String, String)],
-) -> Result<(Dict, Figment), ConfigErrors> {
+/// What `merged` read: the tree, the figment that knows which layer each value's tag stands
+/// for, and the keys whose value came from a `*_file` (as `providers.github.client_secret`), so
+/// a problem with one is named by what the operator wrote (`client_secret_file`).
+pub(super) struct Merged {
+    pub root: Dict,
+    pub figment: Figment,
+    pub from_files: Vec<String>,
+}
+
+pub(super) fn merged(toml_text: &str, env: &[(String, String)]) -> Result<Merged, ConfigErrors> {
     // figment's TOML provider reports a syntax error without its place; this names the bytes.
     let file = toml::from_str::<toml::Table>(toml_text)
         .map_err(|e| ConfigError::new(toml_error_key(&e), e.message().to_owned()))?;
@@ -60,11 +66,16 @@ pub(super) fn merged(
             errors.push(ConfigError::new(name.clone(), m));
         }
     }
+    let mut from_files = Vec::new();
     if errors.is_empty() {
-        resolve_files(&mut root, "", &mut errors);
+        resolve_files(&mut root, "", &mut from_files, &mut errors);
     }
     if errors.is_empty() {
-        Ok((root, figment))
+        Ok(Merged {
+            root,
+            figment,
+            from_files,
+        })
     } else {
         Err(ConfigErrors(errors))
     }
@@ -229,7 +240,12 @@ fn set_path(table: &mut Dict, path: &[String], value: Value) -> Result<(), Strin
 
 /// Replaces every `foo_file = "/path"` with `foo = <file contents, trailing newline removed>`
 /// (`encryption_keys_file`: one key a line).
-fn resolve_files(table: &mut Dict, prefix: &str, errors: &mut Vec<ConfigError>) {
+fn resolve_files(
+    table: &mut Dict,
+    prefix: &str,
+    from_files: &mut Vec<String>,
+    errors: &mut Vec<ConfigError>,
+) {
     let file_keys: Vec<String> = table
         .keys()
         .filter(|k| k.ends_with("_file"))
@@ -260,6 +276,12 @@ fn resolve_files(table: &mut Dict, prefix: &str, errors: &mut Vec<ConfigError>) 
             }
         };
         let content = content.trim_end_matches(['\n', '\r']);
+        if content.trim().is_empty() {
+            // An empty secret would fail only at the first user (or worse, be sent).
+            errors.push(ConfigError::new(full, format!("{path} is empty")));
+            continue;
+        }
+        from_files.push(format!("{prefix}{key}"));
         let v = if key == "encryption_keys" {
             Value::from(
                 content
@@ -276,11 +298,11 @@ fn resolve_files(table: &mut Dict, prefix: &str, errors: &mut Vec<ConfigError>) 
     }
     for (k, v) in table.iter_mut() {
         match v {
-            Value::Dict(_, t) => resolve_files(t, &format!("{prefix}{k}."), errors),
+            Value::Dict(_, t) => resolve_files(t, &format!("{prefix}{k}."), from_files, errors),
             Value::Array(_, items) => {
                 for (i, item) in items.iter_mut().enumerate() {
                     if let Value::Dict(_, t) = item {
-                        resolve_files(t, &format!("{prefix}{k}[{i}]."), errors);
+                        resolve_files(t, &format!("{prefix}{k}[{i}]."), from_files, errors);
                     }
                 }
             }

@@ -788,3 +788,98 @@ fn every_file_problem_is_named() {
         "{e}"
     );
 }
+
+#[test]
+fn configs_that_would_fail_at_the_first_user_are_refused_by_key() {
+    // A catalog provider without its secret.
+    let e = Config::from_parts(
+        &base().replace("client_secret = \"gh-super-secret\"\n", ""),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("`providers.github.client_secret`") && e.contains("github"),
+        "{e}"
+    );
+    // An empty secret file.
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let text = base().replace(
+        "client_secret = \"gh-super-secret\"",
+        &format!("client_secret_file = {:?}", empty.to_str().unwrap()),
+    );
+    let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("`providers.github.client_secret_file`") && e.contains("is empty"),
+        "{e}"
+    );
+    // Introspection without the identity credentials it authenticates with.
+    let text = base()
+        .replace("client_secret = \"identity-super-secret\"\n", "")
+        .replace(
+            "providers = [\"github\"]",
+            "providers = [\"github\"]\nsubject_token_introspection = true",
+        );
+    let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("`clients[0].subject_token_introspection`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_keys_suggest_the_nearest_and_name_what_was_written() {
+    // A typo in a section read key by key, and in a provider (read as one struct).
+    let text = base().replace(
+        "client_id = \"mcp-connect\"",
+        "client_id = \"mcp-connect\"\nclient_secrt = \"x\"",
+    );
+    let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+    assert!(e.contains("did you mean `client_secret`?"), "{e}");
+    assert!(e.contains("<key>_file"), "{e}");
+    let text = base().replace(
+        "client_id = \"gh\"",
+        "client_id = \"gh\"\nscops = [\"repo\"]",
+    );
+    let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+    assert!(e.contains("did you mean `scopes`?"), "{e}");
+    // A typo in a `*_file` key is named as written.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s");
+    std::fs::write(&f, "secret\n").unwrap();
+    let text = base().replace(
+        "client_secret = \"identity-super-secret\"",
+        &format!("client_secert_file = {:?}", f.to_str().unwrap()),
+    );
+    let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+    assert!(e.contains("`identity.client_secert_file`"), "{e}");
+    assert!(e.contains("did you mean `client_secret`?"), "{e}");
+    // A kind that is nearly one of the catalog's.
+    let e = Config::from_parts(
+        &base().replace("kind = \"github\"", "kind = \"githb\""),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("did you mean \"github\"?"), "{e}");
+    // redirect_uri is explained, not just refused.
+    let text = base().replace(
+        "client_id = \"gh\"",
+        "client_id = \"gh\"\nredirect_uri = \"https://x\"",
+    );
+    let e = Config::from_parts(&text, &[]).unwrap_err().to_string();
+    assert!(e.contains("derive from `public_url`"), "{e}");
+    // A problem set by the environment names the variable.
+    let env = vec![(
+        "MCP_CONNECT_LIMITS__MAX_CONNECTIONS".to_string(),
+        "many".to_string(),
+    )];
+    let e = Config::from_parts(&base(), &env).unwrap_err().to_string();
+    assert!(e.contains("`MCP_CONNECT_LIMITS__MAX_CONNECTIONS`"), "{e}");
+    assert_eq!(
+        super::env_name("clients[0].id"),
+        "MCP_CONNECT_CLIENTS__0__ID"
+    );
+}

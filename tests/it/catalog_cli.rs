@@ -71,7 +71,7 @@ fn providers_list_and_show_explain_the_catalog_and_the_redirect_uri_to_register(
     std::fs::write(
         &path,
         config_text(
-            "[providers.work]\nkind = \"gitlab\"\nclient_id = \"g\"\nauthorization_url = \"https://git.example.org/oauth/authorize\"\ntoken_url = \"https://git.example.org/oauth/token\"\n",
+            "[providers.work]\nkind = \"gitlab\"\nclient_id = \"g\"\nclient_secret = \"s\"\nauthorization_url = \"https://git.example.org/oauth/authorize\"\ntoken_url = \"https://git.example.org/oauth/token\"\n",
         ),
     )
     .unwrap();
@@ -101,7 +101,7 @@ fn providers_list_and_show_explain_the_catalog_and_the_redirect_uri_to_register(
 fn config_refuses_unknown_or_invalid_fixed_params_and_generic_kinds_without_endpoints() {
     let e = Config::from_parts(
         &config_text(
-            "[providers.z]\nkind = \"zendesk\"\nclient_id = \"z\"\nparams = { sub = \"acme\" }\n",
+            "[providers.z]\nkind = \"zendesk\"\nclient_id = \"z\"\nclient_secret = \"s\"\nparams = { sub = \"acme\" }\n",
         ),
         &[],
     )
@@ -109,7 +109,7 @@ fn config_refuses_unknown_or_invalid_fixed_params_and_generic_kinds_without_endp
     .to_string();
     assert!(e.contains("providers.z.params.sub"), "{e}");
     let e = Config::from_parts(
-        &config_text("[providers.z]\nkind = \"zendesk\"\nclient_id = \"z\"\nparams = { subdomain = \"evil.com/x\" }\n"),
+        &config_text("[providers.z]\nkind = \"zendesk\"\nclient_id = \"z\"\nclient_secret = \"s\"\nparams = { subdomain = \"evil.com/x\" }\n"),
         &[],
     )
     .unwrap_err()
@@ -126,7 +126,7 @@ fn config_refuses_unknown_or_invalid_fixed_params_and_generic_kinds_without_endp
         "{e}"
     );
     Config::from_parts(
-        &config_text("[providers.z]\nkind = \"zendesk\"\nclient_id = \"z\"\nparams = { subdomain = \"acme\" }\n"),
+        &config_text("[providers.z]\nkind = \"zendesk\"\nclient_id = \"z\"\nclient_secret = \"s\"\nparams = { subdomain = \"acme\" }\n"),
         &[],
     )
     .unwrap();
