@@ -1,15 +1,15 @@
 //! Soak (issue 24): mixed load on the real binary for a while, sampling its resident memory, open
 //! files, the database's size and the token fetch p99 every window; after warm-up they must stay
-//! flat. The suite runs a short version (`MCP_CONNECT_SOAK_SECONDS`, default 30, windows of
-//! `MCP_CONNECT_SOAK_SAMPLE_SECONDS`, default 5); RELIABILITY.md has the 30-minute run:
+//! flat. The suite runs a short version (`SOAK_SECONDS`, default 30, windows of
+//! `SOAK_SAMPLE_SECONDS`, default 5); RELIABILITY.md has the 30-minute run:
 //!
 //! ```sh
-//! MCP_CONNECT_SOAK_SECONDS=1800 MCP_CONNECT_SOAK_SAMPLE_SECONDS=60 MCP_CONNECT_SOAK_PACE_MS=20 \
+//! SOAK_SECONDS=1800 SOAK_SAMPLE_SECONDS=60 SOAK_PACE_MS=20 \
 //!   cargo nextest run --no-capture -E 'test(/soak::soak_mixed_load_stays_flat::postgres/)'
 //! ```
 //!
-//! (`MCP_CONNECT_SOAK_PACE_MS`: each token caller's pause between requests; 0, back to back, in
-//! the suite.)
+//! (`SOAK_PACE_MS`: each token caller's pause between requests; 0, back to back, in the
+//! suite. Not `MCP_CONNECT_*`: the replica process would take those for configuration.)
 //!
 //! The load, all at once: token fetches over 10,000 connections (8 callers), connect flows one
 //! after another, a refresh storm every few seconds (10 concurrent forced refreshes of one grant,
@@ -105,11 +105,11 @@ async fn db_bytes(app: &TestApp, kind: DbKind) -> i64 {
 }
 
 on_both_databases!(soak_mixed_load_stays_flat, |kind| async move {
-    let total = env_secs("MCP_CONNECT_SOAK_SECONDS", 30);
-    let every = env_secs("MCP_CONNECT_SOAK_SAMPLE_SECONDS", 5);
+    let total = env_secs("SOAK_SECONDS", 30);
+    let every = env_secs("SOAK_SAMPLE_SECONDS", 5);
     // Each token caller waits this long between its requests (0: back to back, the default).
     let pace = Duration::from_millis(
-        std::env::var("MCP_CONNECT_SOAK_PACE_MS")
+        std::env::var("SOAK_PACE_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
