@@ -103,13 +103,9 @@ if [ -x "$bin" ]; then
       MCP_CONNECT_PROVIDERS__GITHUB__CLIENT_SECRET_FILE="$s/client_secret" \
       "$@" "$bin" check-config --config deploy/kubernetes/overlays/example/mcp-connect.toml 2>&1
   }
-  # As the Deployment does: the metrics token from its own file. A binary from before the
-  # metrics_token option refuses that key; then check without it.
+  # As the Deployment does: the metrics token from its own file.
   if out=$(check_config MCP_CONNECT_METRICS_TOKEN_FILE="$s/metrics_token"); then
     echo "$out"
-  elif grep -q '`metrics_token' <<<"$out" && out2=$(check_config); then
-    echo "$out2"
-    echo "note: this binary has no metrics_token option; the Deployment's MCP_CONNECT_METRICS_TOKEN_FILE needs it"
   else
     echo "$out" >&2
     fail "deploy/kubernetes/overlays/example/mcp-connect.toml"
