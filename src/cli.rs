@@ -381,6 +381,54 @@ pub async fn keys_status(cli: &Cli, out: &mut impl Write) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// `providers show` for a provider whose users type a key (or a username and password): what
+/// matters there is the header and the validation call, not OAuth endpoints.
+fn credential_provider_show(
+    name: &str,
+    c: &crate::connect::credentials::CredentialSettings,
+    as_json: bool,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    use crate::connect::credentials::AuthKind;
+    let presented = match c.kind {
+        AuthKind::Basic => "Authorization: Basic <username:password>".to_owned(),
+        _ => format!("{}: {}<key>", c.header, c.prefix),
+    };
+    let validation = c.validation_url.as_ref().map_or_else(
+        || "none: the credential is stored as typed".to_owned(),
+        |u| format!("GET {u} with it before storing (2xx accepts, 401/403 refuses)"),
+    );
+    let facts = [
+        (
+            "Configured as",
+            format!("[providers.{name}], auth = {:?}", c.kind.as_str()),
+        ),
+        (
+            "Connect",
+            "the user types it on the connect page; no redirect URI, no OAuth app".to_owned(),
+        ),
+        ("Sent to the API as", presented),
+        ("Validation", validation),
+        (
+            "Hint shown under the input",
+            c.hint.clone().unwrap_or_else(|| "-".to_owned()),
+        ),
+    ];
+    if as_json {
+        let obj: serde_json::Map<String, serde_json::Value> = facts
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), json!(v)))
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&obj)?)?;
+        return Ok(());
+    }
+    writeln!(out, "{name}")?;
+    for (k, v) in &facts {
+        writeln!(out, "  {:<32} {v}", format!("{k}:"))?;
+    }
+    Ok(())
+}
+
 /// `mcp-connect providers list`: the catalog, and the configured providers with the redirect URI
 /// each must register. Needs no database; without a config, the redirect URIs are templates.
 pub fn providers_list(
@@ -390,16 +438,21 @@ pub fn providers_list(
 ) -> anyhow::Result<()> {
     use crate::providers::catalog;
     let public = config.map(|c| c.public_url.as_str().to_owned());
-    let configured: Vec<(String, String, String)> = config
+    // (name, kind, redirect URI to register: none for providers whose users type a key).
+    let configured: Vec<(String, String, Option<String>)> = config
         .map(|c| {
             c.providers
                 .iter()
                 .map(|(name, p)| {
-                    (
-                        name.clone(),
-                        p.kind.as_ref().map_or("-", |k| k.as_str()).to_owned(),
-                        c.url(&format!("/oauth/{name}/callback")),
-                    )
+                    let typed =
+                        p.auth.unwrap_or_default() != crate::connect::credentials::AuthKind::Oauth2;
+                    let kind = match (&p.kind, typed) {
+                        (_, true) => format!("{} (typed)", p.auth.unwrap_or_default().as_str()),
+                        (Some(k), false) => k.as_str().to_owned(),
+                        (None, false) => "-".to_owned(),
+                    };
+                    let redirect = (!typed).then(|| c.url(&format!("/oauth/{name}/callback")));
+                    (name.clone(), kind, redirect)
                 })
                 .collect()
         })
@@ -437,6 +490,9 @@ pub fn providers_list(
             "NAME", "KIND"
         )?;
         for (n, k, r) in &configured {
+            let r = r
+                .as_deref()
+                .unwrap_or("- (none: the user types a key on the connect page)");
             writeln!(out, "{n:<20} {k:<20} {r}")?;
         }
         writeln!(out)?;
@@ -505,6 +561,9 @@ pub async fn providers_show(
             (e, docs::redirect_uri(&base, name), None)
         }
     };
+    if let Some(c) = provider.as_ref().and_then(|p| p.credential.as_ref()) {
+        return credential_provider_show(name, c, as_json, out);
+    }
     let mut facts = docs::facts(entry, &redirect);
     if let Some(p) = &provider {
         let policy = config

@@ -131,3 +131,39 @@ fn config_refuses_unknown_or_invalid_fixed_params_and_generic_kinds_without_endp
     )
     .unwrap();
 }
+
+#[test]
+fn providers_whose_users_type_a_key_are_shown_by_header_and_validation_not_oauth() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        config_text(
+            "[providers.keys]\nauth = \"api_key\"\ndisplay_name = \"Keys\"\napi_key_header = \"X-Api-Key\"\napi_key_hint = \"Settings, then API\"\nvalidation_url = \"https://api.example.org/me\"\n",
+        ),
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let (ok, out, err) = run(&["--config", p, "providers", "show", "keys"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("X-Api-Key: <key>"), "{out}");
+    assert!(out.contains("GET https://api.example.org/me"), "{out}");
+    assert!(out.contains("Settings, then API"), "{out}");
+    for oauth in ["callback", "PKCE", "could not be resolved", "client_id"] {
+        assert!(
+            !out.contains(oauth),
+            "{oauth} shown for a typed key:\n{out}"
+        );
+    }
+    let (ok, out, err) = run(&["--config", p, "providers", "list"]);
+    assert!(ok, "{err}");
+    let line = out.lines().find(|l| l.starts_with("keys ")).unwrap();
+    assert!(
+        line.contains("api_key (typed)") && !line.contains("callback"),
+        "{line}"
+    );
+    let (ok, out, _) = run(&["--config", p, "providers", "list", "--json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["configured"][0]["redirect_uri"], serde_json::Value::Null);
+}

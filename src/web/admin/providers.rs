@@ -23,8 +23,8 @@ pub struct Probe {
     pub outcome: String,
 }
 
-/// Any HTTP answer below 500 counts: endpoints answer a bare GET with 400, 401 or 405, and that
-/// still proves they are there.
+/// An answer below 500 counts (endpoints answer a bare GET with 400, 401 or 405, and that still
+/// proves they are there), except 404 and 410: nothing is there, usually a wrong URL.
 async fn probe(http: &crate::outbound::Http, name: &'static str, url: &str) -> Probe {
     if url.contains('{') {
         return Probe {
@@ -45,6 +45,20 @@ async fn probe(http: &crate::outbound::Http, name: &'static str, url: &str) -> P
         Ok(Err(e)) => (false, format!("unreachable: {}", root_cause(&e))),
         Ok(Ok(resp)) if resp.status().is_server_error() => {
             (false, format!("HTTP {} in {ms} ms", resp.status().as_u16()))
+        }
+        Ok(Ok(resp))
+            if matches!(
+                resp.status(),
+                reqwest::StatusCode::NOT_FOUND | reqwest::StatusCode::GONE
+            ) =>
+        {
+            (
+                false,
+                format!(
+                    "HTTP {} in {ms} ms: nothing there; check the URL",
+                    resp.status().as_u16()
+                ),
+            )
         }
         Ok(Ok(resp)) => (
             true,
@@ -246,4 +260,35 @@ pub async fn show(State(state): State<AppState>, admin: Admin) -> Result<Respons
             },
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+    use axum::routing::get;
+
+    #[tokio::test]
+    async fn an_endpoint_answering_404_is_a_problem_and_405_is_not() {
+        let app = axum::Router::new()
+            .route("/token", get(|| async { StatusCode::METHOD_NOT_ALLOWED }))
+            .route("/broken", get(|| async { StatusCode::BAD_GATEWAY }));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(l, app).await });
+        let http = crate::outbound::http::build(crate::outbound::Policy::new(vec![
+            crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
+        ]))
+        .unwrap();
+        let there = probe(&http, "token", &format!("{base}/token")).await;
+        assert!(there.ok, "{}", there.outcome);
+        let typo = probe(&http, "token", &format!("{base}/tokn")).await;
+        assert!(
+            !typo.ok && typo.outcome.contains("check the URL"),
+            "{}",
+            typo.outcome
+        );
+        let broken = probe(&http, "token", &format!("{base}/broken")).await;
+        assert!(!broken.ok, "{}", broken.outcome);
+    }
 }
