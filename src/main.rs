@@ -35,6 +35,8 @@ enum Command {
     CheckConfig,
     /// Try it on this machine: the real service on 127.0.0.1 with SQLite in a data folder, plus
     /// a development identity issuer and sandbox provider (development only; never use for real).
+    /// It writes and runs with its own configuration in the data folder: `--config` and
+    /// `MCP_CONNECT_*` variables do not apply. Its admin pages take the user "admin".
     #[cfg(feature = "demo")]
     Demo {
         /// The port to listen on (0 picks a free one).

@@ -41,6 +41,8 @@ pub const CLIENT_ID: &str = "demo-mcp";
 pub const PROVIDER: &str = "sandbox";
 /// The user the printed commands are for.
 pub const USER: &str = "alice";
+/// The demo's administrator: whoever signs in at the development issuer under this name.
+pub const ADMIN: &str = "admin";
 /// mcp-connect's client id at both stand-ins.
 const SERVICE_CLIENT_ID: &str = "mcp-connect";
 /// Lifetime of the sandbox's access tokens.
@@ -334,6 +336,10 @@ providers = [{provider}]
 # Proof of subject: the MCP access tokens the development issuer makes at /dev/issuer/mcp-token.
 subject_token_audience = {mcp_resource}
 
+# Who may use /admin: the development issuer signs anyone in by name, so this is "admin".
+[admin]
+subjects = [{admin}]
+
 # A generic provider found by discovery: here the sandbox.
 [providers.{provider_key}]
 display_name = "Sandbox"
@@ -357,6 +363,7 @@ scopes = ["profile", "api"]
         sandbox_issuer = q(&format!("{public_url}/dev/sandbox")),
         scs = file("sandbox-client-secret"),
         mcp_resource = q(issuer::MCP_RESOURCE),
+        admin = q(ADMIN),
     )
 }
 
@@ -442,6 +449,7 @@ mcp-connect demo is running at {base}
   sandbox provider  {base}/dev/sandbox
 
 API key of the MCP server "{CLIENT_ID}": {key}
+Admin pages: {base}/admin (sign in as "{ADMIN}")
 
 1. Create an elicitation for user {USER} (an MCP server does this when a tool needs the sandbox):
 

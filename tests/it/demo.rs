@@ -224,6 +224,21 @@ async fn following_what_the_demo_prints_ends_with_whoami_answering_for_alice() {
     let me = run_printed(&p, 2).await;
     assert_eq!(me["sub"], "alice", "{me}");
 
+    // The printed admin user opens the admin pages, and sees alice's connection.
+    let admin_url = format!("{}/admin", p.base);
+    assert!(
+        p.text
+            .contains(&format!("Admin pages: {admin_url} (sign in as \"admin\")")),
+        "{}",
+        p.text
+    );
+    let admin = Browser::new();
+    let login = admin.get(&admin_url).await;
+    let page = admin.submit(&login, "form", &[("login", "admin")]).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let connections = admin.get(&format!("{admin_url}/connections")).await;
+    assert!(connections.has("alice"), "{}", connections.body);
+
     // A restart on the same port and data folder keeps everything working: same key, same
     // API key, the sandbox still knows alice's grant.
     let port = reqwest::Url::parse(&p.base).unwrap().port().unwrap();
