@@ -241,3 +241,4 @@ credential-next = It is stored encrypted, and { $client } can use it until you d
 credential-refused-key = { $provider } did not accept this key. Check it and try again.
 credential-refused-basic = { $provider } did not accept this username and password. Check them and try again.
 credential-unavailable = We could not check it with { $provider } just now. Nothing was stored; try again in a moment.
+scope-undescribed = Access that { $provider } calls “{ $scope }”; { $provider } explains it on its own page before you approve.

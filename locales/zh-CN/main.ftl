@@ -237,3 +237,4 @@ credential-next = 它会被加密保存，{ $client } 可以一直使用它，�
 credential-refused-key = { $provider } 不接受这个密钥。请检查后重试。
 credential-refused-basic = { $provider } 不接受这个用户名和密码。请检查后重试。
 credential-unavailable = 暂时无法向 { $provider } 核验。没有保存任何内容；请稍后重试。
+scope-undescribed = { $provider } 称为“{ $scope }”的访问权限；{ $provider } 会在你批准之前在其页面上说明。

@@ -96,13 +96,22 @@ pub fn scope_description(provider: &Provider, scope: &str, lang: Lang) -> Option
         .or_else(|| provider.scope_description(scope).map(str::to_owned))
 }
 
-/// The scopes as a page lists them (a provider no longer configured gets raw names only).
+/// The scopes as a page lists them. A scope nobody described gets a sentence saying whose name
+/// it is, rather than the bare code (a provider no longer configured gets raw names only).
 pub fn describe(provider: Option<&Provider>, scopes: &[String], lang: Lang) -> Vec<ScopeView> {
     scopes
         .iter()
         .map(|s| ScopeView {
             name: s.clone(),
-            description: provider.and_then(|p| scope_description(p, s, lang)),
+            description: provider.map(|p| {
+                scope_description(p, s, lang).unwrap_or_else(|| {
+                    tr(
+                        lang,
+                        "scope-undescribed",
+                        &[("provider", p.display_name.clone()), ("scope", s.clone())],
+                    )
+                })
+            }),
         })
         .collect()
 }

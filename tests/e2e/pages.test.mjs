@@ -156,6 +156,17 @@ describe(`user pages in two languages, keyboard, dark mode and axe-core (${kind}
       const { page } = bob;
       await openConnectUrl(stack, page, elicitation.url, 'bob');
       await page.getByRole('button', { name: 'Continue' }).waitFor();
+      // The decision comes first: at 1280×900 both buttons are on the first screen (the
+      // explanation follows them), and nothing makes a 375 px phone screen scroll sideways.
+      await page.setViewportSize({ width: 1280, height: 900 });
+      for (const name of ['Continue', 'Decline']) {
+        const box = await page.getByRole('button', { name }).boundingBox();
+        assert.ok(box && box.y + box.height <= 900, `${name} above the fold at 1280×900: ${JSON.stringify(box)}`);
+      }
+      await page.setViewportSize({ width: 375, height: 812 });
+      const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+      assert.ok(wide <= 375, `the consent page fits 375 px: ${wide}`);
+      await page.setViewportSize({ width: 1000, height: 800 });
       await axe(page, 'consent (en, dark)');
       await shot(page, 'consent-en.png');
 
