@@ -38,7 +38,7 @@ pub struct Row {
     pub problem: Option<String>,
     pub can_disconnect: bool,
     pub can_reconnect: bool,
-    /// What disconnecting does at this provider.
+    /// What disconnecting does at this provider (on the first of its connections only).
     pub revocation: Option<String>,
     /// An API key or password (replaced by typing a new one, not by signing in again).
     pub is_credential: bool,
@@ -87,15 +87,20 @@ pub async fn show(
                 .collect::<Vec<_>>(),
         );
     }
+    // What disconnecting does is said once per provider, under its first connection.
+    let mut explained = std::collections::HashSet::new();
     let rows = connections
         .into_iter()
         .zip(apps)
         .map(|(c, apps)| {
             let p = state.providers.get(&c.provider);
             let is_credential = crate::connect::credentials::is_credential_type(&c.token_type);
+            let first_of_provider = explained.insert(c.provider.clone());
             Row {
                 apps,
-                revocation: p.map(|p| p.revocation_summary()),
+                revocation: p
+                    .filter(|_| first_of_provider)
+                    .map(|p| p.revocation_summary()),
                 provider: p
                     .map(|p| p.display_name.clone())
                     .unwrap_or(c.provider.clone()),

@@ -200,6 +200,14 @@ describe(`user pages in two languages, keyboard, dark mode and axe-core (${kind}
       await shot(page, 'done-en.png');
       await page.goto(`${stack.base}/account`);
       await axe(page, 'account (en, dark)');
+      // /account reads on a wide screen and on a phone: nothing scrolls sideways.
+      for (const width of [1280, 375]) {
+        await page.setViewportSize({ width, height: 900 });
+        const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+        assert.ok(wide <= width, `/account fits ${width} px: ${wide}`);
+        await shot(page, `account-en-${width}.png`);
+      }
+      await page.setViewportSize({ width: 1000, height: 800 });
 
       // Bob opening alice's link: the refusal page, in both languages.
       const other = await createElicitation(stack, 'alice');

@@ -233,20 +233,28 @@ on_both_databases!(soak_mixed_load_stays_flat, |kind| async move {
         let (stop, window, api, base) =
             (stop.clone(), window.clone(), front.api.clone(), url.clone());
         load.push(tokio::spawn(async move {
-            let (_, e) = reply(
-                api.post(format!("{base}/v1/elicitations"))
-                    .bearer_auth(API_KEY)
-                    .json(&json!({"subject": format!("poll-{p}"), "provider": "acme"})),
-            )
-            .await;
-            let id = e["id"].as_str().unwrap_or_default().to_owned();
+            let mut id = String::new();
             while !stop.load(Ordering::Relaxed) {
-                let (s, _) = reply(
+                if id.is_empty() {
+                    // A pending elicitation to wait on (a new one once it expired: an MCP server
+                    // waits on what its user has not answered yet).
+                    let (_, e) = reply(
+                        api.post(format!("{base}/v1/elicitations"))
+                            .bearer_auth(API_KEY)
+                            .json(&json!({"subject": format!("poll-{p}"), "provider": "acme"})),
+                    )
+                    .await;
+                    id = e["id"].as_str().unwrap_or_default().to_owned();
+                }
+                let (s, e) = reply(
                     api.get(format!("{base}/v1/elicitations/{id}?wait=10"))
                         .bearer_auth(API_KEY),
                 )
                 .await;
                 window.lock().unwrap().count("long_poll", s);
+                if e["status"] != "pending" {
+                    id.clear();
+                }
             }
         }));
     }

@@ -23,9 +23,12 @@ pub struct Probe {
     pub outcome: String,
 }
 
-/// An answer below 500 counts (endpoints answer a bare GET with 400, 401 or 405, and that still
-/// proves they are there), except 404 and 410: nothing is there, usually a wrong URL.
+/// An answer below 500 counts (endpoints answer a bare request with 400, 401 or 405, and that
+/// still proves they are there), except 404 and 410: nothing is there, usually a wrong URL. The
+/// token and revocation endpoints are asked as they are used, by an (empty) form POST: a real
+/// one answers that with 400 or 401, while some answer a GET with 404.
 async fn probe(http: &crate::outbound::Http, name: &'static str, url: &str) -> Probe {
+    let post = matches!(name, "token" | "revocation");
     if url.contains('{') {
         return Probe {
             name,
@@ -35,7 +38,17 @@ async fn probe(http: &crate::outbound::Http, name: &'static str, url: &str) -> P
         };
     }
     let started = Instant::now();
-    let r = tokio::time::timeout(PROBE_TIMEOUT, http.get(url).send()).await;
+    let request = if post {
+        http.post(url)
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body("")
+    } else {
+        http.get(url)
+    };
+    let r = tokio::time::timeout(PROBE_TIMEOUT, request.send()).await;
     let ms = started.elapsed().as_millis();
     let (ok, outcome) = match r {
         Err(_) => (
@@ -270,9 +283,21 @@ mod tests {
 
     #[tokio::test]
     async fn an_endpoint_answering_404_is_a_problem_and_405_is_not() {
+        // A token endpoint that answers a GET with 404 and a POST with 400, like oidc-provider.
         let app = axum::Router::new()
-            .route("/token", get(|| async { StatusCode::METHOD_NOT_ALLOWED }))
-            .route("/broken", get(|| async { StatusCode::BAD_GATEWAY }));
+            .route(
+                "/token",
+                axum::routing::post(|| async { StatusCode::BAD_REQUEST })
+                    .get(|| async { StatusCode::NOT_FOUND }),
+            )
+            .route(
+                "/authorize",
+                get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+            )
+            .route(
+                "/broken",
+                axum::routing::post(|| async { StatusCode::BAD_GATEWAY }),
+            );
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", l.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(l, app).await });
@@ -281,6 +306,8 @@ mod tests {
         ]))
         .unwrap();
         let there = probe(&http, "token", &format!("{base}/token")).await;
+        assert!(there.ok, "{}", there.outcome);
+        let there = probe(&http, "authorization", &format!("{base}/authorize")).await;
         assert!(there.ok, "{}", there.outcome);
         let typo = probe(&http, "token", &format!("{base}/tokn")).await;
         assert!(
