@@ -152,7 +152,7 @@ pub async fn start_provider(
     params_changed: bool,
 ) -> Result<Response> {
     let binding = session.binding_hash().await?;
-    let endpoints = provider.endpoints(&state.http).await.and_then(|ep| ep.for_connection(provider, &e.params)).map_err(|err| {
+    let endpoints = provider.endpoints_for_new_flow(&state.http).await.and_then(|ep| ep.for_connection(provider, &e.params)).map_err(|err| {
         tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
         Error::page(
             StatusCode::BAD_GATEWAY,
