@@ -159,7 +159,7 @@ impl TokenResponse {
         (status = 404, body = crate::error::ErrorBody, description = "`not_connected`; `not_found` when no such provider is configured or the awaited elicitation does not exist"),
         (status = 409, body = crate::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set (always when `scopes` asks for more than the grant holds: an elicitation for the union); `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected"),
         (status = 413, body = crate::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB"),
-        (status = 502, body = crate::error::ErrorBody, description = "`upstream_error`: the provider failed while refreshing; try again")),
+        (status = 502, body = crate::error::ErrorBody, description = "`upstream_error`: the provider failed while refreshing; try again. With `reason` and `elicitation_id`: the awaited elicitation failed and nothing is connected; `provider_misconfigured` needs an operator, `provider_error` may work with a new elicitation")),
     security(("api_key" = [])))]
 pub async fn fetch(
     State(state): State<AppState>,
@@ -207,8 +207,9 @@ pub async fn fetch(
         }
         (None, None) => None,
     };
-    // The awaited elicitation, if the user declined it.
+    // The awaited elicitation, if the user declined it, or if it failed (and why).
     let mut declined = None;
+    let mut failed = None;
     if let Some(eid) = &awaited {
         let mut e = state.client_elicitation(&client.0, eid).await?;
         if e.user_ref() != UserRef::new(state.identity.issuer(), subject.clone())
@@ -236,8 +237,16 @@ pub async fn fetch(
             }
             _ => {}
         }
-        if e.effective_status(crate::time::now()) == ElicitationStatus::Declined {
-            declined = Some(e.id.clone());
+        match e.effective_status(crate::time::now()) {
+            ElicitationStatus::Declined => declined = Some(e.id.clone()),
+            ElicitationStatus::Failed => {
+                failed = e.failure_reason().map(|r| Error::AuthorizationFailed {
+                    provider: provider.name.clone(),
+                    elicitation_id: e.id.clone(),
+                    reason: r,
+                })
+            }
+            _ => {}
         }
     } else if req.wait_seconds.is_some() {
         return Err(Error::invalid(
@@ -277,6 +286,10 @@ pub async fn fetch(
                 elicitation_id: id,
             });
         }
+        // Nor a new one when the awaited one failed: say why instead.
+        if let Some(f) = failed {
+            return Err(f);
+        }
         if req.elicit {
             let view = offer(req.scopes.clone()).await?;
             return Err(Error::AuthorizationRequired {
@@ -298,6 +311,9 @@ pub async fn fetch(
                     provider: provider.name.clone(),
                     elicitation_id: id,
                 });
+            }
+            if let Some(f) = failed {
+                return Err(f);
             }
             // What this client asks for by default, what is granted, and what is new.
             let mut union = provider.scopes.clone();
@@ -326,7 +342,12 @@ pub async fn fetch(
                 elicitation_id: declined.unwrap_or_default(),
             })
         }
-        Err(Error::ReauthorizationRequired { provider: p, .. }) if req.elicit => {
+        Err(Error::ReauthorizationRequired { provider: p, .. })
+            if req.elicit || failed.is_some() =>
+        {
+            if let Some(f) = failed {
+                return Err(f);
+            }
             let view = offer(req.scopes.clone()).await?;
             Err(Error::ReauthorizationRequired {
                 provider: p,

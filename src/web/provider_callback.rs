@@ -4,7 +4,9 @@
 //! the grant.
 
 use super::done::redirect_to_done;
-use super::flow::{CallbackQuery, Checked, check_provider_flow, claim_provider_flow};
+use super::flow::{
+    CallbackQuery, Checked, check_provider_flow, claim_provider_flow, discovery_failed,
+};
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
@@ -64,14 +66,24 @@ pub async fn callback(
         };
     let (user, e) = (&checked.user, &checked.elicitation);
     let pname = provider.display_name.clone();
-    let endpoints = provider.endpoints(&state.http).await.and_then(|ep| ep.for_connection(&provider, &e.params)).map_err(|err| {
-        tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
-        page_err(
-            StatusCode::BAD_GATEWAY,
-            "provider-unavailable-title",
-            Msg::new("provider-unavailable-from-app-lead").arg("provider", &pname),
-        )
-    })?;
+    let endpoints = match provider
+        .endpoints(&state.http)
+        .await
+        .and_then(|ep| ep.for_connection(&provider, &e.params))
+    {
+        Ok(ep) => ep,
+        Err(err) => {
+            return Err(discovery_failed(
+                &state,
+                e,
+                &provider,
+                &err,
+                rid.as_deref(),
+                "provider-unavailable-from-app-lead",
+            )
+            .await);
+        }
+    };
 
     // RFC 9207: a provider that sends `iss` must send its own.
     match (&q.iss, &endpoints.issuer) {

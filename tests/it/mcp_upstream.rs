@@ -45,6 +45,12 @@ struct Setup {
     migration_keeps_hint: bool,
     /// A server from before RFC 9728 (2025-03-26): no protected-resource metadata and no hint.
     legacy: Option<Legacy>,
+    /// The protected-resource metadata is for another server.
+    foreign_resource: bool,
+    /// The authorization server metadata names another issuer.
+    foreign_issuer: bool,
+    /// The authorization server metadata answers 503.
+    metadata_down: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -203,8 +209,13 @@ async fn mcp_post(State(s): S, headers: HeaderMap, body: String) -> Response {
 
 fn prm_document(s: &Stub) -> Response {
     s.prm_fetches.fetch_add(1, Ordering::SeqCst);
+    let resource = if s.setup.foreign_resource {
+        "https://elsewhere.example/mcp".to_owned()
+    } else {
+        s.resource().unwrap_or_default()
+    };
     s.documents(json!({
-        "resource": s.resource().unwrap_or_default(),
+        "resource": resource,
         "authorization_servers": [s.issuer(s.current())],
         "scopes_supported": ["mcp:tools"],
     }))
@@ -233,12 +244,15 @@ async fn prm_custom(State(s): S) -> Response {
 
 /// RFC 8414 metadata of authorization server `server` (`` is the origin: legacy servers only).
 fn as_metadata(s: &Stub, server: &str) -> Response {
+    if s.setup.metadata_down {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
     if server.is_empty() && s.setup.legacy != Some(Legacy::Metadata) {
         return StatusCode::NOT_FOUND.into_response();
     }
     let issuer = s.issuer(server);
     let mut m = json!({
-        "issuer": issuer,
+        "issuer": if s.setup.foreign_issuer { format!("{issuer}/other") } else { issuer.clone() },
         "authorization_endpoint": format!("{issuer}/authorize"),
         "token_endpoint": format!("{issuer}/token"),
         "response_types_supported": ["code"],
@@ -1004,6 +1018,93 @@ on_both_databases!(
         assert_eq!(stub.prm_fetches.load(Ordering::SeqCst), fetched);
         tokio::time::sleep(std::time::Duration::from_secs(61)).await;
         new_flows_follow_the_migration(&stub, &app).await;
+        app.shutdown().await;
+    }
+);
+
+/// A security refusal during discovery: Continue shows "misconfigured" (not "try again"), the
+/// elicitation ends `failed` with reason `provider_misconfigured`, and a token request waiting
+/// for it says so instead of handing out another elicitation that would fail the same way.
+async fn refusal_fails_the_elicitation(kind: DbKind, setup: Setup) {
+    let (stub, app) = spawn(kind, setup, "").await;
+    let (e, page) = continue_connect(&app).await;
+    assert_eq!(page.status, StatusCode::BAD_GATEWAY, "{}", page.body);
+    assert!(page.has("misconfigured"), "{}", page.body);
+    assert!(!page.has("try again"), "{}", page.body);
+    let id = e["id"].as_str().unwrap();
+    let (s, v) = reply(
+        app.api
+            .get(format!("{}/v1/elicitations/{id}?wait=5", app.url))
+            .bearer_auth(OTHER_API_KEY),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["reason"], "provider_misconfigured", "{v}");
+    for extra in [json!({}), json!({"elicit": true})] {
+        let mut body = json!({"subject": "alice", "provider": "other",
+            "elicitation_id": id, "wait_seconds": 1});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (s, v) = call(&app, "/v1/tokens", body).await;
+        assert_eq!(s, StatusCode::BAD_GATEWAY, "{v}");
+        assert_eq!(v["error"], "upstream_error", "{v}");
+        assert_eq!(v["reason"], "provider_misconfigured", "{v}");
+        assert_eq!(v["elicitation_id"], id, "{v}");
+        assert!(v.get("elicitation").is_none_or(Value::is_null), "{v}");
+    }
+    assert!(stub.authorizations.lock().unwrap().is_empty());
+    app.shutdown().await;
+}
+
+on_both_databases!(
+    a_resource_mismatch_fails_the_elicitation_as_misconfigured,
+    |kind| async move {
+        let setup = Setup {
+            foreign_resource: true,
+            ..Setup::default()
+        };
+        refusal_fails_the_elicitation(kind, setup).await;
+    }
+);
+
+on_both_databases!(
+    an_issuer_mismatch_fails_the_elicitation_as_misconfigured,
+    |kind| async move {
+        let setup = Setup {
+            foreign_issuer: true,
+            ..Setup::default()
+        };
+        refusal_fails_the_elicitation(kind, setup).await;
+    }
+);
+
+on_both_databases!(
+    an_unreachable_authorization_server_leaves_the_elicitation_pending,
+    |kind| async move {
+        let setup = Setup {
+            metadata_down: true,
+            ..Setup::default()
+        };
+        let (_stub, app) = spawn(kind, setup, "").await;
+        let (e, page) = continue_connect(&app).await;
+        assert_eq!(page.status, StatusCode::BAD_GATEWAY, "{}", page.body);
+        assert!(page.has("try again"), "{}", page.body);
+        assert!(!page.has("misconfigured"), "{}", page.body);
+        let (s, v) = reply(
+            app.api
+                .get(format!(
+                    "{}/v1/elicitations/{}",
+                    app.url,
+                    e["id"].as_str().unwrap()
+                ))
+                .bearer_auth(OTHER_API_KEY),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v["status"], "pending", "{v}");
+        assert!(v.get("reason").is_none(), "{v}");
         app.shutdown().await;
     }
 );
