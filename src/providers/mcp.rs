@@ -62,6 +62,22 @@ impl Misconfigured {
     }
 }
 
+/// The connection metadata key naming the authorization server that issued a grant.
+pub const AUTHORIZATION_SERVER: &str = "authorization_server";
+
+/// Whether a grant was issued by another authorization server than the one `endpoints` belong
+/// to (the MCP server moved): its tokens must not be sent to the new one, which has no business
+/// seeing them. Grants stored before this was recorded say nothing and are not refused.
+pub fn issued_elsewhere(metadata: &super::tokens::Metadata, endpoints: &super::Endpoints) -> bool {
+    match (
+        metadata.get(AUTHORIZATION_SERVER).and_then(Value::as_str),
+        endpoints.authorization_server(),
+    ) {
+        (Some(issued_by), Some(now)) => issued_by != now,
+        _ => false,
+    }
+}
+
 /// Whether a discovery error is a security refusal (see `Misconfigured`), not an outage.
 pub fn is_misconfigured(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<Misconfigured>())

@@ -67,6 +67,14 @@ impl Endpoints {
         }
     }
 
+    /// Upstream MCP servers: the authorization server these endpoints belong to (its issuer,
+    /// or the token endpoint for the 2025-03-26 defaults, which have none).
+    pub fn authorization_server(&self) -> Option<&str> {
+        self.client
+            .as_ref()
+            .map(|_| self.issuer.as_deref().unwrap_or(&self.token_url))
+    }
+
     /// These endpoints for one connection: every `{parameter}` filled with its value.
     pub fn for_connection(&self, provider: &Provider, params: &ConnParams) -> anyhow::Result<Self> {
         let fill = |t: &str| {
@@ -315,7 +323,7 @@ impl Provider {
     }
 
     /// Runs an MCP server's discovery into `slot`. An outage keeps serving what was found
-    /// before (stale, until discovery works again); a security refusal forgets it.
+    /// before (stale, tried again after `mcp::TTL_MIN`); a security refusal forgets it.
     async fn rediscover(
         &self,
         http: &crate::outbound::Http,
@@ -340,7 +348,10 @@ impl Provider {
                 return Err(e);
             }
             Err(e) => {
-                if let Some(stale) = slot.as_ref() {
+                if let Some(stale) = slot.as_mut() {
+                    // Tried again at most once a minute: callers do not each wait for an
+                    // unreachable server first.
+                    stale.until = Some(Instant::now() + mcp::TTL_MIN);
                     tracing::warn!(provider = %self.name, error = format!("{e:#}"), "MCP discovery failed; using the previous result");
                     return Ok(stale.endpoints.clone());
                 }

@@ -955,6 +955,14 @@ async fn new_flows_follow_the_migration(stub: &Stub, app: &TestApp) {
     assert_eq!(stub.registrations_at("as").len(), 1);
     stub.migrate();
     walk_connect(app).await;
+    let (s, v) = call(
+        app,
+        "/v1/tokens",
+        json!({"subject": "alice", "provider": "other"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["metadata"]["authorization_server"], stub.issuer("as2"));
     assert_eq!(
         stub.registrations_at("as2").len(),
         1,
@@ -1017,6 +1025,18 @@ on_both_databases!(
         token_then_refresh(&app).await;
         assert_eq!(stub.prm_fetches.load(Ordering::SeqCst), fetched);
         tokio::time::sleep(std::time::Duration::from_secs(61)).await;
+        // The grant was made at `as`: its refresh token never goes to `as2`.
+        stub.migrate();
+        let calls = stub.token_calls.lock().unwrap().len();
+        let (s, v) = call(
+            &app,
+            "/v1/tokens",
+            json!({"subject": "alice", "provider": "other", "force_refresh": true}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CONFLICT, "{v}");
+        assert_eq!(v["error"], "reauthorization_required", "{v}");
+        assert_eq!(stub.token_calls.lock().unwrap().len(), calls);
         new_flows_follow_the_migration(&stub, &app).await;
         app.shutdown().await;
     }
