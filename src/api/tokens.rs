@@ -86,7 +86,8 @@ pub struct TokenResponse {
     pub connection_id: String,
     /// What was learned about the connection when it was made, by the names the provider's
     /// catalog entry gives them: Salesforce `instance_url`, QuickBooks `realm_id`, Slack
-    /// `team_id`, Atlassian `cloud_id`, ... Empty for providers without any.
+    /// `team_id`, Atlassian `cloud_id`, ... Empty for providers without any. Upstream MCP
+    /// servers (`kind = "mcp"`): `authorization_server`, the one that issued the grant.
     #[schema(value_type = Object)]
     pub metadata: crate::providers::tokens::Metadata,
     /// The connection's per-connection parameters (`tenant`, `subdomain`, `shop`, `region`).
