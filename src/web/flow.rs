@@ -208,6 +208,7 @@ pub async fn start_provider(
                 provider: Some(&provider.name),
                 verifier: sealed.as_deref(),
                 ttl_seconds: FLOW_TTL_SECONDS,
+                authorization_server: endpoints.authorization_server(),
             },
             params_changed.then_some(&e.params),
         )

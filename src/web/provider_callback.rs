@@ -85,6 +85,19 @@ pub async fn callback(
         }
     };
 
+    // An upstream MCP server that moved to another authorization server since this redirect
+    // started: the code (and the PKCE verifier) belong to the old one, never sent to the new.
+    if let Some(went_to) = checked.flow.authorization_server.as_deref() {
+        if endpoints.authorization_server() != Some(went_to) {
+            tracing::warn!(target: "security", provider = %provider.name, "the authorization server changed during the redirect; code not sent");
+            return Err(page_err(
+                StatusCode::CONFLICT,
+                "provider-moved-title",
+                Msg::new("provider-moved-lead").arg("provider", &pname),
+            ));
+        }
+    }
+
     // RFC 9207: a provider that sends `iss` must send its own.
     match (&q.iss, &endpoints.issuer) {
         (Some(iss), Some(expected)) if iss != expected => {

@@ -588,16 +588,19 @@ async fn spawn(kind: DbKind, setup: Setup, extra: &str) -> (Arc<Stub>, TestApp) 
 /// A new elicitation for alice, walked in a browser up to Continue: the elicitation and the
 /// page that Continue led to.
 async fn continue_connect(app: &TestApp) -> (Value, Page) {
+    continue_connect_as(app, &app.browser(), "alice").await
+}
+
+async fn continue_connect_as(app: &TestApp, b: &Browser, subject: &str) -> (Value, Page) {
     let (s, e) = call(
         app,
         "/v1/elicitations",
-        json!({"subject": "alice", "provider": "other"}),
+        json!({"subject": subject, "provider": "other"}),
     )
     .await;
     assert_eq!(s, StatusCode::CREATED, "{e}");
-    let b = app.browser();
     let consent = b
-        .sign_in_to_consent(e["url"].as_str().unwrap(), "alice")
+        .sign_in_to_consent(e["url"].as_str().unwrap(), subject)
         .await;
     assert!(consent.has("Upstream MCP"), "{}", consent.body);
     let done = b
@@ -1038,6 +1041,70 @@ on_both_databases!(
         assert_eq!(v["error"], "reauthorization_required", "{v}");
         assert_eq!(stub.token_calls.lock().unwrap().len(), calls);
         new_flows_follow_the_migration(&stub, &app).await;
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    a_code_from_before_a_move_is_not_sent_to_the_new_authorization_server,
+    |kind| async move {
+        let (stub, app) = connect(kind, Setup::default(), "").await;
+        // Alice's redirect goes to `as`; she comes back only after the server moved and
+        // another user's flow made mcp-connect follow it to `as2`.
+        let alice = Browser::stopping_at_callback();
+        let (s, e) = call(
+            &app,
+            "/v1/elicitations",
+            json!({"subject": "alice", "provider": "other"}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CREATED, "{e}");
+        let consent = alice
+            .sign_in_to_consent(e["url"].as_str().unwrap(), "alice")
+            .await;
+        let (action, mut fields) = consent.form("form.actions");
+        fields.push(("action".into(), "continue".into()));
+        let r = alice
+            .client
+            .post(&action)
+            .form(&fields)
+            .send()
+            .await
+            .unwrap();
+        let callback = r.headers()["location"].to_str().unwrap().to_owned();
+        assert!(
+            callback.contains("/oauth/other/callback?code="),
+            "{callback}"
+        );
+        stub.migrate();
+        let (_, done) = continue_connect_as(&app, &app.browser(), "bob").await;
+        assert!(done.has("is connected"), "{}", done.body);
+        let exchanges_at_as2 = || {
+            stub.token_calls
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|c| c.server == "as2" && c.grant_type == "authorization_code")
+                .count()
+        };
+        assert_eq!(exchanges_at_as2(), 1);
+        let page = alice.get(&callback).await;
+        assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+        assert!(page.has("moved"), "{}", page.body);
+        assert_eq!(exchanges_at_as2(), 1, "alice's code went to the new server");
+        // Nothing was spent: her elicitation is still pending, to start again.
+        let (s, v) = reply(
+            app.api
+                .get(format!(
+                    "{}/v1/elicitations/{}",
+                    app.url,
+                    e["id"].as_str().unwrap()
+                ))
+                .bearer_auth(OTHER_API_KEY),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v["status"], "pending", "{v}");
         app.shutdown().await;
     }
 );
