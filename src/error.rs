@@ -50,6 +50,14 @@ pub enum Error {
         provider: String,
         elicitation_id: String,
     },
+    /// The elicitation the caller waited for failed (`reason` as `ElicitationView::reason`
+    /// says), and nothing is connected.
+    #[error("{}", failed_message(provider, reason))]
+    AuthorizationFailed {
+        provider: String,
+        elicitation_id: String,
+        reason: &'static str,
+    },
     /// A browser-facing refusal with its own title, status and advice (catalog messages, so the
     /// page speaks the reader's language; the API gets the English).
     #[error("{message}")]
@@ -75,6 +83,16 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+fn failed_message(provider: &str, reason: &str) -> String {
+    if reason == crate::db::elicitations::PROVIDER_MISCONFIGURED {
+        format!(
+            "connecting {provider} failed: the provider is misconfigured (a security check refused it); an operator must fix it, trying again will not help"
+        )
+    } else {
+        format!("connecting {provider} failed: the provider refused or failed the authorization")
+    }
+}
+
 /// Every API error body. Stable codes: `unauthorized`, `invalid_subject_token`,
 /// `forbidden_provider`, `invalid_request`,
 /// `invalid_request_state`, `not_found`, `not_connected`, `authorization_required`,
@@ -86,14 +104,17 @@ pub struct ErrorBody {
     pub error: String,
     /// A human sentence.
     pub message: String,
-    /// `invalid_request_state` only: `invalid` (not ours, altered, or another client's),
-    /// `foreign` (another subject or provider) or `expired`.
+    /// `invalid_request_state`: `invalid` (not ours, altered, or another client's),
+    /// `foreign` (another subject or provider) or `expired`. `upstream_error` for an awaited
+    /// elicitation that failed: `provider_misconfigured` (an operator must fix the provider;
+    /// trying again will not help) or `provider_error`.
     pub reason: Option<String>,
     /// `authorization_required` / `reauthorization_required` with `elicit`: the elicitation to
     /// hand to the MCP client.
     #[schema(value_type = Option<Object>)]
     pub elicitation: Option<Value>,
-    /// `authorization_declined`: the elicitation the user declined.
+    /// `authorization_declined`: the elicitation the user declined; `upstream_error` with
+    /// `reason`: the awaited elicitation that failed.
     pub elicitation_id: Option<String>,
 }
 
@@ -148,7 +169,7 @@ impl Error {
             Self::Page { status, .. } => *status,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Upstream(_) => StatusCode::BAD_GATEWAY,
+            Self::Upstream(_) | Self::AuthorizationFailed { .. } => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -168,7 +189,7 @@ impl Error {
             Self::Page { code, .. } => code,
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable(_) => "unavailable",
-            Self::Upstream(_) => "upstream_error",
+            Self::Upstream(_) | Self::AuthorizationFailed { .. } => "upstream_error",
             Self::Internal(_) => "internal",
         }
     }
@@ -230,6 +251,14 @@ impl IntoResponse for Error {
             Self::InvalidRequestState { reason, .. } => body["reason"] = json!(reason),
             Self::AuthorizationDeclined { elicitation_id, .. } => {
                 body["elicitation_id"] = json!(elicitation_id)
+            }
+            Self::AuthorizationFailed {
+                elicitation_id,
+                reason,
+                ..
+            } => {
+                body["elicitation_id"] = json!(elicitation_id);
+                body["reason"] = json!(reason);
             }
             _ => {}
         }

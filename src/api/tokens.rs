@@ -86,7 +86,8 @@ pub struct TokenResponse {
     pub connection_id: String,
     /// What was learned about the connection when it was made, by the names the provider's
     /// catalog entry gives them: Salesforce `instance_url`, QuickBooks `realm_id`, Slack
-    /// `team_id`, Atlassian `cloud_id`, ... Empty for providers without any.
+    /// `team_id`, Atlassian `cloud_id`, ... Empty for providers without any. Upstream MCP
+    /// servers (`kind = "mcp"`): `authorization_server`, the one that issued the grant.
     #[schema(value_type = Object)]
     pub metadata: crate::providers::tokens::Metadata,
     /// The connection's per-connection parameters (`tenant`, `subdomain`, `shop`, `region`).
@@ -159,7 +160,7 @@ impl TokenResponse {
         (status = 404, body = crate::error::ErrorBody, description = "`not_connected`; `not_found` when no such provider is configured or the awaited elicitation does not exist"),
         (status = 409, body = crate::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set (always when `scopes` asks for more than the grant holds: an elicitation for the union); `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected"),
         (status = 413, body = crate::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB"),
-        (status = 502, body = crate::error::ErrorBody, description = "`upstream_error`: the provider failed while refreshing; try again")),
+        (status = 502, body = crate::error::ErrorBody, description = "`upstream_error`: the provider failed while refreshing; try again. With `reason` `provider_misconfigured` and `elicitation_id`: the awaited elicitation failed because the provider is misconfigured, and nothing is connected; an operator must fix it (a new elicitation would fail the same way)")),
     security(("api_key" = [])))]
 pub async fn fetch(
     State(state): State<AppState>,
@@ -207,8 +208,9 @@ pub async fn fetch(
         }
         (None, None) => None,
     };
-    // The awaited elicitation, if the user declined it.
+    // The awaited elicitation, if the user declined it, or if it failed (and why).
     let mut declined = None;
+    let mut failed = None;
     if let Some(eid) = &awaited {
         let mut e = state.client_elicitation(&client.0, eid).await?;
         if e.user_ref() != UserRef::new(state.identity.issuer(), subject.clone())
@@ -236,8 +238,22 @@ pub async fn fetch(
             }
             _ => {}
         }
-        if e.effective_status(crate::time::now()) == ElicitationStatus::Declined {
-            declined = Some(e.id.clone());
+        match e.effective_status(crate::time::now()) {
+            ElicitationStatus::Declined => declined = Some(e.id.clone()),
+            // Only a misconfigured provider is answered with the failure: a new elicitation
+            // would fail the same way. After any other failure the caller gets what SPEC says
+            // for "not connected" (with `elicit`, a new elicitation the user may retry).
+            ElicitationStatus::Failed => {
+                failed = e
+                    .failure_reason()
+                    .filter(|r| *r == crate::db::elicitations::PROVIDER_MISCONFIGURED)
+                    .map(|r| Error::AuthorizationFailed {
+                        provider: provider.name.clone(),
+                        elicitation_id: e.id.clone(),
+                        reason: r,
+                    })
+            }
+            _ => {}
         }
     } else if req.wait_seconds.is_some() {
         return Err(Error::invalid(
@@ -277,6 +293,10 @@ pub async fn fetch(
                 elicitation_id: id,
             });
         }
+        // Nor a new one when the awaited one failed: say why instead.
+        if let Some(f) = failed {
+            return Err(f);
+        }
         if req.elicit {
             let view = offer(req.scopes.clone()).await?;
             return Err(Error::AuthorizationRequired {
@@ -298,6 +318,9 @@ pub async fn fetch(
                     provider: provider.name.clone(),
                     elicitation_id: id,
                 });
+            }
+            if let Some(f) = failed {
+                return Err(f);
             }
             // What this client asks for by default, what is granted, and what is new.
             let mut union = provider.scopes.clone();
@@ -326,7 +349,12 @@ pub async fn fetch(
                 elicitation_id: declined.unwrap_or_default(),
             })
         }
-        Err(Error::ReauthorizationRequired { provider: p, .. }) if req.elicit => {
+        Err(Error::ReauthorizationRequired { provider: p, .. })
+            if req.elicit || failed.is_some() =>
+        {
+            if let Some(f) = failed {
+                return Err(f);
+            }
             let view = offer(req.scopes.clone()).await?;
             Err(Error::ReauthorizationRequired {
                 provider: p,

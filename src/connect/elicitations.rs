@@ -51,6 +51,13 @@ pub struct ElicitationView {
     pub expires_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connection_id: Option<String>,
+    /// `failed` only: why. `provider_misconfigured`: what the provider publishes failed a
+    /// security check (an upstream MCP server's metadata names another resource or issuer);
+    /// an operator must fix the provider, and a new elicitation will fail the same way.
+    /// `provider_error`: the provider refused or failed the authorization; a new elicitation
+    /// may succeed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
     /// Per-connection parameters given so far (`tenant`, `subdomain`, ...); the consent page
     /// asks the user for the ones the provider needs and nobody gave.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -147,6 +154,7 @@ impl AppState {
             scopes: e.scopes.clone(),
             expires_at: rfc3339(e.expires_at),
             connection_id: e.connection_id.clone(),
+            reason: e.failure_reason(),
             params: e.params.clone(),
             mcp,
             request_state: crate::connect::request_state::seal(&self.config.keys, e)?,

@@ -89,7 +89,30 @@ pub struct Elicitation {
     pub params: crate::providers::ConnParams,
 }
 
+/// How the `failure` of an elicitation that ended for a security refusal begins (then `: ` and
+/// what was refused); the API's `reason` for it, too.
+pub const PROVIDER_MISCONFIGURED: &str = "provider_misconfigured";
+
 impl Elicitation {
+    /// Why a `failed` elicitation failed, as the API names it: `provider_misconfigured` (a
+    /// security check refused what the provider publishes; an operator must fix it, a retry
+    /// will not help) or `provider_error` (the provider or the code exchange failed).
+    pub fn failure_reason(&self) -> Option<&'static str> {
+        if self.status != ElicitationStatus::Failed {
+            return None;
+        }
+        let misconfigured = self
+            .failure
+            .as_deref()
+            .and_then(|f| f.strip_prefix(PROVIDER_MISCONFIGURED))
+            .is_some_and(|rest| rest.starts_with(':'));
+        Some(if misconfigured {
+            PROVIDER_MISCONFIGURED
+        } else {
+            "provider_error"
+        })
+    }
+
     /// The status as callers should see it: a pending elicitation past its expiry is expired.
     pub fn effective_status(&self, now: i64) -> ElicitationStatus {
         if self.status == ElicitationStatus::Pending && now >= self.expires_at {

@@ -34,6 +34,8 @@ pub struct Flow {
     /// Sealed PKCE verifier.
     pub verifier: Option<String>,
     pub expires_at: i64,
+    /// Upstream MCP servers: the authorization server the redirect went to.
+    pub authorization_server: Option<String>,
 }
 
 impl TryFrom<String> for FlowKind {
@@ -64,6 +66,8 @@ pub struct NewFlow<'a> {
     pub provider: Option<&'a str>,
     pub verifier: Option<&'a str>,
     pub ttl_seconds: i64,
+    /// Upstream MCP servers: the authorization server the browser is sent to.
+    pub authorization_server: Option<&'a str>,
 }
 
 impl Db {
@@ -76,8 +80,8 @@ impl Db {
         f: &NewFlow<'_>,
         new_params: Option<&crate::providers::ConnParams>,
     ) -> Result<()> {
-        const INSERT: &str = "INSERT INTO auth_flows (state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, created_at, expires_at)";
-        const VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10";
+        const INSERT: &str = "INSERT INTO auth_flows (state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, created_at, expires_at, authorization_server)";
+        const VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11";
         let now = now();
         let params = new_params.zip(f.elicitation_id);
         // The usual case, nothing else to write: one statement, not waiting for the disk.
@@ -95,7 +99,8 @@ impl Db {
             .bind(None::<String>)
             .bind(f.verifier)
             .bind(now)
-            .bind(now + f.ttl_seconds);
+            .bind(now + f.ttl_seconds)
+            .bind(f.authorization_server);
         match params {
             None => {
                 insert.execute(&self.pool).await?;
@@ -137,7 +142,7 @@ impl Db {
     /// changes nothing until `claim_flow`.
     pub async fn find_flow(&self, state_hash: &str) -> Result<Option<(Flow, bool)>> {
         let row: Option<FlowRow> = sqlx::query_as(
-            "SELECT state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, expires_at, used_at \
+            "SELECT state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, expires_at, authorization_server, used_at \
              FROM auth_flows WHERE state_hash = $1 AND kind = $2",
         )
         .bind(state_hash)

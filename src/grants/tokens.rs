@@ -241,6 +241,19 @@ impl AppState {
             .await
             .and_then(|e| e.for_connection(provider, &c.params))
             .map_err(Error::Upstream)?;
+        if crate::providers::mcp::issued_elsewhere(&c.metadata, &endpoints) {
+            // The MCP server moved to another authorization server: the old one's refresh
+            // token is not sent to the new one; the user authorizes there instead.
+            self.mark_needs_reauth(
+                lock,
+                &c,
+                "the MCP server moved to another authorization server; connect again",
+                "authorization server changed",
+                request_id,
+            )
+            .await?;
+            return Err(reauth(provider));
+        }
         let mut attempt = 0;
         let outcome = loop {
             attempt += 1;
@@ -513,6 +526,14 @@ impl AppState {
                 Err(e) => {
                     if rt.is_some() || at.is_some() {
                         problems.push(format!("provider unreachable: {e:#}"));
+                    }
+                    report.refresh_token = if rt.is_some() { "failed" } else { "none" };
+                    report.access_token = if at.is_some() { "failed" } else { "none" };
+                }
+                Ok(ep) if crate::providers::mcp::issued_elsewhere(&c.metadata, &ep) => {
+                    // Never hand the old authorization server's tokens to the new one.
+                    if rt.is_some() || at.is_some() {
+                        problems.push("the MCP server moved to another authorization server; the tokens were not sent to it".to_owned());
                     }
                     report.refresh_token = if rt.is_some() { "failed" } else { "none" };
                     report.access_token = if at.is_some() { "failed" } else { "none" };

@@ -11,6 +11,9 @@
 //!    RFC 8707 resource indicator exactly as advertised.
 //! 3. The first of its `authorization_servers`: RFC 8414 metadata (path-inserted well-known form
 //!    for issuers with a path), then OpenID Connect discovery (both forms); its `issuer` must match.
+//!    Servers without protected-resource metadata (2025-03-26: no hint, 404 at both well-known
+//!    URLs): RFC 8414 metadata at the server's origin, else the default endpoints `/authorize`,
+//!    `/token` and `/register` there; no `resource=` is sent to them.
 //! 4. The client: a Client ID Metadata Document (our own, served at
 //!    `/.well-known/oauth-client/{provider}`) when the server advertises
 //!    `client_id_metadata_document_supported`; else RFC 7591 dynamic registration at its
@@ -20,9 +23,13 @@
 //! 5. Scopes: the configured ones, else the challenge's `scope`, else the metadata's
 //!    `scopes_supported`; `offline_access` added when the authorization server lists it.
 //!
-//! Every URL here comes from the network: all of it goes through the SSRF guard.
+//! Every URL here comes from the network: all of it goes through the SSRF guard. A document
+//! that breaks a security rule (a `resource` or `issuer` mismatch, an endpoint the guard
+//! refuses) is a `Misconfigured` error, which no retry cures; the result lives for the
+//! documents' `Cache-Control: max-age`, within `TTL_MIN..TTL_MAX`.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use secrecy::{ExposeSecret, SecretString};
@@ -33,7 +40,48 @@ use url::Url;
 use super::tokens::ClientAuth;
 use crate::crypto::KeyRing;
 use crate::db::Db;
-use crate::outbound::http::{Http, MAX_RESPONSE_BYTES, ServerMetadata, fetch_json, read_limited};
+use crate::outbound::http::{Http, MAX_RESPONSE_BYTES, ServerMetadata, max_age, read_limited};
+
+/// How long a discovery result is used when its documents say nothing (`Cache-Control`).
+pub const TTL_DEFAULT: Duration = Duration::from_secs(300);
+/// Bounds on what the documents' `max-age` may say: never refetched more often than once a
+/// minute (`no-store` included), never kept longer than an hour.
+pub const TTL_MIN: Duration = Duration::from_secs(60);
+pub const TTL_MAX: Duration = Duration::from_secs(3600);
+
+/// A discovery refusal for a security reason (RFC 9728 §3.3 `resource`, RFC 8414 `issuer`, an
+/// endpoint the SSRF guard refuses): the upstream is misconfigured, and trying again will not
+/// help. Its text names URLs and what was wrong, never a secret.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Misconfigured(String);
+
+impl Misconfigured {
+    fn err(msg: impl Into<String>) -> anyhow::Error {
+        anyhow::Error::new(Self(msg.into()))
+    }
+}
+
+/// The connection metadata key naming the authorization server that issued a grant.
+pub const AUTHORIZATION_SERVER: &str = "authorization_server";
+
+/// Whether a grant was issued by another authorization server than the one `endpoints` belong
+/// to (the MCP server moved): its tokens must not be sent to the new one, which has no business
+/// seeing them. Grants stored before this was recorded say nothing and are not refused.
+pub fn issued_elsewhere(metadata: &super::tokens::Metadata, endpoints: &super::Endpoints) -> bool {
+    match (
+        metadata.get(AUTHORIZATION_SERVER).and_then(Value::as_str),
+        endpoints.authorization_server(),
+    ) {
+        (Some(issued_by), Some(now)) => issued_by != now,
+        _ => false,
+    }
+}
+
+/// Whether a discovery error is a security refusal (see `Misconfigured`), not an outage.
+pub fn is_misconfigured(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<Misconfigured>())
+}
 
 /// The kind name in `[providers.NAME] kind = "mcp"`.
 pub const KIND: &str = "mcp";
@@ -103,19 +151,38 @@ struct McpServerExtras {
 /// What discovery found.
 pub struct Discovered {
     pub metadata: ServerMetadata,
+    /// The issuer to check RFC 9207 `iss` against; `None` for the 2025-03-26 default endpoints,
+    /// which no metadata vouches for.
+    pub issuer: Option<String>,
     pub client: RegisteredClient,
     /// Scopes to ask for on top of the configured ones.
     pub extra_scopes: Vec<String>,
-    /// The RFC 8707 resource indicator: the metadata's `resource`, exactly as advertised.
-    pub resource: String,
+    /// The RFC 8707 resource indicator: the metadata's `resource`, exactly as advertised;
+    /// `None` for a server without protected-resource metadata.
+    pub resource: Option<String>,
+    /// How long this result may be used (see `TTL_DEFAULT`).
+    pub ttl: Duration,
+    /// The challenge's `resource_metadata` this result was read from, if any: a later
+    /// challenge naming another one means the server moved.
+    pub hint: Option<String>,
 }
 
 /// What the server's 401 answer to an unauthenticated request said (RFC 6750 §3, RFC 9728 §5.1).
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Challenge {
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Challenge {
     resource_metadata: Option<String>,
     scope: Option<Vec<String>>,
 }
+
+impl Challenge {
+    /// Where the challenge says the protected-resource metadata is.
+    pub fn resource_metadata(&self) -> Option<&str> {
+        self.resource_metadata.as_deref()
+    }
+}
+
+/// A document and how long its answer said it may be kept.
+type Fetched<T> = (T, Option<Duration>);
 
 /// What a protected-resource metadata document's `resource` must be, by where it was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,27 +213,57 @@ impl Upstream {
             .ok_or_else(|| anyhow!("the MCP provider is not attached to the service yet"))
     }
 
-    /// Runs discovery and registration (see the module documentation).
+    /// Runs discovery and registration (see the module documentation). `challenge`: the first
+    /// challenge if the caller already has it (see `probe`), else it is fetched here.
     pub async fn discover(
         &self,
         http: &Http,
         provider: &str,
         configured_client: Option<RegisteredClient>,
         configured_scopes: &[String],
+        challenge: Option<Challenge>,
     ) -> anyhow::Result<Discovered> {
         let ctx = self.context()?;
-        let challenge = self.challenge(http).await.unwrap_or_default();
+        let challenge = match challenge {
+            Some(c) => c,
+            None => self.probe(http).await.unwrap_or_default(),
+        };
         let prm = self
             .resource_metadata(http, challenge.resource_metadata.as_deref())
             .await?;
-        let issuer = prm
-            .authorization_servers
-            .first()
-            .ok_or_else(|| {
-                anyhow!("the protected-resource metadata names no authorization server")
-            })?
-            .clone();
-        let (metadata, extras) = authorization_server_metadata(http, &issuer).await?;
+        let origin = origin_of(&self.resource);
+        let mut ttls = Vec::new();
+        // What the server points at: its metadata's authorization server, or (2025-03-26) its
+        // own origin, whose metadata may be missing too.
+        let (issuer, found, resource, scopes_supported) = match prm {
+            Some((prm, ttl)) => {
+                ttls.push(ttl);
+                let issuer = prm
+                    .authorization_servers
+                    .first()
+                    .ok_or_else(|| {
+                        Misconfigured::err(
+                            "the protected-resource metadata names no authorization server",
+                        )
+                    })?
+                    .clone();
+                let (m, ttl) = authorization_server_metadata(http, &issuer).await?;
+                ttls.push(ttl);
+                (issuer, Some(m), Some(prm.resource), prm.scopes_supported)
+            }
+            None => {
+                let found = legacy_metadata(http, &origin).await?;
+                if let Some((_, ttl)) = &found {
+                    ttls.push(*ttl);
+                }
+                (origin.clone(), found.map(|(m, _)| m), None, Vec::new())
+            }
+        };
+        let vouched = found.is_some();
+        let (metadata, extras) = match found {
+            Some(m) => m,
+            None => default_endpoints(&origin)?,
+        };
         let redirect_uri = format!(
             "{}/oauth/{provider}/callback",
             ctx.public_url.trim_end_matches('/')
@@ -177,6 +274,9 @@ impl Upstream {
                 client_secret: None,
                 auth: Some(ClientAuth::None),
             }
+        } else if let (Some(c), false) = (&configured_client, vouched) {
+            // Default endpoints are a guess: the operator's client wins over registering there.
+            c.clone()
         } else if let Some(reg) = &extras.registration_endpoint {
             let asked = preferred_auth(extras.token_endpoint_auth_methods_supported.as_deref())
                 .ok_or_else(|| {
@@ -205,7 +305,7 @@ impl Upstream {
         if configured_scopes.is_empty() {
             match challenge.scope {
                 Some(s) => extra_scopes.extend(s),
-                None => extra_scopes.extend(prm.scopes_supported.iter().cloned()),
+                None => extra_scopes.extend(scopes_supported),
             }
         }
         let offline = "offline_access".to_owned();
@@ -216,19 +316,23 @@ impl Upstream {
             extra_scopes.push(offline);
         }
         Ok(Discovered {
+            issuer: vouched.then(|| metadata.issuer.clone()),
             metadata,
             client,
             extra_scopes,
-            resource: prm.resource,
+            resource,
+            ttl: discovery_ttl(&ttls),
+            hint: challenge.resource_metadata,
         })
     }
 
-    /// RFC 9728 metadata: the challenge's hint first, then the well-known forms.
+    /// RFC 9728 metadata: the challenge's hint first, then the well-known forms. `None` when
+    /// there is no hint and both well-known URLs answer 404: a server from before RFC 9728.
     async fn resource_metadata(
         &self,
         http: &Http,
         hint: Option<&str>,
-    ) -> anyhow::Result<ResourceMetadata> {
+    ) -> anyhow::Result<Option<Fetched<ResourceMetadata>>> {
         let mut candidates = Vec::new();
         if let Some(hint) = hint {
             candidates.push((hint.to_owned(), Expect::Covering));
@@ -246,11 +350,12 @@ impl Upstream {
             Expect::Covering,
         ));
         let mut errors = Vec::new();
+        let mut all_absent = hint.is_none();
         for (url, expect) in candidates {
-            match fetch_json::<ResourceMetadata>(http, &url).await {
-                Ok(m) => {
+            match fetch_doc::<ResourceMetadata>(http, &url).await {
+                Ok(Some((m, ttl))) => {
                     if !resource_matches(&m.resource, &self.resource, expect) {
-                        bail!(
+                        return Err(Misconfigured::err(format!(
                             "protected-resource metadata at {url} is for {:?}, which is not {}",
                             m.resource,
                             match expect {
@@ -258,12 +363,19 @@ impl Upstream {
                                 Expect::Covering =>
                                     format!("{origin} or a prefix of {}", self.resource),
                             }
-                        );
+                        )));
                     }
-                    return Ok(m);
+                    return Ok(Some((m, ttl)));
                 }
-                Err(e) => errors.push(format!("{e:#}")),
+                Ok(None) => errors.push(format!("GET {url}: HTTP 404")),
+                Err(e) => {
+                    all_absent = false;
+                    errors.push(format!("{e:#}"));
+                }
             }
+        }
+        if all_absent {
+            return Ok(None);
         }
         bail!(
             "no protected-resource metadata for {}: {}",
@@ -274,7 +386,7 @@ impl Upstream {
 
     /// The first challenge: MCP servers answer a JSON-RPC POST with 401, and GET often with
     /// 404 or 405, so `initialize` is sent first and a GET only if that brought no 401.
-    async fn challenge(&self, http: &Http) -> Option<Challenge> {
+    pub async fn probe(&self, http: &Http) -> Option<Challenge> {
         let initialize = json!({
             "jsonrpc": "2.0",
             "id": 1,
@@ -477,23 +589,12 @@ fn metadata_urls(issuer: &str) -> anyhow::Result<Vec<String>> {
 async fn authorization_server_metadata(
     http: &Http,
     issuer: &str,
-) -> anyhow::Result<(ServerMetadata, McpServerExtras)> {
+) -> anyhow::Result<Fetched<(ServerMetadata, McpServerExtras)>> {
     let mut errors = Vec::new();
     for url in metadata_urls(issuer)? {
-        match fetch_json::<Value>(http, &url).await {
-            Ok(v) => {
-                let m: ServerMetadata = serde_json::from_value(v.clone())
-                    .with_context(|| format!("authorization server metadata at {url}"))?;
-                m.check_fetched(issuer, "metadata", &url, http.policy())?;
-                let extras: McpServerExtras = serde_json::from_value(v).unwrap_or_default();
-                if let Some(r) = &extras.registration_endpoint {
-                    let u = Url::parse(r).context("registration_endpoint is not a URL")?;
-                    http.policy()
-                        .check_url(&u)
-                        .map_err(|e| anyhow!("registration_endpoint: {e}"))?;
-                }
-                return Ok((m, extras));
-            }
+        match fetch_doc::<Value>(http, &url).await {
+            Ok(Some((v, ttl))) => return Ok((checked_metadata(http, v, issuer, &url)?, ttl)),
+            Ok(None) => errors.push(format!("GET {url}: HTTP 404")),
             Err(e) => errors.push(format!("{e:#}")),
         }
     }
@@ -501,6 +602,103 @@ async fn authorization_server_metadata(
         "no authorization server metadata for {issuer}: {}",
         errors.join("; ")
     )
+}
+
+/// An RFC 8414 document fetched at `url` for `issuer`: it must name that issuer (a mix-up
+/// defence) and endpoints the SSRF guard lets through; both are `Misconfigured` otherwise.
+fn checked_metadata(
+    http: &Http,
+    v: Value,
+    issuer: &str,
+    url: &str,
+) -> anyhow::Result<(ServerMetadata, McpServerExtras)> {
+    let m: ServerMetadata = serde_json::from_value(v.clone())
+        .with_context(|| format!("authorization server metadata at {url}"))?;
+    m.check_fetched(issuer, "metadata", url, http.policy())
+        .map_err(|e| Misconfigured::err(format!("{e:#}")))?;
+    let extras: McpServerExtras = serde_json::from_value(v).unwrap_or_default();
+    if let Some(r) = &extras.registration_endpoint {
+        let u = Url::parse(r).context("registration_endpoint is not a URL")?;
+        http.policy()
+            .check_url(&u)
+            .map_err(|e| Misconfigured::err(format!("registration_endpoint: {e}")))?;
+    }
+    Ok((m, extras))
+}
+
+/// 2025-03-26, for a server without protected-resource metadata: RFC 8414 metadata at the
+/// server's origin (the "authorization base URL"); `None` when that answers 404 too.
+async fn legacy_metadata(
+    http: &Http,
+    origin: &str,
+) -> anyhow::Result<Option<Fetched<(ServerMetadata, McpServerExtras)>>> {
+    let url = format!("{origin}/.well-known/oauth-authorization-server");
+    let Some((v, ttl)) = fetch_doc::<Value>(http, &url).await? else {
+        return Ok(None);
+    };
+    // The issuer is the origin; written with a trailing slash by some servers.
+    let named = v.get("issuer").and_then(Value::as_str).unwrap_or_default();
+    let issuer = if named.trim_end_matches('/') == origin {
+        named.to_owned()
+    } else {
+        origin.to_owned()
+    };
+    Ok(Some((checked_metadata(http, v, &issuer, &url)?, ttl)))
+}
+
+/// 2025-03-26's default endpoints at the server's origin, when it publishes no metadata at
+/// all: dynamic registration is tried at `/register` (no method list: RFC 8414's default).
+fn default_endpoints(origin: &str) -> anyhow::Result<(ServerMetadata, McpServerExtras)> {
+    let m: ServerMetadata = serde_json::from_value(json!({
+        "issuer": origin,
+        "authorization_endpoint": format!("{origin}/authorize"),
+        "token_endpoint": format!("{origin}/token"),
+    }))
+    .context("the default endpoints")?;
+    let extras = McpServerExtras {
+        registration_endpoint: Some(format!("{origin}/register")),
+        ..McpServerExtras::default()
+    };
+    Ok((m, extras))
+}
+
+/// A JSON document, `None` when the server answers 404 (absent, not broken), with the
+/// `Cache-Control: max-age` of its answer.
+async fn fetch_doc<T: serde::de::DeserializeOwned>(
+    http: &Http,
+    url: &str,
+) -> anyhow::Result<Option<Fetched<T>>> {
+    let resp = http
+        .get(url)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .with_context(|| format!("GET {url}"))?;
+    let status = resp.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    if !status.is_success() {
+        bail!("GET {url}: HTTP {status}");
+    }
+    let ttl = max_age(resp.headers());
+    let body = read_limited(resp, MAX_RESPONSE_BYTES)
+        .await
+        .with_context(|| format!("GET {url}"))?;
+    let v = serde_json::from_slice::<T>(&body)
+        .with_context(|| format!("GET {url}: unexpected body"))?;
+    Ok(Some((v, ttl)))
+}
+
+/// The lifetime of a discovery result: the shortest `max-age` its documents gave, else
+/// `TTL_DEFAULT`, within `TTL_MIN..=TTL_MAX`.
+fn discovery_ttl(ttls: &[Option<Duration>]) -> Duration {
+    ttls.iter()
+        .flatten()
+        .min()
+        .copied()
+        .unwrap_or(TTL_DEFAULT)
+        .clamp(TTL_MIN, TTL_MAX)
 }
 
 /// One RFC 7591 registration: where, for what, and the authentication method asked for.
@@ -720,6 +918,23 @@ mod tests {
         assert!(!check("http://mcp.example.com", Expect::Covering));
         assert!(!check("https://mcp.example.com:8443", Expect::Covering));
         assert!(!check("not a url", Expect::Covering));
+    }
+
+    #[test]
+    fn the_discovery_lifetime_follows_max_age_within_bounds() {
+        let s = Duration::from_secs;
+        assert_eq!(discovery_ttl(&[None, None]), TTL_DEFAULT);
+        assert_eq!(discovery_ttl(&[Some(s(900)), None]), s(900));
+        assert_eq!(discovery_ttl(&[Some(s(900)), Some(s(120))]), s(120));
+        assert_eq!(discovery_ttl(&[Some(Duration::ZERO)]), TTL_MIN);
+        assert_eq!(discovery_ttl(&[Some(s(86_400))]), TTL_MAX);
+    }
+
+    #[test]
+    fn security_refusals_are_told_from_outages() {
+        let refused = Misconfigured::err("resource mismatch").context("discovering MCP provider x");
+        assert!(is_misconfigured(&refused));
+        assert!(!is_misconfigured(&anyhow!("GET https://x.test/: HTTP 503")));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod tokens;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Context;
 use secrecy::{ExposeSecret, SecretString};
@@ -64,6 +65,14 @@ impl Endpoints {
             client: None,
             extra_scopes: Vec::new(),
         }
+    }
+
+    /// Upstream MCP servers: the authorization server these endpoints belong to (its issuer,
+    /// or the token endpoint for the 2025-03-26 defaults, which have none).
+    pub fn authorization_server(&self) -> Option<&str> {
+        self.client
+            .as_ref()
+            .map(|_| self.issuer.as_deref().unwrap_or(&self.token_url))
     }
 
     /// These endpoints for one connection: every `{parameter}` filled with its value.
@@ -126,7 +135,25 @@ pub struct Provider {
     /// The name this service is registered under at the provider, when the operator said.
     pub registered_name: Option<String>,
     config: ProviderConfig,
-    endpoints: RwLock<Option<Arc<Endpoints>>>,
+    endpoints: RwLock<Option<Cached>>,
+}
+
+/// Resolved endpoints and how long they hold: configured and catalog endpoints (and OpenID
+/// Connect discovery) for the process's life; an upstream MCP server's discovery for its TTL.
+struct Cached {
+    endpoints: Arc<Endpoints>,
+    /// `None`: never stale.
+    until: Option<Instant>,
+    /// MCP: the challenge's `resource_metadata` the result was read from.
+    hint: Option<String>,
+}
+
+impl Cached {
+    fn fresh(&self) -> Option<Arc<Endpoints>> {
+        self.until
+            .is_none_or(|u| Instant::now() < u)
+            .then(|| self.endpoints.clone())
+    }
 }
 
 impl std::fmt::Debug for Provider {
@@ -244,42 +271,117 @@ impl Provider {
         self.config.kind.as_ref().map(ProviderKind::as_str)
     }
 
-    /// The endpoints, from config and catalog, or discovered at the issuer (cached on success).
+    /// The endpoints, from config and catalog, or discovered at the issuer (cached on success;
+    /// an MCP server's discovery for its lifetime, see `mcp::TTL_DEFAULT`).
     pub async fn endpoints(&self, http: &crate::outbound::Http) -> anyhow::Result<Arc<Endpoints>> {
-        if let Some(e) = self.endpoints.read().await.as_ref() {
-            return Ok(e.clone());
-        }
-        let mut slot = self.endpoints.write().await;
-        if let Some(e) = slot.as_ref() {
-            return Ok(e.clone());
-        }
-        let c = &self.config;
-        if let Some(m) = &self.mcp {
-            let configured = (!c.client_id.is_empty()).then(|| mcp::RegisteredClient {
-                client_id: c.client_id.clone(),
-                client_secret: c.client_secret.clone(),
-                auth: None,
-            });
-            let d = m
-                .discover(http, &self.name, configured, &self.scopes)
-                .await
-                .with_context(|| format!("discovering MCP provider {}", self.name))?;
-            let e = Arc::new(Endpoints {
-                issuer: Some(d.metadata.issuer.clone()),
-                authorization_url: d.metadata.authorization_endpoint.clone(),
-                token_url: d.metadata.token_endpoint.clone(),
-                refresh_url: None,
-                revocation_url: d.metadata.revocation_endpoint.clone(),
-                userinfo_url: None,
-                metadata_urls: Vec::new(),
-                iss_required: d.metadata.authorization_response_iss_parameter_supported,
-                resource: Some(d.resource),
-                client: Some(d.client),
-                extra_scopes: d.extra_scopes,
-            });
-            *slot = Some(e.clone());
+        if let Some(e) = self.endpoints.read().await.as_ref().and_then(Cached::fresh) {
             return Ok(e);
         }
+        let mut slot = self.endpoints.write().await;
+        if let Some(e) = slot.as_ref().and_then(Cached::fresh) {
+            return Ok(e);
+        }
+        if let Some(m) = &self.mcp {
+            return self.rediscover(http, m, &mut slot, None).await;
+        }
+        let e = Arc::new(self.resolve(http).await?);
+        *slot = Some(Cached {
+            endpoints: e.clone(),
+            until: None,
+            hint: None,
+        });
+        Ok(e)
+    }
+
+    /// The endpoints for a new authorization flow. An upstream MCP server is asked for its
+    /// challenge first: when it names other protected-resource metadata than the cached result
+    /// was read from (the server moved, e.g. to another authorization server), discovery runs
+    /// again whatever its lifetime.
+    pub async fn endpoints_for_new_flow(
+        &self,
+        http: &crate::outbound::Http,
+    ) -> anyhow::Result<Arc<Endpoints>> {
+        let Some(m) = &self.mcp else {
+            return self.endpoints(http).await;
+        };
+        let challenge = m.probe(http).await;
+        let mut slot = self.endpoints.write().await;
+        if let Some(c) = slot.as_ref() {
+            let moved = challenge
+                .as_ref()
+                .and_then(mcp::Challenge::resource_metadata)
+                .is_some_and(|h| c.hint.as_deref() != Some(h));
+            if !moved {
+                if let Some(e) = c.fresh() {
+                    return Ok(e);
+                }
+            }
+        }
+        // No challenge (no answer, or no 401) is not a reason to probe again.
+        self.rediscover(http, m, &mut slot, Some(challenge.unwrap_or_default()))
+            .await
+    }
+
+    /// Runs an MCP server's discovery into `slot`. An outage keeps serving what was found
+    /// before (stale, tried again after `mcp::TTL_MIN`); a security refusal forgets it.
+    async fn rediscover(
+        &self,
+        http: &crate::outbound::Http,
+        m: &mcp::Upstream,
+        slot: &mut Option<Cached>,
+        challenge: Option<mcp::Challenge>,
+    ) -> anyhow::Result<Arc<Endpoints>> {
+        let c = &self.config;
+        let configured = (!c.client_id.is_empty()).then(|| mcp::RegisteredClient {
+            client_id: c.client_id.clone(),
+            client_secret: c.client_secret.clone(),
+            auth: None,
+        });
+        let d = match m
+            .discover(http, &self.name, configured, &self.scopes, challenge)
+            .await
+            .with_context(|| format!("discovering MCP provider {}", self.name))
+        {
+            Ok(d) => d,
+            Err(e) if mcp::is_misconfigured(&e) => {
+                *slot = None;
+                return Err(e);
+            }
+            Err(e) => {
+                if let Some(stale) = slot.as_mut() {
+                    // Tried again at most once a minute: callers do not each wait for an
+                    // unreachable server first.
+                    stale.until = Some(Instant::now() + mcp::TTL_MIN);
+                    tracing::warn!(provider = %self.name, error = format!("{e:#}"), "MCP discovery failed; using the previous result");
+                    return Ok(stale.endpoints.clone());
+                }
+                return Err(e);
+            }
+        };
+        let e = Arc::new(Endpoints {
+            issuer: d.issuer,
+            authorization_url: d.metadata.authorization_endpoint.clone(),
+            token_url: d.metadata.token_endpoint.clone(),
+            refresh_url: None,
+            revocation_url: d.metadata.revocation_endpoint.clone(),
+            userinfo_url: None,
+            metadata_urls: Vec::new(),
+            iss_required: d.metadata.authorization_response_iss_parameter_supported,
+            resource: d.resource,
+            client: Some(d.client),
+            extra_scopes: d.extra_scopes,
+        });
+        *slot = Some(Cached {
+            endpoints: e.clone(),
+            until: Some(Instant::now() + d.ttl),
+            hint: d.hint,
+        });
+        Ok(e)
+    }
+
+    /// Configured, catalog and OpenID Connect discovery endpoints.
+    async fn resolve(&self, http: &crate::outbound::Http) -> anyhow::Result<Endpoints> {
+        let c = &self.config;
         let entry = self.entry;
         let meta = match (&c.issuer, &c.authorization_url, &c.token_url) {
             (Some(issuer), None, _) | (Some(issuer), _, None) => Some(
@@ -357,9 +459,7 @@ impl Provider {
             client: None,
             extra_scopes: Vec::new(),
         };
-        let e = Arc::new(endpoints);
-        *slot = Some(e.clone());
-        Ok(e)
+        Ok(endpoints)
     }
 
     /// The URL the browser is sent to after consent.

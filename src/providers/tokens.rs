@@ -332,6 +332,14 @@ impl Provider {
             })
             .or_else(|| tokens.label.clone())
             .map(|s| s.chars().take(200).collect());
+        // Upstream MCP servers: which authorization server issued the grant (see
+        // `mcp::issued_elsewhere`).
+        if let Some(server) = endpoints.authorization_server() {
+            metadata.insert(
+                super::mcp::AUTHORIZATION_SERVER.to_owned(),
+                Value::String(server.to_owned()),
+            );
+        }
         (label, metadata)
     }
 

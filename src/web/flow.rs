@@ -17,7 +17,7 @@ use super::ui::Ui;
 use crate::AppState;
 use crate::connect::identity::SignedInUser;
 use crate::crypto::{ct_eq, random_token, sha256_b64};
-use crate::db::elicitations::Elicitation;
+use crate::db::elicitations::{Elicitation, Ending};
 use crate::db::flows::{Flow, NewFlow};
 use crate::error::{Error, Result};
 use crate::i18n::Msg;
@@ -152,15 +152,24 @@ pub async fn start_provider(
     params_changed: bool,
 ) -> Result<Response> {
     let binding = session.binding_hash().await?;
-    let endpoints = provider.endpoints(&state.http).await.and_then(|ep| ep.for_connection(provider, &e.params)).map_err(|err| {
-        tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
-        Error::page(
-            StatusCode::BAD_GATEWAY,
-            "provider_unavailable",
-            Msg::new("provider-unavailable-title"),
-            Msg::new("provider-unavailable-lead").arg("provider", &provider.display_name),
-        )
-    })?;
+    let endpoints = match provider
+        .endpoints_for_new_flow(&state.http)
+        .await
+        .and_then(|ep| ep.for_connection(provider, &e.params))
+    {
+        Ok(ep) => ep,
+        Err(err) => {
+            return Err(discovery_failed(
+                state,
+                e,
+                provider,
+                &err,
+                None,
+                "provider-unavailable-lead",
+            )
+            .await);
+        }
+    };
     let st = random_token(32);
     let state_hash = sha256_b64(st.as_bytes());
     let (challenge, sealed) = if provider.pkce {
@@ -199,11 +208,58 @@ pub async fn start_provider(
                 provider: Some(&provider.name),
                 verifier: sealed.as_deref(),
                 ttl_seconds: FLOW_TTL_SECONDS,
+                authorization_server: endpoints.authorization_server(),
             },
             params_changed.then_some(&e.params),
         )
         .await?;
     Ok(redirect_away(&url))
+}
+
+/// The most of a refusal's text kept in the elicitation's `failure` (it names URLs, never a
+/// secret).
+const MAX_FAILURE_CHARS: usize = 500;
+
+/// The page for a provider whose endpoints could not be found. A security refusal (see
+/// `providers::mcp::Misconfigured`) ends the elicitation `failed` (`provider_misconfigured`:
+/// the MCP server waiting for it learns at once) and says the provider is misconfigured; an
+/// outage leaves it pending and asks to try again (`unavailable_lead`).
+pub async fn discovery_failed(
+    state: &AppState,
+    e: &Elicitation,
+    provider: &Provider,
+    err: &anyhow::Error,
+    request_id: Option<&str>,
+    unavailable_lead: &'static str,
+) -> Error {
+    let name = &provider.display_name;
+    if !crate::providers::mcp::is_misconfigured(err) {
+        tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
+        return Error::page(
+            StatusCode::BAD_GATEWAY,
+            "provider_unavailable",
+            Msg::new("provider-unavailable-title"),
+            Msg::new(unavailable_lead).arg("provider", name),
+        );
+    }
+    tracing::warn!(target: "security", provider = %provider.name, error = format!("{err:#}"), "provider discovery refused; the elicitation fails");
+    let detail: String = format!("{err:#}").chars().take(MAX_FAILURE_CHARS).collect();
+    let failure = format!(
+        "{}: {detail}",
+        crate::db::elicitations::PROVIDER_MISCONFIGURED
+    );
+    if let Err(x) = state
+        .finish_elicitation(e, Ending::Failed { failure: &failure }, request_id)
+        .await
+    {
+        return x;
+    }
+    Error::page(
+        StatusCode::BAD_GATEWAY,
+        "provider_misconfigured",
+        Msg::new("provider-misconfigured-title"),
+        Msg::new("provider-misconfigured-lead").arg("provider", name),
+    )
 }
 
 fn refused(title: &'static str, message: &'static str) -> Error {

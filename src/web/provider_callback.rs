@@ -4,7 +4,9 @@
 //! the grant.
 
 use super::done::redirect_to_done;
-use super::flow::{CallbackQuery, Checked, check_provider_flow, claim_provider_flow};
+use super::flow::{
+    CallbackQuery, Checked, check_provider_flow, claim_provider_flow, discovery_failed,
+};
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
@@ -64,14 +66,37 @@ pub async fn callback(
         };
     let (user, e) = (&checked.user, &checked.elicitation);
     let pname = provider.display_name.clone();
-    let endpoints = provider.endpoints(&state.http).await.and_then(|ep| ep.for_connection(&provider, &e.params)).map_err(|err| {
-        tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
-        page_err(
-            StatusCode::BAD_GATEWAY,
-            "provider-unavailable-title",
-            Msg::new("provider-unavailable-from-app-lead").arg("provider", &pname),
-        )
-    })?;
+    let endpoints = match provider
+        .endpoints(&state.http)
+        .await
+        .and_then(|ep| ep.for_connection(&provider, &e.params))
+    {
+        Ok(ep) => ep,
+        Err(err) => {
+            return Err(discovery_failed(
+                &state,
+                e,
+                &provider,
+                &err,
+                rid.as_deref(),
+                "provider-unavailable-from-app-lead",
+            )
+            .await);
+        }
+    };
+
+    // An upstream MCP server that moved to another authorization server since this redirect
+    // started: the code (and the PKCE verifier) belong to the old one, never sent to the new.
+    if let Some(went_to) = checked.flow.authorization_server.as_deref() {
+        if endpoints.authorization_server() != Some(went_to) {
+            tracing::warn!(target: "security", provider = %provider.name, "the authorization server changed during the redirect; code not sent");
+            return Err(page_err(
+                StatusCode::CONFLICT,
+                "provider-moved-title",
+                Msg::new("provider-moved-lead").arg("provider", &pname),
+            ));
+        }
+    }
 
     // RFC 9207: a provider that sends `iss` must send its own.
     match (&q.iss, &endpoints.issuer) {

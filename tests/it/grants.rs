@@ -229,7 +229,7 @@ on_both_databases!(
             .sign_in_to_consent(&format!("{}/account", app.url), "alice")
             .await;
         assert!(
-            account.has("Used by: Demo MCP, other-mcp"),
+            account.has("Used by:") && account.has("<dd>Demo MCP, other-mcp</dd>"),
             "{}",
             account.body
         );
@@ -259,7 +259,7 @@ on_both_databases!(
             StatusCode::OK
         );
         let account = b.get(&format!("{}/account", app.url)).await;
-        assert!(account.has("Used by: Demo MCP<"), "{}", account.body);
+        assert!(account.has("<dd>Demo MCP</dd>"), "{}", account.body);
 
         // The last app's DELETE revokes the grant.
         let (s, v) = app.delete(&format!("/v1/connections/{id}")).await;

@@ -5,9 +5,10 @@
 //! `resource` and PKCE, driven through the real browser walk.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Form, Query, State};
+use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -37,6 +38,27 @@ struct Setup {
     no_refresh_token: bool,
     /// The token endpoint refuses refreshes with this OAuth error.
     refuses_refresh: Option<&'static str>,
+    /// `Cache-Control` of every metadata document.
+    cache_control: Option<&'static str>,
+    /// After `migrate()`, the challenge still names the same metadata URL (only the document
+    /// changes); otherwise it names a new one.
+    migration_keeps_hint: bool,
+    /// A server from before RFC 9728 (2025-03-26): no protected-resource metadata and no hint.
+    legacy: Option<Legacy>,
+    /// The protected-resource metadata is for another server.
+    foreign_resource: bool,
+    /// The authorization server metadata names another issuer.
+    foreign_issuer: bool,
+    /// The authorization server metadata answers 503.
+    metadata_down: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Legacy {
+    /// RFC 8414 metadata at the server's origin.
+    Metadata,
+    /// Nothing: the default endpoints `/authorize`, `/token`, `/register` at the origin.
+    Defaults,
 }
 
 /// What the token endpoint was sent to authenticate the client.
@@ -45,31 +67,93 @@ struct TokenCall {
     grant_type: String,
     basic: bool,
     client_secret_in_body: bool,
+    /// The authorization server called (`as`, `as2`, `` for the origin).
+    server: String,
+    resource: Option<String>,
 }
+
+/// A registered client: where, how it authenticates, its secret.
+struct Client {
+    server: String,
+    method: String,
+    secret: Option<String>,
+}
+
+/// An issued code: the server, client, redirect URI and PKCE challenge.
+type Code = (String, String, String, String);
 
 #[derive(Default)]
 struct Stub {
     base: String,
     setup: Setup,
-    /// Codes issued: code -> (client_id, redirect_uri, challenge, resource).
-    codes: Mutex<HashMap<String, (String, String, String, String)>>,
-    /// Registered clients: client_id -> (token_endpoint_auth_method, secret).
-    clients: Mutex<HashMap<String, (String, Option<String>)>>,
-    registrations: Mutex<Vec<Value>>,
+    /// After `migrate()`: the server's metadata names `as2` instead of `as`.
+    migrated: AtomicBool,
+    codes: Mutex<HashMap<String, Code>>,
+    clients: Mutex<HashMap<String, Client>>,
+    /// Registration requests with the server they went to.
+    registrations: Mutex<Vec<(String, Value)>>,
     documents_fetched: Mutex<Vec<Value>>,
     authorize_scopes: Mutex<Vec<String>>,
+    /// The server and `resource` of every authorization request that was accepted.
+    authorizations: Mutex<Vec<(String, Option<String>)>>,
     token_resources: Mutex<Vec<String>>,
     token_calls: Mutex<Vec<TokenCall>>,
+    /// Fetches of protected-resource metadata.
+    prm_fetches: AtomicUsize,
 }
 
 impl Stub {
-    /// The resource the metadata advertises, and the only `resource=` the AS accepts.
-    fn resource(&self) -> String {
-        if self.setup.origin_resource {
+    /// The resource the metadata advertises, and the only `resource=` the AS accepts (none
+    /// for a legacy server, which has no metadata to advertise one).
+    fn resource(&self) -> Option<String> {
+        if self.setup.legacy.is_some() {
+            None
+        } else if self.setup.origin_resource {
+            Some(self.base.clone())
+        } else {
+            Some(format!("{}/mcp", self.base))
+        }
+    }
+
+    /// The authorization server the resource uses now.
+    fn current(&self) -> &'static str {
+        match (self.setup.legacy, self.migrated.load(Ordering::SeqCst)) {
+            (Some(_), _) => "",
+            (None, false) => "as",
+            (None, true) => "as2",
+        }
+    }
+
+    fn issuer(&self, server: &str) -> String {
+        if server.is_empty() {
             self.base.clone()
         } else {
-            format!("{}/mcp", self.base)
+            format!("{}/{server}", self.base)
         }
+    }
+
+    /// The resource moves to another authorization server (`as2`).
+    fn migrate(&self) {
+        self.migrated.store(true, Ordering::SeqCst);
+    }
+
+    fn registrations_at(&self, server: &str) -> Vec<Value> {
+        self.registrations
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(s, _)| s == server)
+            .map(|(_, b)| b.clone())
+            .collect()
+    }
+
+    fn documents(&self, doc: Value) -> Response {
+        let mut r = axum::Json(doc).into_response();
+        if let Some(cc) = self.setup.cache_control {
+            r.headers_mut()
+                .insert(header::CACHE_CONTROL, cc.parse().unwrap());
+        }
+        r
     }
 }
 
@@ -77,8 +161,10 @@ type S = State<Arc<Stub>>;
 
 fn challenge(s: &Stub) -> Response {
     let mut v = "Bearer error=\"invalid_token\"".to_owned();
-    if !s.setup.origin_resource {
-        let prm = if s.setup.post_only {
+    if !s.setup.origin_resource && s.setup.legacy.is_none() {
+        let prm = if s.migrated.load(Ordering::SeqCst) && !s.setup.migration_keeps_hint {
+            format!("{}/custom/prm-moved", s.base)
+        } else if s.setup.post_only {
             format!("{}/custom/prm", s.base)
         } else {
             format!("{}/.well-known/oauth-protected-resource/mcp", s.base)
@@ -121,38 +207,54 @@ async fn mcp_post(State(s): S, headers: HeaderMap, body: String) -> Response {
     challenge(&s)
 }
 
-fn prm_document(s: &Stub) -> axum::Json<Value> {
-    axum::Json(json!({
-        "resource": s.resource(),
-        "authorization_servers": [format!("{}/as", s.base)],
+fn prm_document(s: &Stub) -> Response {
+    s.prm_fetches.fetch_add(1, Ordering::SeqCst);
+    let resource = if s.setup.foreign_resource {
+        "https://elsewhere.example/mcp".to_owned()
+    } else {
+        s.resource().unwrap_or_default()
+    };
+    s.documents(json!({
+        "resource": resource,
+        "authorization_servers": [s.issuer(s.current())],
         "scopes_supported": ["mcp:tools"],
     }))
 }
 
 async fn prm(State(s): S) -> Response {
-    if s.setup.post_only || s.setup.origin_resource {
+    if s.setup.post_only || s.setup.origin_resource || s.setup.legacy.is_some() {
         return StatusCode::NOT_FOUND.into_response();
     }
-    prm_document(&s).into_response()
+    prm_document(&s)
 }
 
 async fn prm_root(State(s): S) -> Response {
     if !s.setup.origin_resource {
         return StatusCode::NOT_FOUND.into_response();
     }
-    prm_document(&s).into_response()
+    prm_document(&s)
 }
 
 async fn prm_custom(State(s): S) -> Response {
-    prm_document(&s).into_response()
+    if s.setup.legacy.is_some() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    prm_document(&s)
 }
 
-async fn as_metadata(State(s): S) -> axum::Json<Value> {
-    let b = &s.base;
+/// RFC 8414 metadata of authorization server `server` (`` is the origin: legacy servers only).
+fn as_metadata(s: &Stub, server: &str) -> Response {
+    if s.setup.metadata_down {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    if server.is_empty() && s.setup.legacy != Some(Legacy::Metadata) {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let issuer = s.issuer(server);
     let mut m = json!({
-        "issuer": format!("{b}/as"),
-        "authorization_endpoint": format!("{b}/as/authorize"),
-        "token_endpoint": format!("{b}/as/token"),
+        "issuer": if s.setup.foreign_issuer { format!("{issuer}/other") } else { issuer.clone() },
+        "authorization_endpoint": format!("{issuer}/authorize"),
+        "token_endpoint": format!("{issuer}/token"),
         "response_types_supported": ["code"],
         "code_challenge_methods_supported": ["S256"],
         "scopes_supported": ["mcp:tools", "offline_access"],
@@ -160,18 +262,18 @@ async fn as_metadata(State(s): S) -> axum::Json<Value> {
     if s.setup.cimd {
         m["client_id_metadata_document_supported"] = json!(true);
     } else {
-        m["registration_endpoint"] = json!(format!("{b}/as/register"));
+        m["registration_endpoint"] = json!(format!("{issuer}/register"));
     }
     if let Some(methods) = &s.setup.auth_methods {
         m["token_endpoint_auth_methods_supported"] = json!(methods);
     }
-    axum::Json(m)
+    s.documents(m)
 }
 
-async fn register(State(s): S, axum::Json(body): axum::Json<Value>) -> Response {
+async fn register(s: Arc<Stub>, server: String, body: Value) -> Response {
     let n = {
         let mut r = s.registrations.lock().unwrap();
-        r.push(body.clone());
+        r.push((server.clone(), body.clone()));
         r.len()
     };
     let client_id = format!("dcr-client-{n}");
@@ -186,10 +288,14 @@ async fn register(State(s): S, axum::Json(body): axum::Json<Value>) -> Response 
         })
         .unwrap_or_else(|| "client_secret_basic".to_owned());
     let secret = (method != "none").then(|| format!("dcr-secret-{}", rand_hex()));
-    s.clients
-        .lock()
-        .unwrap()
-        .insert(client_id.clone(), (method.clone(), secret.clone()));
+    s.clients.lock().unwrap().insert(
+        client_id.clone(),
+        Client {
+            server,
+            method: method.clone(),
+            secret: secret.clone(),
+        },
+    );
     let mut answer = json!({
         "client_id": client_id,
         "redirect_uris": body["redirect_uris"],
@@ -201,10 +307,13 @@ async fn register(State(s): S, axum::Json(body): axum::Json<Value>) -> Response 
     (StatusCode::CREATED, axum::Json(answer)).into_response()
 }
 
-async fn authorize(State(s): S, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn authorize(s: Arc<Stub>, server: String, q: HashMap<String, String>) -> Response {
     let client_id = q.get("client_id").cloned().unwrap_or_default();
     let redirect_uri = q.get("redirect_uri").cloned().unwrap_or_default();
     let bad = |m: &str| (StatusCode::BAD_REQUEST, m.to_owned()).into_response();
+    if server != s.current() {
+        return bad("this authorization server no longer serves the resource");
+    }
     if s.setup.cimd {
         // A CIMD client_id is a URL: fetch it, and accept only its redirect URIs.
         let doc: Value = match reqwest::get(&client_id).await {
@@ -218,10 +327,16 @@ async fn authorize(State(s): S, Query(q): Query<HashMap<String, String>>) -> Res
             return bad("redirect_uri not in the client metadata document");
         }
         s.documents_fetched.lock().unwrap().push(doc);
-    } else if !s.clients.lock().unwrap().contains_key(&client_id) {
+    } else if s
+        .clients
+        .lock()
+        .unwrap()
+        .get(&client_id)
+        .is_none_or(|c| c.server != server)
+    {
         return bad("unknown client");
     }
-    if q.get("resource") != Some(&s.resource()) {
+    if q.get("resource") != s.resource().as_ref() {
         return bad("resource indicator missing or wrong");
     }
     if q.get("code_challenge_method").map(String::as_str) != Some("S256") {
@@ -231,14 +346,18 @@ async fn authorize(State(s): S, Query(q): Query<HashMap<String, String>>) -> Res
         .lock()
         .unwrap()
         .push(q.get("scope").cloned().unwrap_or_default());
+    s.authorizations
+        .lock()
+        .unwrap()
+        .push((server.clone(), q.get("resource").cloned()));
     let code = format!("code-{}", rand_hex());
     s.codes.lock().unwrap().insert(
         code.clone(),
         (
+            server,
             client_id,
             redirect_uri.clone(),
             q.get("code_challenge").cloned().unwrap_or_default(),
-            q.get("resource").cloned().unwrap_or_default(),
         ),
     );
     let state = q.get("state").cloned().unwrap_or_default();
@@ -249,10 +368,12 @@ fn rand_hex() -> String {
     mcp_connect::crypto::random_token(12)
 }
 
-/// The client the token request authenticated as, by the method it registered with: Basic
-/// (nothing in the body), the secret in the body, or a public client's bare `client_id`.
+/// The client the token request authenticated as at `server`, by the method it registered
+/// with: Basic (nothing in the body), the secret in the body, or a public client's bare
+/// `client_id`.
 fn authenticated_client(
     s: &Stub,
+    server: &str,
     headers: &HeaderMap,
     f: &HashMap<String, String>,
 ) -> Option<String> {
@@ -266,20 +387,21 @@ fn authenticated_client(
         return f.get("client_id").cloned().filter(|_| basic.is_none());
     }
     let clients = s.clients.lock().unwrap();
+    let registered = |id: &str| clients.get(id).filter(|c| c.server == server);
     match basic {
         Some(pair) => {
             let (id, secret) = pair.split_once(':')?;
-            let (method, expected) = clients.get(id)?;
-            (method == "client_secret_basic"
-                && expected.as_deref() == Some(secret)
+            let c = registered(id)?;
+            (c.method == "client_secret_basic"
+                && c.secret.as_deref() == Some(secret)
                 && !f.contains_key("client_secret"))
             .then(|| id.to_owned())
         }
         None => {
             let id = f.get("client_id")?;
-            let (method, expected) = clients.get(id)?;
-            let ok = match method.as_str() {
-                "client_secret_post" => f.get("client_secret") == expected.as_ref(),
+            let c = registered(id)?;
+            let ok = match c.method.as_str() {
+                "client_secret_post" => f.get("client_secret") == c.secret.as_ref(),
                 "none" => !f.contains_key("client_secret"),
                 _ => false,
             };
@@ -289,19 +411,25 @@ fn authenticated_client(
 }
 
 async fn token(
-    State(s): S,
+    s: Arc<Stub>,
+    server: String,
     headers: HeaderMap,
-    Form(f): Form<HashMap<String, String>>,
+    f: HashMap<String, String>,
 ) -> Response {
     let err = |e: &str| (StatusCode::BAD_REQUEST, axum::Json(json!({"error": e}))).into_response();
-    let resource = f.get("resource").cloned().unwrap_or_default();
-    s.token_resources.lock().unwrap().push(resource.clone());
+    let resource = f.get("resource").cloned();
+    s.token_resources
+        .lock()
+        .unwrap()
+        .push(resource.clone().unwrap_or_default());
     s.token_calls.lock().unwrap().push(TokenCall {
         grant_type: f.get("grant_type").cloned().unwrap_or_default(),
         basic: headers.contains_key(header::AUTHORIZATION),
         client_secret_in_body: f.contains_key("client_secret"),
+        server: server.clone(),
+        resource: resource.clone(),
     });
-    let Some(authenticated) = authenticated_client(&s, &headers, &f) else {
+    let Some(authenticated) = authenticated_client(&s, &server, &headers, &f) else {
         return (
             StatusCode::UNAUTHORIZED,
             axum::Json(json!({"error": "invalid_client"})),
@@ -313,7 +441,7 @@ async fn token(
     }
     match f.get("grant_type").map(String::as_str) {
         Some("authorization_code") => {
-            let Some((client_id, redirect_uri, challenge, _)) = f
+            let Some((issued_by, client_id, redirect_uri, challenge)) = f
                 .get("code")
                 .and_then(|c| s.codes.lock().unwrap().remove(c))
             else {
@@ -322,7 +450,8 @@ async fn token(
             let verifier = f.get("code_verifier").cloned().unwrap_or_default();
             let computed = base64::engine::general_purpose::URL_SAFE_NO_PAD
                 .encode(sha2::Sha256::digest(verifier.as_bytes()));
-            if authenticated != client_id
+            if issued_by != server
+                || authenticated != client_id
                 || f.get("redirect_uri") != Some(&redirect_uri)
                 || computed != challenge
             {
@@ -361,18 +490,69 @@ async fn start_stub(setup: Setup) -> Arc<Stub> {
         setup,
         ..Stub::default()
     });
+    // The authorization servers: `/as`, `/as2` (after a migration) and, for legacy servers,
+    // the origin itself.
     let app = axum::Router::new()
         .route("/mcp", get(mcp_get).post(mcp_post))
         .route("/.well-known/oauth-protected-resource/mcp", get(prm))
         .route("/.well-known/oauth-protected-resource", get(prm_root))
         .route("/custom/prm", get(prm_custom))
+        .route("/custom/prm-moved", get(prm_custom))
         .route(
-            "/.well-known/oauth-authorization-server/as",
-            get(as_metadata),
+            "/.well-known/oauth-authorization-server/{server}",
+            get(|State(s): S, Path(server): Path<String>| async move { as_metadata(&s, &server) }),
         )
-        .route("/as/authorize", get(authorize))
-        .route("/as/token", post(token))
-        .route("/as/register", post(register))
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(|State(s): S| async move { as_metadata(&s, "") }),
+        )
+        .route(
+            "/{server}/authorize",
+            get(
+                |State(s): S,
+                 Path(server): Path<String>,
+                 Query(q): Query<HashMap<String, String>>| {
+                    authorize(s, server, q)
+                },
+            ),
+        )
+        .route(
+            "/authorize",
+            get(|State(s): S, Query(q): Query<HashMap<String, String>>| {
+                authorize(s, String::new(), q)
+            }),
+        )
+        .route(
+            "/{server}/token",
+            post(
+                |State(s): S,
+                 Path(server): Path<String>,
+                 headers: HeaderMap,
+                 Form(f): Form<HashMap<String, String>>| {
+                    token(s, server, headers, f)
+                },
+            ),
+        )
+        .route(
+            "/token",
+            post(
+                |State(s): S, headers: HeaderMap, Form(f): Form<HashMap<String, String>>| {
+                    token(s, String::new(), headers, f)
+                },
+            ),
+        )
+        .route(
+            "/{server}/register",
+            post(
+                |State(s): S, Path(server): Path<String>, axum::Json(b): axum::Json<Value>| {
+                    register(s, server, b)
+                },
+            ),
+        )
+        .route(
+            "/register",
+            post(|State(s): S, axum::Json(b): axum::Json<Value>| register(s, String::new(), b)),
+        )
         .with_state(stub.clone());
     tokio::spawn(async move { axum::serve(l, app).await });
     stub
@@ -388,9 +568,8 @@ async fn call(app: &TestApp, path: &str, body: Value) -> (StatusCode, Value) {
     .await
 }
 
-/// Starts the stub and the app (`extra` appended to the provider's configuration) and walks a
-/// user's connect flow through to "is connected".
-async fn connect(kind: DbKind, setup: Setup, extra: &str) -> (Arc<Stub>, TestApp) {
+/// Starts the stub and the app (`extra` appended to the provider's configuration).
+async fn spawn(kind: DbKind, setup: Setup, extra: &str) -> (Arc<Stub>, TestApp) {
     let stub = start_stub(setup).await;
     let app = TestApp::spawn_with(
         kind,
@@ -403,23 +582,44 @@ async fn connect(kind: DbKind, setup: Setup, extra: &str) -> (Arc<Stub>, TestApp
         },
     )
     .await;
+    (stub, app)
+}
+
+/// A new elicitation for alice, walked in a browser up to Continue: the elicitation and the
+/// page that Continue led to.
+async fn continue_connect(app: &TestApp) -> (Value, Page) {
+    continue_connect_as(app, &app.browser(), "alice").await
+}
+
+async fn continue_connect_as(app: &TestApp, b: &Browser, subject: &str) -> (Value, Page) {
     let (s, e) = call(
-        &app,
+        app,
         "/v1/elicitations",
-        json!({"subject": "alice", "provider": "other"}),
+        json!({"subject": subject, "provider": "other"}),
     )
     .await;
     assert_eq!(s, StatusCode::CREATED, "{e}");
-    let b = app.browser();
     let consent = b
-        .sign_in_to_consent(e["url"].as_str().unwrap(), "alice")
+        .sign_in_to_consent(e["url"].as_str().unwrap(), subject)
         .await;
     assert!(consent.has("Upstream MCP"), "{}", consent.body);
     let done = b
         .submit(&consent, "form.actions", &[("action", "continue")])
         .await;
+    (e, done)
+}
+
+/// Walks alice's connect flow through to "is connected".
+async fn walk_connect(app: &TestApp) {
+    let (_, done) = continue_connect(app).await;
     assert_eq!(done.status, StatusCode::OK, "{} {}", done.url, done.body);
     assert!(done.has("is connected"), "{}", done.body);
+}
+
+/// Starts the stub and the app and walks a user's connect flow through to "is connected".
+async fn connect(kind: DbKind, setup: Setup, extra: &str) -> (Arc<Stub>, TestApp) {
+    let (stub, app) = spawn(kind, setup, extra).await;
+    walk_connect(&app).await;
     (stub, app)
 }
 
@@ -541,7 +741,7 @@ on_both_databases!(
     dynamic_registration_declares_a_web_application,
     |kind| async move {
         let (stub, app) = connect(kind, Setup::default(), "").await;
-        let registrations = stub.registrations.lock().unwrap().clone();
+        let registrations = stub.registrations_at("as");
         assert_eq!(registrations.len(), 1);
         // SEP-837: a server-side client with its own redirect URI, even on loopback.
         assert_eq!(
@@ -603,7 +803,7 @@ on_both_databases!(
 
 /// The methods of the registration and of every token request.
 fn token_auth_seen(stub: &Stub) -> (String, Vec<TokenCall>) {
-    let registrations = stub.registrations.lock().unwrap().clone();
+    let registrations = stub.registrations_at("as");
     assert_eq!(registrations.len(), 1, "{registrations:?}");
     let asked = registrations[0]["token_endpoint_auth_method"]
         .as_str()
@@ -668,7 +868,7 @@ on_both_databases!(
             .lock()
             .unwrap()
             .values()
-            .find_map(|(_, s)| s.clone())
+            .find_map(|c| c.secret.clone())
             .unwrap();
         let (stored,): (Option<String>,) =
             sqlx::query_as("SELECT client_secret FROM mcp_clients WHERE provider = 'other'")
@@ -740,4 +940,294 @@ on_both_databases!(
         };
         forced_refresh_needs_the_user(kind, setup).await;
     }
+);
+
+/// The registered clients stored for the provider, by issuer.
+async fn stored_issuers(app: &TestApp) -> Vec<String> {
+    let rows: Vec<(String,)> =
+        sqlx::query_as("SELECT issuer FROM mcp_clients WHERE provider = 'other' ORDER BY issuer")
+            .fetch_all(&app.state.db.pool)
+            .await
+            .unwrap();
+    rows.into_iter().map(|(i,)| i).collect()
+}
+
+/// After a connect at `as`, the server moves to `as2`; the next flow must go there, register
+/// there (client credentials are per issuer, SEP-2352) and connect.
+async fn new_flows_follow_the_migration(stub: &Stub, app: &TestApp) {
+    assert_eq!(stub.registrations_at("as").len(), 1);
+    stub.migrate();
+    walk_connect(app).await;
+    let (s, v) = call(
+        app,
+        "/v1/tokens",
+        json!({"subject": "alice", "provider": "other"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["metadata"]["authorization_server"], stub.issuer("as2"));
+    assert_eq!(
+        stub.registrations_at("as2").len(),
+        1,
+        "no registration at the new authorization server"
+    );
+    assert_eq!(stub.registrations_at("as").len(), 1);
+    let servers: Vec<String> = stub
+        .authorizations
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(s, _)| s.clone())
+        .collect();
+    assert_eq!(servers, ["as", "as2"]);
+    let exchanged_at = stub
+        .token_calls
+        .lock()
+        .unwrap()
+        .last()
+        .unwrap()
+        .server
+        .clone();
+    assert_eq!(exchanged_at, "as2");
+    assert_eq!(
+        stored_issuers(app).await,
+        [stub.issuer("as"), stub.issuer("as2")]
+    );
+    let (s, v) = call(
+        app,
+        "/v1/tokens",
+        json!({"subject": "alice", "provider": "other"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+}
+
+on_both_databases!(
+    a_challenge_naming_other_metadata_moves_new_flows_to_the_new_authorization_server,
+    |kind| async move {
+        // The discovery result is fresh (default lifetime): only the challenge says it moved.
+        let (stub, app) = connect(kind, Setup::default(), "").await;
+        new_flows_follow_the_migration(&stub, &app).await;
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    discovery_is_read_again_after_its_max_age,
+    |kind| async move {
+        // The challenge names the same metadata URL throughout: only the lifetime (the
+        // documents' max-age, 60 s, the shortest honoured) makes the move seen.
+        let setup = Setup {
+            cache_control: Some("public, max-age=60"),
+            migration_keeps_hint: true,
+            ..Setup::default()
+        };
+        let (stub, app) = connect(kind, setup, "").await;
+        // Within its lifetime the result is reused: a refresh reads no metadata.
+        let fetched = stub.prm_fetches.load(Ordering::SeqCst);
+        token_then_refresh(&app).await;
+        assert_eq!(stub.prm_fetches.load(Ordering::SeqCst), fetched);
+        tokio::time::sleep(std::time::Duration::from_secs(61)).await;
+        // The grant was made at `as`: its refresh token never goes to `as2`.
+        stub.migrate();
+        let calls = stub.token_calls.lock().unwrap().len();
+        let (s, v) = call(
+            &app,
+            "/v1/tokens",
+            json!({"subject": "alice", "provider": "other", "force_refresh": true}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CONFLICT, "{v}");
+        assert_eq!(v["error"], "reauthorization_required", "{v}");
+        assert_eq!(stub.token_calls.lock().unwrap().len(), calls);
+        new_flows_follow_the_migration(&stub, &app).await;
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    a_code_from_before_a_move_is_not_sent_to_the_new_authorization_server,
+    |kind| async move {
+        let (stub, app) = connect(kind, Setup::default(), "").await;
+        // Alice's redirect goes to `as`; she comes back only after the server moved and
+        // another user's flow made mcp-connect follow it to `as2`.
+        let alice = Browser::stopping_at_callback();
+        let (s, e) = call(
+            &app,
+            "/v1/elicitations",
+            json!({"subject": "alice", "provider": "other"}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CREATED, "{e}");
+        let consent = alice
+            .sign_in_to_consent(e["url"].as_str().unwrap(), "alice")
+            .await;
+        let (action, mut fields) = consent.form("form.actions");
+        fields.push(("action".into(), "continue".into()));
+        let r = alice
+            .client
+            .post(&action)
+            .form(&fields)
+            .send()
+            .await
+            .unwrap();
+        let callback = r.headers()["location"].to_str().unwrap().to_owned();
+        assert!(
+            callback.contains("/oauth/other/callback?code="),
+            "{callback}"
+        );
+        stub.migrate();
+        let (_, done) = continue_connect_as(&app, &app.browser(), "bob").await;
+        assert!(done.has("is connected"), "{}", done.body);
+        let exchanges_at_as2 = || {
+            stub.token_calls
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|c| c.server == "as2" && c.grant_type == "authorization_code")
+                .count()
+        };
+        assert_eq!(exchanges_at_as2(), 1);
+        let page = alice.get(&callback).await;
+        assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+        assert!(page.has("moved"), "{}", page.body);
+        assert_eq!(exchanges_at_as2(), 1, "alice's code went to the new server");
+        // Nothing was spent: her elicitation is still pending, to start again.
+        let (s, v) = reply(
+            app.api
+                .get(format!(
+                    "{}/v1/elicitations/{}",
+                    app.url,
+                    e["id"].as_str().unwrap()
+                ))
+                .bearer_auth(OTHER_API_KEY),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v["status"], "pending", "{v}");
+        app.shutdown().await;
+    }
+);
+
+/// A security refusal during discovery: Continue shows "misconfigured" (not "try again"), the
+/// elicitation ends `failed` with reason `provider_misconfigured`, and a token request waiting
+/// for it says so instead of handing out another elicitation that would fail the same way.
+async fn refusal_fails_the_elicitation(kind: DbKind, setup: Setup) {
+    let (stub, app) = spawn(kind, setup, "").await;
+    let (e, page) = continue_connect(&app).await;
+    assert_eq!(page.status, StatusCode::BAD_GATEWAY, "{}", page.body);
+    assert!(page.has("misconfigured"), "{}", page.body);
+    assert!(!page.has("try again"), "{}", page.body);
+    let id = e["id"].as_str().unwrap();
+    let (s, v) = reply(
+        app.api
+            .get(format!("{}/v1/elicitations/{id}?wait=5", app.url))
+            .bearer_auth(OTHER_API_KEY),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["reason"], "provider_misconfigured", "{v}");
+    for extra in [json!({}), json!({"elicit": true})] {
+        let mut body = json!({"subject": "alice", "provider": "other",
+            "elicitation_id": id, "wait_seconds": 1});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (s, v) = call(&app, "/v1/tokens", body).await;
+        assert_eq!(s, StatusCode::BAD_GATEWAY, "{v}");
+        assert_eq!(v["error"], "upstream_error", "{v}");
+        assert_eq!(v["reason"], "provider_misconfigured", "{v}");
+        assert_eq!(v["elicitation_id"], id, "{v}");
+        assert!(v.get("elicitation").is_none_or(Value::is_null), "{v}");
+    }
+    assert!(stub.authorizations.lock().unwrap().is_empty());
+    app.shutdown().await;
+}
+
+on_both_databases!(
+    a_resource_mismatch_fails_the_elicitation_as_misconfigured,
+    |kind| async move {
+        let setup = Setup {
+            foreign_resource: true,
+            ..Setup::default()
+        };
+        refusal_fails_the_elicitation(kind, setup).await;
+    }
+);
+
+on_both_databases!(
+    an_issuer_mismatch_fails_the_elicitation_as_misconfigured,
+    |kind| async move {
+        let setup = Setup {
+            foreign_issuer: true,
+            ..Setup::default()
+        };
+        refusal_fails_the_elicitation(kind, setup).await;
+    }
+);
+
+on_both_databases!(
+    an_unreachable_authorization_server_leaves_the_elicitation_pending,
+    |kind| async move {
+        let setup = Setup {
+            metadata_down: true,
+            ..Setup::default()
+        };
+        let (_stub, app) = spawn(kind, setup, "").await;
+        let (e, page) = continue_connect(&app).await;
+        assert_eq!(page.status, StatusCode::BAD_GATEWAY, "{}", page.body);
+        assert!(page.has("try again"), "{}", page.body);
+        assert!(!page.has("misconfigured"), "{}", page.body);
+        let (s, v) = reply(
+            app.api
+                .get(format!(
+                    "{}/v1/elicitations/{}",
+                    app.url,
+                    e["id"].as_str().unwrap()
+                ))
+                .bearer_auth(OTHER_API_KEY),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(v["status"], "pending", "{v}");
+        assert!(v.get("reason").is_none(), "{v}");
+        app.shutdown().await;
+    }
+);
+
+/// A 2025-03-26 server: connected without protected-resource metadata, and no `resource=` in
+/// any request (the stub refuses one).
+async fn legacy_server_connects(kind: DbKind, legacy: Legacy) {
+    let setup = Setup {
+        legacy: Some(legacy),
+        ..Setup::default()
+    };
+    let (stub, app) = connect(kind, setup, "").await;
+    token_then_refresh(&app).await;
+    assert_eq!(stub.registrations_at("").len(), 1);
+    assert_eq!(
+        *stub.authorizations.lock().unwrap(),
+        [(String::new(), None)]
+    );
+    let calls = stub.token_calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.server.is_empty() && c.resource.is_none()),
+        "{calls:?}"
+    );
+    assert_eq!(stored_issuers(&app).await, [stub.base.as_str()]);
+    app.shutdown().await;
+}
+
+on_both_databases!(
+    a_server_without_resource_metadata_uses_the_metadata_at_its_origin,
+    |kind| async move { legacy_server_connects(kind, Legacy::Metadata).await }
+);
+
+on_both_databases!(
+    a_server_without_any_metadata_uses_the_default_endpoints,
+    |kind| async move { legacy_server_connects(kind, Legacy::Defaults).await }
 );
