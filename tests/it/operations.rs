@@ -366,8 +366,8 @@ on_both_databases!(
         let v: Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["total"], 2);
         assert!(!out.contains("access_token\""), "never a token: {out}");
-        let (ok, out, _) = run(&config, &["connections", "show", &alice]);
-        assert!(ok);
+        let (ok, out, err) = run(&config, &["connections", "show", &alice]);
+        assert!(ok, "{err}");
         assert!(
             out.contains("connection.created") && out.contains("sealed with: k1"),
             "{out}"
