@@ -404,6 +404,17 @@ impl Upstream {
         if let Some(c) = read_challenge(post).await {
             return Some(c);
         }
+        // A server may let `initialize` through unauthenticated and challenge only what needs
+        // authorization, and a 2026-07-28 (stateless) server refuses any request without
+        // `MCP-Protocol-Version`: ask for the tools as such a client would.
+        let list = http
+            .post(self.resource.clone())
+            .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}))
+            .header(reqwest::header::ACCEPT, MCP_ACCEPT)
+            .header("mcp-protocol-version", MCP_STATELESS_VERSION);
+        if let Some(c) = read_challenge(list).await {
+            return Some(c);
+        }
         read_challenge(
             http.get(self.resource.clone())
                 .header(reqwest::header::ACCEPT, MCP_ACCEPT),
@@ -414,6 +425,9 @@ impl Upstream {
 
 /// The protocol revision the probe's `initialize` names.
 const MCP_PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// The stateless revision the second probe (`tools/list`) names in `MCP-Protocol-Version`.
+const MCP_STATELESS_VERSION: &str = "2026-07-28";
 
 /// What a Streamable HTTP client accepts (MCP transports: both, on every POST).
 const MCP_ACCEPT: &str = "application/json, text/event-stream";

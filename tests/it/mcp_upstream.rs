@@ -28,6 +28,10 @@ struct Setup {
     post_only: bool,
     /// `scope="..."` in the 401 challenge.
     challenge_scope: Option<&'static str>,
+    /// A 2026-07-28 (stateless) server: GET answers 405, a request without
+    /// `MCP-Protocol-Version` 400, and only `tools/list` with it gets the 401 (an unauthenticated
+    /// `initialize` proves nothing here).
+    stateless: bool,
     /// No hint and no path-inserted metadata: the root metadata advertises the bare origin.
     origin_resource: bool,
     /// The authorization server's `token_endpoint_auth_methods_supported`.
@@ -178,13 +182,30 @@ fn challenge(s: &Stub) -> Response {
 }
 
 async fn mcp_get(State(s): S) -> Response {
-    if s.setup.post_only {
+    if s.setup.post_only || s.setup.stateless {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     }
     challenge(&s)
 }
 
 async fn mcp_post(State(s): S, headers: HeaderMap, body: String) -> Response {
+    if s.setup.stateless {
+        let rpc: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let version = headers
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok());
+        if version != Some("2026-07-28") {
+            return (
+                StatusCode::BAD_REQUEST,
+                "Missing MCP-Protocol-Version header",
+            )
+                .into_response();
+        }
+        if rpc["method"] != "tools/list" {
+            return (StatusCode::BAD_REQUEST, "stateless: no initialize").into_response();
+        }
+        return challenge(&s);
+    }
     if s.setup.post_only {
         let h = |n: header::HeaderName| {
             headers
@@ -766,6 +787,23 @@ on_both_databases!(
             asked_scopes(&stub),
             ["mcp:read", "mcp:write", "offline_access"]
         );
+        token_then_refresh(&app).await;
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    a_stateless_server_is_asked_for_its_tools_and_its_challenge_scope_is_used,
+    |kind| async move {
+        let setup = Setup {
+            stateless: true,
+            challenge_scope: Some("mcp:basic"),
+            ..Setup::default()
+        };
+        let (stub, app) = connect(kind, setup, "").await;
+        // The challenge of the second probe (tools/list with MCP-Protocol-Version), not the
+        // metadata's scopes_supported (mcp:tools).
+        assert_eq!(asked_scopes(&stub), ["mcp:basic", "offline_access"]);
         token_then_refresh(&app).await;
         app.shutdown().await;
     }
