@@ -2,7 +2,7 @@
 //! change made anywhere applied within a fixed window.
 //!
 //! **What it holds.** `Arc<Connection>` rows exactly as read from the database, each with the
-//! ids of the API clients that may use it (its `connection_clients` rows, issue 12), so a hit
+//! ids of the API clients that may use it (its `connection_clients` rows), so a hit
 //! makes no database round trip at all. The token fields are the sealed (AES-256-GCM)
 //! strings, and `Connection` has no field that could hold a token in clear. Each hit opens the access token again (`AppState::token_of`); the clear
 //! value lives in that request's `SecretString` and response only. Only `active` rows with an

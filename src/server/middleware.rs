@@ -213,8 +213,9 @@ fn never_a_page(path: &str) -> bool {
         || matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
 }
 
-/// The per-request guards of issue 10 in one layer: the per-address browser rate limit
-/// (`limits::browser_refusal`, browser routes only) and the request deadline (`deadline`),
+/// The per-request guards in one layer: the per-address browser rate limit
+/// (`limits::browser_refusal`, browser routes only), the in-flight cap per client behind a
+/// trusted proxy (`limits::forwarded_request_slot`) and the request deadline (`deadline`),
 /// answered with 503 `unavailable` (a page on browser routes, in the reader's language) when a
 /// request overruns it. Written out as a `tower` layer rather than two `from_fn` layers: no
 /// boxed future, no clone of the inner service per request, and a timer only for requests not
