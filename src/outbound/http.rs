@@ -168,6 +168,17 @@ pub async fn fetch_json_with_headers<T: serde::de::DeserializeOwned>(
     http: &Http,
     url: &str,
 ) -> anyhow::Result<(T, reqwest::header::HeaderMap)> {
+    fetch_json_unless_absent(http, url)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("GET {url}: HTTP {}", reqwest::StatusCode::NOT_FOUND))
+}
+
+/// `fetch_json_with_headers`, but `None` when the server answers 404: for documents whose
+/// absence means something (a server without metadata at one of its well-known places).
+pub async fn fetch_json_unless_absent<T: serde::de::DeserializeOwned>(
+    http: &Http,
+    url: &str,
+) -> anyhow::Result<Option<(T, reqwest::header::HeaderMap)>> {
     let resp = http
         .get(url)
         .header(reqwest::header::ACCEPT, "application/json")
@@ -175,6 +186,9 @@ pub async fn fetch_json_with_headers<T: serde::de::DeserializeOwned>(
         .await
         .with_context(|| format!("GET {url}"))?;
     let status = resp.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
     if !status.is_success() {
         bail!("GET {url}: HTTP {status}");
     }
@@ -184,7 +198,7 @@ pub async fn fetch_json_with_headers<T: serde::de::DeserializeOwned>(
         .with_context(|| format!("GET {url}"))?;
     let v = serde_json::from_slice::<T>(&body)
         .with_context(|| format!("GET {url}: unexpected body"))?;
-    Ok((v, headers))
+    Ok(Some((v, headers)))
 }
 
 #[cfg(test)]

@@ -682,26 +682,9 @@ async fn fetch_doc<T: serde::de::DeserializeOwned>(
     http: &Http,
     url: &str,
 ) -> anyhow::Result<Option<Fetched<T>>> {
-    let resp = http
-        .get(url)
-        .header(reqwest::header::ACCEPT, "application/json")
-        .send()
-        .await
-        .with_context(|| format!("GET {url}"))?;
-    let status = resp.status();
-    if status == reqwest::StatusCode::NOT_FOUND {
-        return Ok(None);
-    }
-    if !status.is_success() {
-        bail!("GET {url}: HTTP {status}");
-    }
-    let ttl = max_age(resp.headers());
-    let body = read_limited(resp, MAX_RESPONSE_BYTES)
-        .await
-        .with_context(|| format!("GET {url}"))?;
-    let v = serde_json::from_slice::<T>(&body)
-        .with_context(|| format!("GET {url}: unexpected body"))?;
-    Ok(Some((v, ttl)))
+    Ok(crate::outbound::http::fetch_json_unless_absent(http, url)
+        .await?
+        .map(|(v, headers)| (v, max_age(&headers))))
 }
 
 /// The lifetime of a discovery result: the shortest `max-age` its documents gave, else
