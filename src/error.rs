@@ -1,11 +1,10 @@
-//! The one error type. Callers get a stable code and a human sentence; the log gets the cause
-//! chain. API routes render it as JSON; browser routes turn the same error into a page
-//! (see `web::pages::render_error_pages`).
+//! The domain's one error type: what went wrong, as the domain knows it. Every failure has a
+//! stable code (`Error::code`) and a human sentence in the reader's language
+//! (`Error::message_text`); causes of server-side failures stay in the error's source chain for
+//! the log. How an error is answered — its HTTP status, a JSON body or a page — is the surfaces'
+//! business (`api::error`, `web::pages`).
 
-use axum::Json;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::i18n::{Msg, Text};
 
@@ -58,12 +57,11 @@ pub enum Error {
         elicitation_id: String,
         reason: &'static str,
     },
-    /// A browser-facing refusal with its own title, status and advice (catalog messages, so the
-    /// page speaks the reader's language; the API gets the English).
+    /// A refusal with its own title and advice (catalog messages, so a page speaks the reader's
+    /// language; the API gets the English).
     #[error("{message}")]
-    Page {
-        status: StatusCode,
-        code: &'static str,
+    Refused {
+        refusal: Refusal,
         title: Text,
         message: Text,
     },
@@ -81,6 +79,70 @@ pub enum Error {
     Internal(#[source] anyhow::Error),
 }
 
+/// Why a request is refused, beyond the API's own codes: each variant is one code and one
+/// answer (`api::error::status` gives its HTTP status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A link, connection or provider that does not exist (for this reader).
+    NotFound,
+    /// A form or query this service cannot use.
+    InvalidRequest,
+    /// A request body over the API's limit.
+    TooLarge,
+    /// A connection that an operator revoked before.
+    AlreadyRevoked,
+    /// An elicitation that is no longer pending (finished, declined, expired, failed).
+    NotPending,
+    /// A form posted from another site, or with a stale CSRF token.
+    CsrfFailed,
+    /// The provider was removed from the configuration.
+    ProviderRemoved,
+    /// The provider refused or failed the authorization (callback).
+    ConnectFailed,
+    /// The provider's callback reached a flow that another tab finished.
+    ConnectConflict,
+    /// The provider failed while exchanging the code, or answered wrongly.
+    ConnectUpstreamFailed,
+    /// The user signed out while the provider's page was open.
+    SignedOutDuringFlow,
+    /// The MCP authorization server (the identity issuer) could not be reached.
+    IdentityUnavailable,
+    /// The provider's metadata could not be read.
+    ProviderUnavailable,
+    /// The provider's metadata failed a security check; an operator must fix it.
+    ProviderMisconfigured,
+    /// An OAuth `state` that is unknown, used, expired or for another browser.
+    InvalidState,
+    /// A page that needs the user signed in.
+    NotSignedIn,
+    /// Signing in at the MCP authorization server failed.
+    SignInFailed,
+}
+
+impl Refusal {
+    /// The stable code, as API bodies and the audit log carry it.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::NotFound => "not_found",
+            Self::InvalidRequest | Self::TooLarge => "invalid_request",
+            Self::AlreadyRevoked => "already_revoked",
+            Self::NotPending => "not_pending",
+            Self::CsrfFailed => "csrf_failed",
+            Self::ProviderRemoved => "provider_removed",
+            Self::ConnectFailed
+            | Self::ConnectConflict
+            | Self::ConnectUpstreamFailed
+            | Self::SignedOutDuringFlow => "connect_failed",
+            Self::IdentityUnavailable => "identity_unavailable",
+            Self::ProviderUnavailable => "provider_unavailable",
+            Self::ProviderMisconfigured => "provider_misconfigured",
+            Self::InvalidState => "invalid_state",
+            Self::NotSignedIn => "not_signed_in",
+            Self::SignInFailed => "sign_in_failed",
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn failed_message(provider: &str, reason: &str) -> String {
@@ -93,41 +155,6 @@ fn failed_message(provider: &str, reason: &str) -> String {
     }
 }
 
-/// Every API error body. Stable codes: `unauthorized`, `invalid_subject_token`,
-/// `forbidden_provider`, `invalid_request`,
-/// `invalid_request_state`, `not_found`, `not_connected`, `authorization_required`,
-/// `reauthorization_required`, `authorization_declined`, `rate_limited` (with a `Retry-After`
-/// header), `unavailable`, `upstream_error`, `internal`.
-#[derive(serde::Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    /// The stable error code.
-    pub error: String,
-    /// A human sentence.
-    pub message: String,
-    /// `invalid_request_state`: `invalid` (not ours, altered, or another client's),
-    /// `foreign` (another subject or provider) or `expired`. `upstream_error` for an awaited
-    /// elicitation that failed: `provider_misconfigured` (an operator must fix the provider;
-    /// trying again will not help) or `provider_error`.
-    pub reason: Option<String>,
-    /// `authorization_required` / `reauthorization_required` with `elicit`: the elicitation to
-    /// hand to the MCP client.
-    #[schema(value_type = Option<Object>)]
-    pub elicitation: Option<Value>,
-    /// `authorization_declined`: the elicitation the user declined; `upstream_error` with
-    /// `reason`: the awaited elicitation that failed.
-    pub elicitation_id: Option<String>,
-}
-
-/// What a response carries so the browser layer can render it as a page, in the reader's
-/// language.
-#[derive(Debug, Clone)]
-pub struct RenderedError {
-    pub status: StatusCode,
-    pub code: &'static str,
-    pub title: Text,
-    pub message: Text,
-}
-
 impl Error {
     pub fn invalid(msg: impl Into<String>) -> Self {
         Self::InvalidRequest(msg.into())
@@ -137,17 +164,11 @@ impl Error {
         Self::NotFound(msg.into())
     }
 
-    /// A page refusal. Give catalog messages (`Msg`) for pages users see; a plain string is
-    /// shown as written in every language.
-    pub fn page(
-        status: StatusCode,
-        code: &'static str,
-        title: impl Into<Text>,
-        message: impl Into<Text>,
-    ) -> Self {
-        Self::Page {
-            status,
-            code,
+    /// A refusal. Give catalog messages (`Msg`) for pages users see; a plain string is shown as
+    /// written in every language.
+    pub fn refused(refusal: Refusal, title: impl Into<Text>, message: impl Into<Text>) -> Self {
+        Self::Refused {
+            refusal,
             title: title.into(),
             message: message.into(),
         }
@@ -155,23 +176,6 @@ impl Error {
 
     pub fn internal(e: impl Into<anyhow::Error>) -> Self {
         Self::Internal(e.into())
-    }
-
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Self::Unauthorized | Self::InvalidSubjectToken(_) => StatusCode::UNAUTHORIZED,
-            Self::ForbiddenProvider(_) => StatusCode::FORBIDDEN,
-            Self::InvalidRequest(_) | Self::InvalidRequestState { .. } => StatusCode::BAD_REQUEST,
-            Self::NotFound(_) | Self::NotConnected { .. } => StatusCode::NOT_FOUND,
-            Self::AuthorizationRequired { .. }
-            | Self::ReauthorizationRequired { .. }
-            | Self::AuthorizationDeclined { .. } => StatusCode::CONFLICT,
-            Self::Page { status, .. } => *status,
-            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Upstream(_) | Self::AuthorizationFailed { .. } => StatusCode::BAD_GATEWAY,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
     }
 
     pub fn code(&self) -> &'static str {
@@ -186,7 +190,7 @@ impl Error {
             Self::NotConnected { .. } => "not_connected",
             Self::AuthorizationRequired { .. } => "authorization_required",
             Self::ReauthorizationRequired { .. } => "reauthorization_required",
-            Self::Page { code, .. } => code,
+            Self::Refused { refusal, .. } => refusal.code(),
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable(_) => "unavailable",
             Self::Upstream(_) | Self::AuthorizationFailed { .. } => "upstream_error",
@@ -201,7 +205,7 @@ impl Error {
     }
 
     /// The sentence, as a page renders it in the reader's language.
-    fn message_text(&self) -> Text {
+    pub fn message_text(&self) -> Text {
         match self {
             Self::Unavailable(_) => Msg::new("error-unavailable-lead").into(),
             Self::Upstream(_) => Msg::new("error-upstream-lead").into(),
@@ -209,14 +213,15 @@ impl Error {
             Self::RateLimited { retry_after, .. } => Msg::new("error-rate-limited-lead")
                 .arg("seconds", retry_after.to_string())
                 .into(),
-            Self::Page { message, .. } => message.clone(),
+            Self::Refused { message, .. } => message.clone(),
             other => Text::Raw(other.to_string()),
         }
     }
 
-    fn title(&self) -> Text {
+    /// The title of a page that shows this error, in the reader's language.
+    pub fn title(&self) -> Text {
         let key = match self {
-            Self::Page { title, .. } => return title.clone(),
+            Self::Refused { title, .. } => return title.clone(),
             Self::NotFound(_) => "error-title-not-found",
             Self::InvalidRequest(_) => "error-title-invalid",
             Self::RateLimited { .. } => "error-title-too-many",
@@ -225,58 +230,6 @@ impl Error {
             _ => "error-title-generic",
         };
         Msg::new(key).into()
-    }
-}
-
-impl IntoResponse for Error {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        match &self {
-            Self::Unavailable(e) => {
-                tracing::warn!(error = format!("{e:#}"), "dependency unavailable")
-            }
-            Self::Upstream(e) => tracing::warn!(error = format!("{e:#}"), "upstream failure"),
-            Self::Internal(e) => tracing::error!(error = format!("{e:#}"), "internal error"),
-            _ => {}
-        }
-        let mut body = json!({ "error": self.code(), "message": self.message() });
-        match &self {
-            Self::AuthorizationRequired { elicitation, .. } => {
-                body["elicitation"] = (**elicitation).clone()
-            }
-            Self::ReauthorizationRequired {
-                elicitation: Some(e),
-                ..
-            } => body["elicitation"] = (**e).clone(),
-            Self::InvalidRequestState { reason, .. } => body["reason"] = json!(reason),
-            Self::AuthorizationDeclined { elicitation_id, .. } => {
-                body["elicitation_id"] = json!(elicitation_id)
-            }
-            Self::AuthorizationFailed {
-                elicitation_id,
-                reason,
-                ..
-            } => {
-                body["elicitation_id"] = json!(elicitation_id);
-                body["reason"] = json!(reason);
-            }
-            _ => {}
-        }
-        let rendered = RenderedError {
-            status,
-            code: self.code(),
-            title: self.title(),
-            message: self.message_text(),
-        };
-        let mut resp = (status, Json(body)).into_response();
-        if let Self::RateLimited { retry_after, limit } = &self {
-            resp.headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, (*retry_after).into());
-            // For the metrics layer, which counts refusals by limit.
-            resp.extensions_mut().insert(*limit);
-        }
-        resp.extensions_mut().insert(rendered);
-        resp
     }
 }
 

@@ -79,8 +79,8 @@ fn subject_token(headers: &HeaderMap) -> Result<Option<&str>> {
         ("subject" = String, Query, min_length = 1, max_length = 255, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\u0000-\u001f\u007f-\u009f]*$",
         description = "the user's `sub`: 1 to 255 characters, not only whitespace, without control characters. With `Subject-Token`, it must be that token's `sub` (the header alone is accepted too)")),
     responses((status = 200, body = ConnectionList, description = "The subject's connections that this API client may use (those the user approved for it)"),
-        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: `subject` missing or out of bounds, or an unknown query parameter"),
-        (status = 401, body = crate::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`")),
+        (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request`: `subject` missing or out of bounds, or an unknown query parameter"),
+        (status = 401, body = crate::api::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`")),
     security(("api_key" = [])))]
 pub async fn list(
     State(state): State<AppState>,
@@ -119,8 +119,8 @@ pub async fn list(
 #[utoipa::path(delete, path = "/v1/connections/{id}", params(("id" = String, Path, description = "the connection's id"),
         ("Subject-Token" = Option<String>, Header, description = "proof of subject (required when this API client has `require_subject_token`): the connection must be this subject's")),
     responses((status = 200, body = RevocationReport, description = "This API client (and its grant group) can no longer use the grant. When no other app the user approved uses it, it is revoked (at the provider where it can) and its tokens deleted; otherwise the tokens stay for those apps (`tokens_deleted: false`)"),
-        (status = 401, body = crate::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`"),
-        (status = 404, body = crate::error::ErrorBody, description = "`not_found`: no such connection for this API client (another app's grant is not found either)")),
+        (status = 401, body = crate::api::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`"),
+        (status = 404, body = crate::api::error::ErrorBody, description = "`not_found`: no such connection for this API client (another app's grant is not found either)")),
     security(("api_key" = [])))]
 pub async fn revoke(
     State(state): State<AppState>,

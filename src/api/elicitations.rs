@@ -86,11 +86,11 @@ pub fn validate_scopes(scopes: &Option<Vec<String>>) -> Result<()> {
 
 #[utoipa::path(post, path = "/v1/elicitations", request_body = CreateElicitation,
     responses((status = 201, body = ElicitationView, description = "A new elicitation, or the pending one for the same subject and provider"),
-        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: the body is not JSON, lacks a field, breaks a limit, or gives an unknown or invalid parameter"),
-        (status = 401, body = crate::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`"),
-        (status = 403, body = crate::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
-        (status = 404, body = crate::error::ErrorBody, description = "`not_found`: no such provider is configured"),
-        (status = 413, body = crate::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB")),
+        (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request`: the body is not JSON, lacks a field, breaks a limit, or gives an unknown or invalid parameter"),
+        (status = 401, body = crate::api::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`"),
+        (status = 403, body = crate::api::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
+        (status = 404, body = crate::api::error::ErrorBody, description = "`not_found`: no such provider is configured"),
+        (status = 413, body = crate::api::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB")),
     security(("api_key" = [])))]
 pub async fn create(
     State(state): State<AppState>,
@@ -139,8 +139,8 @@ pub struct ShowQuery {
     params(("id" = String, Path, description = "the elicitation's id"),
         ("wait" = Option<u64>, Query, maximum = 60, description = "hold up to this many seconds (max 60) while pending")),
     responses((status = 200, body = ElicitationView),
-        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`: an unknown query parameter or a bad `wait`"),
-        (status = 404, body = crate::error::ErrorBody, description = "`not_found`: no such elicitation for this API client")),
+        (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request`: an unknown query parameter or a bad `wait`"),
+        (status = 404, body = crate::api::error::ErrorBody, description = "`not_found`: no such elicitation for this API client")),
     security(("api_key" = [])))]
 pub async fn show(
     State(state): State<AppState>,

@@ -48,7 +48,7 @@ struct Cursor {
     params(("Last-Event-ID" = Option<String>, Header, description = "resume after this event id (a sequence number); without it the stream starts with the next new event")),
     responses((status = 200, content_type = "text/event-stream", body = crate::signals::events::EventBody,
         description = "Server-sent events: `id` (sequence number), `event` (the type) and `data` (the event body, as webhooks carry it). A comment line is sent on connect and every 15 s."),
-        (status = 401, body = crate::error::ErrorBody)),
+        (status = 401, body = crate::api::error::ErrorBody)),
     security(("api_key" = [])))]
 pub async fn stream(
     State(state): State<AppState>,

@@ -2,6 +2,7 @@
 
 pub mod connections;
 pub mod elicitations;
+pub mod error;
 pub mod events;
 pub mod tokens;
 
@@ -18,7 +19,7 @@ use serde::de::DeserializeOwned;
 use crate::AppState;
 use crate::config::ClientConfig;
 use crate::crypto::sha256;
-use crate::error::Error;
+use crate::error::{Error, Refusal};
 
 /// API request bodies are small; anything bigger is refused before parsing.
 const MAX_BODY: usize = 16 * 1024;
@@ -117,9 +118,8 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequest<S> for ApiJson<T> {
             Err(JsonRejection::BytesRejection(e))
                 if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE =>
             {
-                Err(Error::page(
-                    e.status(),
-                    "invalid_request",
+                Err(Error::refused(
+                    Refusal::TooLarge,
                     "Request too large",
                     format!("the request body is larger than {MAX_BODY} bytes"),
                 ))

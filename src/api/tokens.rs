@@ -154,13 +154,13 @@ impl TokenResponse {
 
 #[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest,
     responses((status = 200, body = TokenResponse),
-        (status = 400, body = crate::error::ErrorBody, description = "`invalid_request`, or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
-        (status = 401, body = crate::error::ErrorBody, description = "`unauthorized` (API key), or `invalid_subject_token`: the subject_token is expired, for another audience, not signed by the identity issuer, or for another subject; or missing where this client must send one"),
-        (status = 403, body = crate::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
-        (status = 404, body = crate::error::ErrorBody, description = "`not_connected`; `not_found` when no such provider is configured or the awaited elicitation does not exist"),
-        (status = 409, body = crate::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set (always when `scopes` asks for more than the grant holds: an elicitation for the union); `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected"),
-        (status = 413, body = crate::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB"),
-        (status = 502, body = crate::error::ErrorBody, description = "`upstream_error`: the provider failed while refreshing; try again. With `reason` `provider_misconfigured` and `elicitation_id`: the awaited elicitation failed because the provider is misconfigured, and nothing is connected; an operator must fix it (a new elicitation would fail the same way)")),
+        (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request`, or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
+        (status = 401, body = crate::api::error::ErrorBody, description = "`unauthorized` (API key), or `invalid_subject_token`: the subject_token is expired, for another audience, not signed by the identity issuer, or for another subject; or missing where this client must send one"),
+        (status = 403, body = crate::api::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
+        (status = 404, body = crate::api::error::ErrorBody, description = "`not_connected`; `not_found` when no such provider is configured or the awaited elicitation does not exist"),
+        (status = 409, body = crate::api::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set (always when `scopes` asks for more than the grant holds: an elicitation for the union); `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected"),
+        (status = 413, body = crate::api::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB"),
+        (status = 502, body = crate::api::error::ErrorBody, description = "`upstream_error`: the provider failed while refreshing; try again. With `reason` `provider_misconfigured` and `elicitation_id`: the awaited elicitation failed because the provider is misconfigured, and nothing is connected; an operator must fix it (a new elicitation would fail the same way)")),
     security(("api_key" = [])))]
 pub async fn fetch(
     State(state): State<AppState>,

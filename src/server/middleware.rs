@@ -372,7 +372,7 @@ where
 fn timeout_response(page: Option<Box<crate::web::ui::Ui>>) -> Response {
     use axum::response::IntoResponse;
     match page {
-        None => crate::error::Error::page(
+        None => crate::server::rendered::edge_refusal(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
             "Took too long",

@@ -6,4 +6,5 @@ pub mod limits;
 pub mod metrics;
 pub mod middleware;
 pub mod ops;
+pub mod rendered;
 pub mod telemetry;

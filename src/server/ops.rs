@@ -10,7 +10,6 @@ use utoipa::OpenApi;
 
 use crate::AppState;
 use crate::api;
-use crate::error::Error;
 
 pub fn router(state: AppState) -> Router {
     let r = Router::new()
@@ -66,8 +65,8 @@ async fn guarded_metrics(State(state): State<AppState>, req: axum::extract::Requ
                 .unwrap_or("");
             let want = crate::crypto::sha256(token.expose_secret().trim().as_bytes());
             if !crate::crypto::ct_eq(&crate::crypto::sha256(presented.trim().as_bytes()), &want) {
-                let mut r = Error::page(
-                    StatusCode::UNAUTHORIZED,
+                let mut r = crate::server::rendered::edge_refusal(
+                    axum::http::StatusCode::UNAUTHORIZED,
                     "unauthorized",
                     "Unauthorized",
                     "/metrics needs `Authorization: Bearer <metrics_token>`",
@@ -85,8 +84,8 @@ async fn guarded_metrics(State(state): State<AppState>, req: axum::extract::Requ
             let local =
                 crate::server::limits::peer_ip(req.extensions()).is_some_and(|ip| ip.is_loopback());
             if !local || forwarded {
-                return Error::page(
-                    StatusCode::FORBIDDEN,
+                return crate::server::rendered::edge_refusal(
+                    axum::http::StatusCode::FORBIDDEN,
                     "forbidden",
                     "Forbidden",
                     "/metrics answers loopback only; set metrics_token or metrics_listen to scrape it from elsewhere",
@@ -244,7 +243,7 @@ impl utoipa::Modify for TokenRequestRules {
         api::connections::ConnectionList,
         crate::db::connections::ConnectionStatus,
         crate::grants::tokens::RevocationReport,
-        crate::error::ErrorBody,
+        crate::api::error::ErrorBody,
         crate::signals::events::EventBody,
         crate::signals::events::EventData,
         crate::signals::events::EventType,

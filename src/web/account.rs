@@ -20,7 +20,7 @@ use crate::connect::scopes::{ScopeView, describe};
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::Connection;
 use crate::db::connections::ConnectionStatus;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
 use crate::web::extract::{CsrfForm, CsrfProtected, RequestId, not_signed_in};
 
@@ -163,9 +163,8 @@ async fn own_connection(
 ) -> Result<(SignedInUser, Connection)> {
     let user = session.user().await?.ok_or_else(not_signed_in)?;
     let not_yours = || {
-        Error::page(
-            StatusCode::NOT_FOUND,
-            "not_found",
+        Error::refused(
+            Refusal::NotFound,
             Msg::new("no-connection-title"),
             Msg::new("no-connection-lead"),
         )
@@ -214,9 +213,8 @@ pub async fn reconnect(
         return Ok(Redirect::to("/account").into_response());
     }
     let unavailable = || {
-        Error::page(
-            StatusCode::GONE,
-            "provider_removed",
+        Error::refused(
+            Refusal::ProviderRemoved,
             Msg::new("reconnect-unavailable-title"),
             Msg::new("reconnect-unavailable-lead"),
         )

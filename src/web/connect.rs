@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::flow::{start_provider, start_sign_in};
 use super::pages::{ConsentPage, MessagePage, ParamField, SignOutForm, render};
-use super::refusals::Refusal;
+use super::refusals::RefusalRecord;
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
@@ -17,16 +17,15 @@ use crate::connect::identity::SignedInUser;
 use crate::connect::scopes::describe;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
 use crate::providers::ConnParams;
 use crate::time::now;
 use crate::web::extract::{CsrfForm, CsrfProtected, RequestId};
 
 pub fn invalid_link() -> Error {
-    Error::page(
-        StatusCode::NOT_FOUND,
-        "not_found",
+    Error::refused(
+        Refusal::NotFound,
         Msg::new("invalid-link-title"),
         Msg::new("invalid-link-lead"),
     )
@@ -51,9 +50,8 @@ fn finished_page(e: &Elicitation) -> Option<Error> {
         ElicitationStatus::Expired => ("finished-expired-title", "finished-expired-lead"),
         ElicitationStatus::Failed => ("finished-failed-title", "finished-failed-lead"),
     };
-    Some(Error::page(
-        StatusCode::GONE,
-        "not_pending",
+    Some(Error::refused(
+        Refusal::NotPending,
         Msg::new(title),
         Msg::new(message),
     ))
@@ -166,7 +164,7 @@ async fn refuse_other_user(
         .refusals
         .record_user(
             &state.db,
-            Refusal {
+            RefusalRecord {
                 row: AuditEvent {
                     event: AuditAction::ElicitationSubjectMismatchRefused,
                     actor: Some(&user.subject),
@@ -333,9 +331,8 @@ pub struct ConsentForm {
 /// Refuses a form post from another origin (defence in depth beside the CSRF token).
 pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<()> {
     let from_elsewhere = || {
-        Error::page(
-            StatusCode::FORBIDDEN,
-            "csrf_failed",
+        Error::refused(
+            Refusal::CsrfFailed,
             Msg::new("form-other-site-title"),
             Msg::new("form-other-site-lead"),
         )
@@ -370,9 +367,8 @@ pub fn configured_provider(
     e: &Elicitation,
 ) -> Result<std::sync::Arc<crate::providers::Provider>> {
     state.providers.get(&e.provider).cloned().ok_or_else(|| {
-        Error::page(
-            StatusCode::GONE,
-            "provider_removed",
+        Error::refused(
+            Refusal::ProviderRemoved,
             Msg::new("provider-removed-title"),
             Msg::new("provider-removed-lead"),
         )
@@ -380,9 +376,8 @@ pub fn configured_provider(
 }
 
 pub fn form_incomplete() -> Error {
-    Error::page(
-        StatusCode::BAD_REQUEST,
-        "invalid_request",
+    Error::refused(
+        Refusal::InvalidRequest,
         Msg::new("form-incomplete-title"),
         Msg::new("form-incomplete-lead"),
     )
@@ -442,9 +437,8 @@ pub async fn answer(
             // POST/redirect/GET: a reload shows the outcome again, not a resubmission.
             super::done::redirect_to_done(&state, &e.id)
         }
-        _ => Err(Error::page(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
+        _ => Err(Error::refused(
+            Refusal::InvalidRequest,
             Msg::new("unknown-answer-title"),
             Msg::new("unknown-answer-lead"),
         )),

@@ -20,7 +20,7 @@ use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::NewTokens;
 use crate::db::elicitations::Elicitation;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::providers::Provider;
 use crate::web::extract::{CsrfForm, CsrfProtected, RequestId};
 
@@ -109,9 +109,8 @@ pub async fn submit(
     };
     let provider = configured_provider(&state, &e)?;
     let Some(settings) = provider.credential.clone() else {
-        return Err(Error::page(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
+        return Err(Error::refused(
+            Refusal::InvalidRequest,
             "This provider signs in with OAuth",
             "Go back to the connect page and choose Continue.",
         ));

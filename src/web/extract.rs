@@ -4,8 +4,8 @@
 
 use axum::Form;
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::Method;
 use axum::http::request::Parts;
-use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
@@ -15,7 +15,7 @@ use super::flow::start_sign_in;
 use super::session::BrowserSession;
 use crate::AppState;
 use crate::connect::identity::SignedInUser;
-use crate::error::Error;
+use crate::error::{Error, Refusal};
 use crate::i18n::Msg;
 
 pub use crate::server::middleware::RequestId;
@@ -66,9 +66,8 @@ impl FromRequestParts<AppState> for SignedIn {
 }
 
 pub fn not_signed_in() -> Error {
-    Error::page(
-        StatusCode::UNAUTHORIZED,
-        "not_signed_in",
+    Error::refused(
+        Refusal::NotSignedIn,
         Msg::new("not-signed-in-title"),
         Msg::new("not-signed-in-lead"),
     )

@@ -4,7 +4,7 @@
 //! pre-sign-in cookie (`presignin`). A provider flow (signed in) is a row bound to the session's
 //! binding, claimed only after every check passed.
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use oauth2::PkceCodeChallenge;
 use secrecy::SecretString;
@@ -19,7 +19,7 @@ use crate::connect::identity::SignedInUser;
 use crate::crypto::{ct_eq, random_token, sha256_b64};
 use crate::db::elicitations::{Elicitation, Ending};
 use crate::db::flows::{Flow, NewFlow};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
 use crate::providers::Provider;
 use crate::time::now;
@@ -75,9 +75,8 @@ pub async fn start_sign_in(
         .await
         .map_err(|e| {
             tracing::warn!(error = format!("{e:#}"), "identity issuer unavailable");
-            Error::page(
-                StatusCode::BAD_GATEWAY,
-                "identity_unavailable",
+            Error::refused(
+                Refusal::IdentityUnavailable,
                 Msg::new("identity-unavailable-title"),
                 Msg::new("identity-unavailable-lead"),
             )
@@ -235,9 +234,8 @@ pub async fn discovery_failed(
     let name = &provider.display_name;
     if !crate::providers::mcp::is_misconfigured(err) {
         tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
-        return Error::page(
-            StatusCode::BAD_GATEWAY,
-            "provider_unavailable",
+        return Error::refused(
+            Refusal::ProviderUnavailable,
             Msg::new("provider-unavailable-title"),
             Msg::new(unavailable_lead).arg("provider", name),
         );
@@ -254,21 +252,15 @@ pub async fn discovery_failed(
     {
         return x;
     }
-    Error::page(
-        StatusCode::BAD_GATEWAY,
-        "provider_misconfigured",
+    Error::refused(
+        Refusal::ProviderMisconfigured,
         Msg::new("provider-misconfigured-title"),
         Msg::new("provider-misconfigured-lead").arg("provider", name),
     )
 }
 
 fn refused(title: &'static str, message: &'static str) -> Error {
-    Error::page(
-        StatusCode::BAD_REQUEST,
-        "invalid_state",
-        Msg::new(title),
-        Msg::new(message),
-    )
+    Error::refused(Refusal::InvalidState, Msg::new(title), Msg::new(message))
 }
 
 /// Counts a refused state (metrics, aggregated audit) and returns the page to show.
@@ -355,9 +347,8 @@ pub async fn check_provider_flow(
         return Err(refuse_state(state, cb, Reason::WrongProvider, ctx).await);
     }
     let user = session.user().await?.ok_or_else(|| {
-        Error::page(
-            StatusCode::UNAUTHORIZED,
-            "connect_failed",
+        Error::refused(
+            Refusal::SignedOutDuringFlow,
             Msg::new("signed-out-during-flow-title"),
             Msg::new("signed-out-during-flow-lead"),
         )

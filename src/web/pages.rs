@@ -11,8 +11,8 @@ use axum::response::{Html, IntoResponse, Response};
 pub use super::ui::Ui;
 use crate::AppState;
 use crate::connect::scopes::ScopeView;
-use crate::error::RenderedError;
 use crate::i18n::Msg;
+use crate::server::rendered::RenderedError;
 
 #[derive(Template)]
 #[template(path = "consent.html")]

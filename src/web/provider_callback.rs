@@ -12,14 +12,13 @@ use super::ui::Ui;
 use crate::AppState;
 use crate::connect::complete::{CodeAnswer, Completion, redirect_extras};
 use crate::db::elicitations::Ending;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
 use axum::extract::{Path, Query, RawQuery, State};
-use axum::http::StatusCode;
 use axum::response::Response;
 
-fn page_err(status: StatusCode, title: &'static str, message: Msg) -> Error {
-    Error::page(status, "connect_failed", Msg::new(title), message)
+fn page_err(refusal: Refusal, title: &'static str, message: Msg) -> Error {
+    Error::refused(refusal, Msg::new(title), message)
 }
 
 /// An OAuth error code as shown to the user: only its safe characters, bounded.
@@ -44,16 +43,15 @@ pub async fn callback(
         .get(&provider_name)
         .cloned()
         .ok_or_else(|| {
-            Error::page(
-                StatusCode::NOT_FOUND,
-                "not_found",
+            Error::refused(
+                Refusal::NotFound,
                 Msg::new("unknown-provider-title"),
                 Msg::new("unknown-provider-lead"),
             )
         })?;
     let Query(q) = q.map_err(|_| {
         page_err(
-            StatusCode::BAD_REQUEST,
+            Refusal::ConnectFailed,
             "answer-malformed-title",
             Msg::new("answer-malformed-lead"),
         )
@@ -91,7 +89,7 @@ pub async fn callback(
         if endpoints.authorization_server() != Some(went_to) {
             tracing::warn!(target: "security", provider = %provider.name, "the authorization server changed during the redirect; code not sent");
             return Err(page_err(
-                StatusCode::CONFLICT,
+                Refusal::ConnectConflict,
                 "provider-moved-title",
                 Msg::new("provider-moved-lead").arg("provider", &pname),
             ));
@@ -103,14 +101,14 @@ pub async fn callback(
         (Some(iss), Some(expected)) if iss != expected => {
             tracing::warn!(target: "security", provider = %provider.name, "authorization response with a foreign iss; refused");
             return Err(page_err(
-                StatusCode::BAD_REQUEST,
+                Refusal::ConnectFailed,
                 "answer-wrong-service-title",
                 Msg::new("answer-wrong-service-lead"),
             ));
         }
         (None, _) if endpoints.iss_required => {
             return Err(page_err(
-                StatusCode::BAD_REQUEST,
+                Refusal::ConnectFailed,
                 "answer-incomplete-title",
                 Msg::new("answer-no-issuer-lead"),
             ));
@@ -139,7 +137,7 @@ pub async fn callback(
             .finish_elicitation(e, Ending::Failed { failure: &failure }, rid.as_deref())
             .await?;
         return Err(page_err(
-            StatusCode::BAD_GATEWAY,
+            Refusal::ConnectUpstreamFailed,
             "connect-failed-title",
             Msg::new("connect-failed-error-lead")
                 .arg("provider", &pname)
@@ -152,7 +150,7 @@ pub async fn callback(
         .filter(|c| !c.is_empty() && c.len() <= 4096)
         .ok_or_else(|| {
             page_err(
-                StatusCode::BAD_REQUEST,
+                Refusal::ConnectFailed,
                 "answer-incomplete-title",
                 Msg::new("answer-no-code-lead"),
             )
@@ -169,7 +167,7 @@ pub async fn callback(
         Completion::Connected => {}
         Completion::ExchangeFailed { summary } => {
             return Err(page_err(
-                StatusCode::BAD_GATEWAY,
+                Refusal::ConnectUpstreamFailed,
                 "connect-failed-title",
                 Msg::new("connect-failed-exchange-lead")
                     .arg("provider", &pname)

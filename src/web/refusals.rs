@@ -119,7 +119,7 @@ pub struct Refusals {
 
 /// A refusal to aggregate: `row` is its audit row (its `detail` is replaced by `label` and the
 /// count), `about` what tells it apart from others of its event and user.
-pub struct Refusal<'a> {
+pub struct RefusalRecord<'a> {
     pub row: AuditEvent<'a>,
     pub about: &'a str,
     pub label: &'a str,
@@ -144,7 +144,7 @@ impl Refusals {
         let label = format!("{} callback", callback.as_str());
         self.note(
             db,
-            Refusal {
+            RefusalRecord {
                 row: AuditEvent {
                     provider: ctx.provider,
                     elicitation_id: ctx.elicitation_id,
@@ -160,11 +160,11 @@ impl Refusals {
 
     /// Counts one refusal of a signed-in user (`row.actor` and `row.issuer` name them), and
     /// writes its audit row if none was written for its kind in the last minute.
-    pub async fn record_user(&self, db: &Db, refusal: Refusal<'_>) {
+    pub async fn record_user(&self, db: &Db, refusal: RefusalRecord<'_>) {
         self.note(db, refusal).await
     }
 
-    async fn note(&self, db: &Db, r: Refusal<'_>) {
+    async fn note(&self, db: &Db, r: RefusalRecord<'_>) {
         let now = crate::time::now();
         let kind = Kind {
             event: r.row.event,

@@ -4,13 +4,12 @@
 //! sealed pre-sign-in cookie (`presignin`).
 
 use axum::extract::FromRequestParts;
-use axum::http::StatusCode;
 use axum::http::request::Parts;
 use tower_sessions::Session;
 
 use crate::connect::identity::SignedInUser;
 use crate::crypto::{ct_eq, random_token, sha256_b64};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
 
 const USER: &str = "user";
@@ -74,9 +73,8 @@ impl BrowserSession {
         let expected: Option<String> = self.0.get(CSRF).await.map_err(store_err)?;
         match expected {
             Some(t) if ct_eq(t.as_bytes(), presented.as_bytes()) => Ok(()),
-            _ => Err(Error::page(
-                StatusCode::FORBIDDEN,
-                "csrf_failed",
+            _ => Err(Error::refused(
+                Refusal::CsrfFailed,
                 Msg::new("form-expired-title"),
                 Msg::new("form-expired-lead"),
             )),

@@ -5,7 +5,7 @@
 //! checked out. Refusals change nothing, not even the browser's other sign-ins under way.
 
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
@@ -15,16 +15,15 @@ use super::refusals::{Callback, Context, Reason};
 use super::session::BrowserSession;
 use crate::AppState;
 use crate::crypto::sha256_b64;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
 use crate::server::middleware::request_id;
 use crate::time::now;
 use crate::web::extract::{CsrfForm, CsrfProtected};
 
 fn sign_in_failed(message: &'static str) -> Error {
-    Error::page(
-        StatusCode::BAD_REQUEST,
-        "sign_in_failed",
+    Error::refused(
+        Refusal::SignInFailed,
         Msg::new("sign-in-failed-title"),
         Msg::new(message),
     )
@@ -112,9 +111,8 @@ pub async fn logout(
     let return_to = match form.return_to.as_deref() {
         None | Some("") => "/account",
         Some(p) => local_path(p).ok_or_else(|| {
-            Error::page(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
+            Error::refused(
+                Refusal::InvalidRequest,
                 Msg::new("bad-return-title"),
                 Msg::new("bad-return-lead"),
             )

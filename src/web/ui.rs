@@ -16,7 +16,7 @@ use super::flow::local_path;
 use crate::AppState;
 use crate::branding::{Branding, Logo};
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::i18n::{Lang, Msg, Text, format_time, tr};
 use crate::server::middleware::request_id;
 
@@ -233,9 +233,8 @@ pub async fn switch(
 ) -> Result<Response> {
     let q = q.map(|q| q.0).unwrap_or_default();
     let lang = q.set.as_deref().and_then(Lang::from_tag).ok_or_else(|| {
-        Error::page(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
+        Error::refused(
+            Refusal::InvalidRequest,
             Msg::new("bad-language-title"),
             Msg::new("bad-language-lead"),
         )

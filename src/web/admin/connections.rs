@@ -4,7 +4,6 @@
 use askama::Template;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
@@ -14,7 +13,7 @@ use crate::AppState;
 use crate::connect::elicitations::is_valid_id;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::{Connection, ConnectionFilter, ConnectionStatus};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::time::now;
 use crate::web::extract::{CsrfForm, CsrfProtected};
 
@@ -188,9 +187,8 @@ pub struct DetailQuery {
 
 async fn load(state: &AppState, id: &str) -> Result<Connection> {
     let missing = || {
-        Error::page(
-            StatusCode::NOT_FOUND,
-            "not_found",
+        Error::refused(
+            Refusal::NotFound,
             "No such connection",
             "There is no connection with this id. It may have been removed.",
         )
@@ -320,9 +318,8 @@ pub async fn revoke(
 ) -> Result<Response> {
     let c = load(&state, &id).await?;
     if c.status == ConnectionStatus::Revoked {
-        return Err(Error::page(
-            StatusCode::CONFLICT,
-            "already_revoked",
+        return Err(Error::refused(
+            Refusal::AlreadyRevoked,
             "Already revoked",
             "This connection was revoked already. Nothing was changed.",
         ));

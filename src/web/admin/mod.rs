@@ -149,7 +149,7 @@ pub async fn gate(
             .refusals
             .record_user(
                 &state.db,
-                crate::web::refusals::Refusal {
+                crate::web::refusals::RefusalRecord {
                     row: AuditEvent {
                         actor: Some(&user.subject),
                         issuer: Some(&user.issuer),
