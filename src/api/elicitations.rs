@@ -13,8 +13,7 @@ use crate::connect::elicitations::ElicitationView;
 use crate::error::{Error, Result};
 use crate::server::middleware::RequestId;
 
-/// The longest a long-poll is held.
-pub const MAX_WAIT_SECONDS: u64 = 60;
+pub use crate::connect::token_request::MAX_WAIT_SECONDS;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -93,16 +93,7 @@ impl ApiClient {
         state: &'a AppState,
         name: &str,
     ) -> Result<&'a Arc<crate::providers::Provider>, Error> {
-        let p = state
-            .providers
-            .get(name)
-            .ok_or_else(|| Error::not_found(format!("no provider named {name:?} is configured")))?;
-        if !self.0.providers.iter().any(|x| x == name) {
-            return Err(Error::ForbiddenProvider(format!(
-                "this API client may not use provider {name:?}"
-            )));
-        }
-        Ok(p)
+        state.provider_for_client(&self.0, name)
     }
 }
 

@@ -1,19 +1,15 @@
 //! `POST /v1/tokens`: a valid access token for a user's connection, or what to do instead.
 
-use std::time::Duration;
-
 use axum::Json;
 use axum::extract::State;
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 
-use super::elicitations::MAX_WAIT_SECONDS;
 use super::{ApiClient, ApiJson, ApiLang};
 use crate::AppState;
-use crate::db::connections::ConnectionStatus;
-use crate::db::elicitations::ElicitationStatus;
+use crate::connect::token_request::{Awaited, TokenAsk};
 use crate::error::{Error, Result};
-use crate::ids::{ProviderName, UserRef};
+use crate::ids::ProviderName;
 use crate::server::middleware::RequestId;
 use crate::time::rfc3339;
 
@@ -170,213 +166,31 @@ pub async fn fetch(
     ApiJson(req): ApiJson<TokenRequest>,
 ) -> Result<Json<TokenResponse>> {
     super::elicitations::validate_scopes(&req.scopes)?;
-    let subject = state
-        .resolve_subject(
-            &client.0,
-            req.subject.as_deref(),
-            req.subject_token.as_deref(),
-            rid.as_deref(),
-        )
+    let ask = TokenAsk {
+        client: &client.0,
+        subject: req.subject.as_deref(),
+        subject_token: req.subject_token.as_deref(),
+        provider: &req.provider,
+        scopes: req.scopes,
+        min_ttl_seconds: req.min_ttl_seconds,
+        force_refresh: req.force_refresh,
+        elicit: req.elicit,
+        awaited: match (req.elicitation_id, req.request_state) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(
+                    "give elicitation_id or request_state, not both",
+                ));
+            }
+            (Some(id), None) => Some(Awaited::Id(id)),
+            (None, Some(sealed)) => Some(Awaited::RequestState(sealed)),
+            (None, None) => None,
+        },
+        wait_seconds: req.wait_seconds,
+        request_id: rid.0.clone(),
+        lang,
+    };
+    let (token, provider) = state
+        .token_for(ask, || state.limits.long_poll(&client.0.id))
         .await?;
-    let provider = client.provider(&state, &req.provider)?.clone();
-    let min_ttl = req.min_ttl_seconds.unwrap_or(60);
-    if !(0..=86_400).contains(&min_ttl) {
-        return Err(Error::invalid(
-            "min_ttl_seconds must be between 0 and 86400",
-        ));
-    }
-
-    let awaited = match (&req.elicitation_id, &req.request_state) {
-        (Some(_), Some(_)) => {
-            return Err(Error::invalid(
-                "give elicitation_id or request_state, not both",
-            ));
-        }
-        (Some(eid), None) => Some(eid.clone()),
-        (None, Some(sealed)) => {
-            let rs = crate::connect::request_state::open(
-                &state.config.keys,
-                sealed,
-                &crate::connect::request_state::Expected {
-                    client_id: &client.0.id,
-                    user: UserRef::new(state.identity.issuer(), subject.clone()),
-                    provider: &req.provider,
-                    now: crate::time::now(),
-                },
-            )?;
-            Some(rs.elicitation_id)
-        }
-        (None, None) => None,
-    };
-    // The awaited elicitation, if the user declined it, or if it failed (and why).
-    let mut declined = None;
-    let mut failed = None;
-    if let Some(eid) = &awaited {
-        let mut e = state.client_elicitation(&client.0, eid).await?;
-        if e.user_ref() != UserRef::new(state.identity.issuer(), subject.clone())
-            || e.provider != req.provider
-        {
-            return Err(Error::invalid(
-                "the elicitation was made for another subject or provider",
-            ));
-        }
-        match req.wait_seconds {
-            Some(w) if w > MAX_WAIT_SECONDS => {
-                return Err(Error::invalid(format!(
-                    "wait_seconds must be at most {MAX_WAIT_SECONDS}"
-                )));
-            }
-            Some(w) if w > 0 => {
-                let _slot = state.limits.long_poll(&client.0.id)?;
-                if let Some(done) = state
-                    .waiters
-                    .wait(&state.db, &e.id, Duration::from_secs(w))
-                    .await?
-                {
-                    e = done;
-                }
-            }
-            _ => {}
-        }
-        match e.effective_status(crate::time::now()) {
-            ElicitationStatus::Declined => declined = Some(e.id.clone()),
-            // Only a misconfigured provider is answered with the failure: a new elicitation
-            // would fail the same way. After any other failure the caller gets what SPEC says
-            // for "not connected" (with `elicit`, a new elicitation the user may retry).
-            ElicitationStatus::Failed => {
-                failed = e
-                    .failure_reason()
-                    .filter(|r| *r == crate::db::elicitations::PROVIDER_MISCONFIGURED)
-                    .map(|r| Error::AuthorizationFailed {
-                        provider: provider.name.clone(),
-                        elicitation_id: e.id.clone(),
-                        reason: r,
-                    })
-            }
-            _ => {}
-        }
-    } else if req.wait_seconds.is_some() {
-        return Err(Error::invalid(
-            "wait_seconds needs elicitation_id or request_state",
-        ));
-    }
-
-    let mut connection = state
-        .connection_for_token(&subject, &req.provider)
-        .await?
-        .filter(|g| g.row.status != ConnectionStatus::Revoked);
-    // Another app's grant is, for this client, no grant at all (and says nothing about it).
-    if let Some(g) = &connection {
-        if !state.may_use_granted(&client.0, g).await? {
-            connection = None;
-        }
-    }
-    let connection = connection.map(|g| g.row);
-    // A new elicitation (or the pending one) for the caller to show its user.
-    let offer = |scopes: Option<Vec<String>>| {
-        offer_elicitation(
-            &state,
-            &client,
-            &subject,
-            &provider,
-            scopes,
-            rid.as_deref(),
-            lang,
-        )
-    };
-    let Some(connection) = connection else {
-        // The user said no to this very request: tell the caller, rather than hand out a new
-        // elicitation it would show again.
-        if let Some(id) = declined {
-            return Err(Error::AuthorizationDeclined {
-                provider: provider.name.clone(),
-                elicitation_id: id,
-            });
-        }
-        // Nor a new one when the awaited one failed: say why instead.
-        if let Some(f) = failed {
-            return Err(f);
-        }
-        if req.elicit {
-            let view = offer(req.scopes.clone()).await?;
-            return Err(Error::AuthorizationRequired {
-                provider: provider.name.clone(),
-                elicitation: Box::new(view),
-            });
-        }
-        return Err(Error::NotConnected {
-            subject: subject.clone(),
-            provider: req.provider.to_string(),
-        });
-    };
-    // Incremental authorization: scopes the grant lacks need the user's approval of the union.
-    // The stored grant keeps serving requests within its scopes meanwhile.
-    if let Some(asked) = &req.scopes {
-        if asked.iter().any(|s| !connection.scopes.contains(s)) {
-            if let Some(id) = declined {
-                return Err(Error::AuthorizationDeclined {
-                    provider: provider.name.clone(),
-                    elicitation_id: id,
-                });
-            }
-            if let Some(f) = failed {
-                return Err(f);
-            }
-            // What this client asks for by default, what is granted, and what is new.
-            let mut union = provider.scopes.clone();
-            union.extend(asked.iter().cloned());
-            let view = offer(Some(union)).await?;
-            return Err(Error::AuthorizationRequired {
-                provider: provider.name.clone(),
-                elicitation: Box::new(view),
-            });
-        }
-    }
-    match state
-        .fresh_token(
-            connection,
-            provider.clone(),
-            min_ttl,
-            req.force_refresh,
-            rid.0.clone(),
-        )
-        .await
-    {
-        Ok(t) => Ok(Json(TokenResponse::new(t, &provider))),
-        Err(Error::ReauthorizationRequired { .. }) if declined.is_some() => {
-            Err(Error::AuthorizationDeclined {
-                provider: provider.name.clone(),
-                elicitation_id: declined.unwrap_or_default(),
-            })
-        }
-        Err(Error::ReauthorizationRequired { provider: p, .. })
-            if req.elicit || failed.is_some() =>
-        {
-            if let Some(f) = failed {
-                return Err(f);
-            }
-            let view = offer(req.scopes.clone()).await?;
-            Err(Error::ReauthorizationRequired {
-                provider: p,
-                elicitation: Some(Box::new(view)),
-            })
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// A ready elicitation (new, or the pending one) for the caller to hand to its MCP client.
-async fn offer_elicitation(
-    state: &AppState,
-    client: &ApiClient,
-    subject: &str,
-    provider: &crate::providers::Provider,
-    scopes: Option<Vec<String>>,
-    request_id: Option<&str>,
-    lang: crate::i18n::Lang,
-) -> Result<serde_json::Value> {
-    let e = state
-        .create_or_reuse_elicitation(&client.0, subject, provider, scopes, request_id)
-        .await?;
-    serde_json::to_value(state.elicitation_view_in(&e, lang)?).map_err(Error::internal)
+    Ok(Json(TokenResponse::new(token, &provider)))
 }

@@ -8,3 +8,4 @@ pub mod elicitations;
 pub mod identity;
 pub mod request_state;
 pub mod scopes;
+pub mod token_request;

@@ -1,0 +1,305 @@
+//! The "give me a token" use case (`POST /v1/tokens`): prove the subject, wait for an
+//! elicitation if asked, find the grant this client may use, and answer with a fresh token — or
+//! with what the caller must do instead: show an elicitation (not connected, scopes the grant
+//! lacks, a grant that no longer works), or learn that its user declined or that the provider is
+//! misconfigured.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::AppState;
+use crate::config::ClientConfig;
+use crate::db::connections::{Connection, ConnectionStatus};
+use crate::db::elicitations::{ElicitationStatus, PROVIDER_MISCONFIGURED};
+use crate::error::{Error, Result};
+use crate::grants::tokens::FreshToken;
+use crate::i18n::Lang;
+use crate::ids::{ProviderName, UserRef};
+use crate::providers::Provider;
+
+/// The longest a request may wait for an elicitation to finish (a token request, a long poll of
+/// `GET /v1/elicitations/{id}`), in seconds.
+pub const MAX_WAIT_SECONDS: u64 = 60;
+
+/// The elicitation a token request waits for.
+pub enum Awaited {
+    /// By id, as `POST /v1/elicitations` answered it.
+    Id(String),
+    /// By the sealed `request_state` handed out with it (and echoed back by a 2026-07-28 MCP
+    /// client's retry).
+    RequestState(String),
+}
+
+/// A token request, as the API parsed it.
+pub struct TokenAsk<'a> {
+    pub client: &'a ClientConfig,
+    pub subject: Option<&'a str>,
+    pub subject_token: Option<&'a str>,
+    pub provider: &'a ProviderName,
+    pub scopes: Option<Vec<String>>,
+    pub min_ttl_seconds: Option<i64>,
+    pub force_refresh: bool,
+    /// When not connected, answer with a ready elicitation.
+    pub elicit: bool,
+    pub awaited: Option<Awaited>,
+    pub wait_seconds: Option<u64>,
+    pub request_id: Option<String>,
+    /// The language of an offered elicitation's message.
+    pub lang: Lang,
+}
+
+/// How the awaited elicitation ended, where that decides the answer.
+#[derive(Default)]
+struct AwaitedEnd {
+    /// The user declined it: its id.
+    declined: Option<String>,
+    /// It failed because the provider is misconfigured: the error to answer with.
+    failed: Option<Error>,
+}
+
+impl AwaitedEnd {
+    /// The answer when the awaited elicitation's end decides it.
+    fn refusal(&mut self, provider: &Provider) -> Option<Error> {
+        if let Some(id) = self.declined.take() {
+            return Some(Error::AuthorizationDeclined {
+                provider: provider.name.clone(),
+                elicitation_id: id,
+            });
+        }
+        self.failed.take()
+    }
+}
+
+impl AppState {
+    /// A fresh token for `ask`, or the error that tells the caller what to do instead.
+    /// `long_poll_slot` is taken only while waiting for an elicitation (the surface bounds how
+    /// many requests of one client wait at once); its guard is held for the wait.
+    pub async fn token_for<G>(
+        &self,
+        ask: TokenAsk<'_>,
+        long_poll_slot: impl FnOnce() -> Result<G>,
+    ) -> Result<(FreshToken, Arc<Provider>)> {
+        let rid = ask.request_id.as_deref();
+        let subject = self
+            .resolve_subject(ask.client, ask.subject, ask.subject_token, rid)
+            .await?;
+        let provider = self.provider_for_client(ask.client, ask.provider)?.clone();
+        let min_ttl = ask.min_ttl_seconds.unwrap_or(60);
+        if !(0..=86_400).contains(&min_ttl) {
+            return Err(Error::invalid(
+                "min_ttl_seconds must be between 0 and 86400",
+            ));
+        }
+        let mut end = self
+            .await_elicitation(&ask, &subject, &provider, long_poll_slot)
+            .await?;
+
+        let Some(connection) = self
+            .usable_connection(ask.client, &subject, ask.provider)
+            .await?
+        else {
+            // The user said no to this very request, or the provider is misconfigured: say so,
+            // rather than hand out a new elicitation the caller would show again.
+            if let Some(refusal) = end.refusal(&provider) {
+                return Err(refusal);
+            }
+            if ask.elicit {
+                return Err(Error::AuthorizationRequired {
+                    provider: provider.name.clone(),
+                    elicitation: Box::new(
+                        self.offer(&ask, &subject, &provider, ask.scopes.clone())
+                            .await?,
+                    ),
+                });
+            }
+            return Err(Error::NotConnected {
+                subject,
+                provider: ask.provider.to_string(),
+            });
+        };
+        // Incremental authorization: scopes the grant lacks need the user's approval of the
+        // union. The stored grant keeps serving requests within its scopes meanwhile.
+        if let Some(asked) = &ask.scopes {
+            if asked.iter().any(|s| !connection.scopes.contains(s)) {
+                if let Some(refusal) = end.refusal(&provider) {
+                    return Err(refusal);
+                }
+                // What this client asks for by default, what is granted, and what is new.
+                let mut union = provider.scopes.clone();
+                union.extend(asked.iter().cloned());
+                return Err(Error::AuthorizationRequired {
+                    provider: provider.name.clone(),
+                    elicitation: Box::new(
+                        self.offer(&ask, &subject, &provider, Some(union)).await?,
+                    ),
+                });
+            }
+        }
+        match self
+            .fresh_token(
+                connection,
+                provider.clone(),
+                min_ttl,
+                ask.force_refresh,
+                ask.request_id.clone(),
+            )
+            .await
+        {
+            Ok(t) => Ok((t, provider)),
+            Err(Error::ReauthorizationRequired {
+                provider: p,
+                elicitation,
+            }) => {
+                if let Some(refusal) = end.refusal(&provider) {
+                    return Err(refusal);
+                }
+                if !ask.elicit {
+                    return Err(Error::ReauthorizationRequired {
+                        provider: p,
+                        elicitation,
+                    });
+                }
+                let view = self
+                    .offer(&ask, &subject, &provider, ask.scopes.clone())
+                    .await?;
+                Err(Error::ReauthorizationRequired {
+                    provider: p,
+                    elicitation: Some(Box::new(view)),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The provider `name`, if `client` may use it.
+    pub fn provider_for_client(&self, client: &ClientConfig, name: &str) -> Result<&Arc<Provider>> {
+        let p = self
+            .providers
+            .get(name)
+            .ok_or_else(|| Error::not_found(format!("no provider named {name:?} is configured")))?;
+        if !client.providers.iter().any(|x| x == name) {
+            return Err(Error::ForbiddenProvider(format!(
+                "this API client may not use provider {name:?}"
+            )));
+        }
+        Ok(p)
+    }
+
+    /// Checks the awaited elicitation (if any) belongs to this request, waits for it if asked,
+    /// and tells how it ended where that decides the answer.
+    async fn await_elicitation<G>(
+        &self,
+        ask: &TokenAsk<'_>,
+        subject: &str,
+        provider: &Provider,
+        long_poll_slot: impl FnOnce() -> Result<G>,
+    ) -> Result<AwaitedEnd> {
+        let user = || UserRef::new(self.identity.issuer(), subject.to_owned());
+        let eid = match &ask.awaited {
+            None if ask.wait_seconds.is_some() => {
+                return Err(Error::invalid(
+                    "wait_seconds needs elicitation_id or request_state",
+                ));
+            }
+            None => return Ok(AwaitedEnd::default()),
+            Some(Awaited::Id(id)) => id.clone(),
+            Some(Awaited::RequestState(sealed)) => {
+                crate::connect::request_state::open(
+                    &self.config.keys,
+                    sealed,
+                    &crate::connect::request_state::Expected {
+                        client_id: &ask.client.id,
+                        user: user(),
+                        provider: ask.provider,
+                        now: crate::time::now(),
+                    },
+                )?
+                .elicitation_id
+            }
+        };
+        let mut e = self.client_elicitation(ask.client, &eid).await?;
+        if e.user_ref() != user() || e.provider != *ask.provider {
+            return Err(Error::invalid(
+                "the elicitation was made for another subject or provider",
+            ));
+        }
+        match ask.wait_seconds {
+            Some(w) if w > MAX_WAIT_SECONDS => {
+                return Err(Error::invalid(format!(
+                    "wait_seconds must be at most {MAX_WAIT_SECONDS}"
+                )));
+            }
+            Some(w) if w > 0 => {
+                let _slot = long_poll_slot()?;
+                if let Some(done) = self
+                    .waiters
+                    .wait(&self.db, &e.id, Duration::from_secs(w))
+                    .await?
+                {
+                    e = done;
+                }
+            }
+            _ => {}
+        }
+        let mut end = AwaitedEnd::default();
+        match e.effective_status(crate::time::now()) {
+            ElicitationStatus::Declined => end.declined = Some(e.id.clone()),
+            // Only a misconfigured provider is answered with the failure: a new elicitation
+            // would fail the same way. After any other failure the caller gets what SPEC says
+            // for "not connected" (with `elicit`, a new elicitation the user may retry).
+            ElicitationStatus::Failed => {
+                end.failed = e
+                    .failure_reason()
+                    .filter(|r| *r == PROVIDER_MISCONFIGURED)
+                    .map(|r| Error::AuthorizationFailed {
+                        provider: provider.name.clone(),
+                        elicitation_id: e.id.clone(),
+                        reason: r,
+                    })
+            }
+            _ => {}
+        }
+        Ok(end)
+    }
+
+    /// The user's live connection at `provider`, if `client` may use it. Another app's grant
+    /// is, for this client, no grant at all (and says nothing about it).
+    async fn usable_connection(
+        &self,
+        client: &ClientConfig,
+        subject: &str,
+        provider: &ProviderName,
+    ) -> Result<Option<Arc<Connection>>> {
+        let Some(g) = self
+            .connection_for_token(subject, provider)
+            .await?
+            .filter(|g| g.row.status != ConnectionStatus::Revoked)
+        else {
+            return Ok(None);
+        };
+        if !self.may_use_granted(client, &g).await? {
+            return Ok(None);
+        }
+        Ok(Some(g.row))
+    }
+
+    /// A ready elicitation (new, or the pending one) for the caller to hand to its MCP client.
+    async fn offer(
+        &self,
+        ask: &TokenAsk<'_>,
+        subject: &str,
+        provider: &Provider,
+        scopes: Option<Vec<String>>,
+    ) -> Result<serde_json::Value> {
+        let e = self
+            .create_or_reuse_elicitation(
+                ask.client,
+                subject,
+                provider,
+                scopes,
+                ask.request_id.as_deref(),
+            )
+            .await?;
+        serde_json::to_value(self.elicitation_view_in(&e, ask.lang)?).map_err(Error::internal)
+    }
+}
