@@ -2,8 +2,9 @@
 //! what the provider tells about the account, and the grant stored — the sealed tokens, the apps
 //! that may use them, the audit row, the elicitation completed and its event, in one transaction.
 //!
-//! The caller (the provider callback page) has already checked the state, the browser, the user
-//! and the `iss`, and claimed the state; it renders what this returns.
+//! The caller (the provider callback page) has already checked the state, the browser and the
+//! user; `finish_provider_callback` checks the provider's answer, has the caller claim the
+//! state, and completes (or declines, or fails) the elicitation.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +16,8 @@ use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::{ConnectionStatus, Details, NewTokens, Stored, store_connected};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
-use crate::error::Result;
+use crate::error::{Error, Refusal, Result};
+use crate::i18n::Msg;
 use crate::ids::ConnectionId;
 use crate::providers::tokens::Metadata;
 use crate::providers::{Endpoints, Provider};
@@ -50,7 +52,191 @@ pub fn redirect_extras(raw_query: Option<&str>) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// What the provider sent to the redirect URI (RFC 6749 §4.1.2, RFC 9207).
+pub struct ProviderAnswer<'a> {
+    pub code: Option<&'a str>,
+    pub error: Option<&'a str>,
+    pub iss: Option<&'a str>,
+    /// The whole query, for values the provider put beside the code.
+    pub raw_query: Option<&'a str>,
+}
+
+/// An OAuth error code as shown to the user: only its safe characters, bounded.
+fn clean_code(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(64)
+        .collect()
+}
+
+fn connect_failed(refusal: Refusal, title: &'static str, message: Msg) -> Error {
+    Error::refused(refusal, Msg::new(title), message)
+}
+
+/// The most of a refusal's text kept in the elicitation's `failure` (it names URLs, never a
+/// secret).
+const MAX_FAILURE_CHARS: usize = 500;
+
 impl AppState {
+    /// Finishes a provider callback whose state, browser and user were checked: the provider's
+    /// endpoints (an upstream MCP server that moved to another authorization server during the
+    /// redirect is refused), RFC 9207's `iss`, then `claim` — from here on the state is spent,
+    /// whatever the provider answered — then the answer: `access_denied` declines the
+    /// elicitation, another error fails it, a code is exchanged and the grant stored. `Ok` when
+    /// the elicitation ended (connected or declined); the outcome is on its `/done` page.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn finish_provider_callback(
+        &self,
+        user: &SignedInUser,
+        e: &Elicitation,
+        flow_authorization_server: Option<&str>,
+        provider: &Provider,
+        answer: ProviderAnswer<'_>,
+        claim: impl AsyncFnOnce() -> Result<Option<SecretString>>,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let pname = &provider.display_name;
+        let endpoints = match provider
+            .endpoints(&self.http)
+            .await
+            .and_then(|ep| ep.for_connection(provider, &e.params))
+        {
+            Ok(ep) => ep,
+            Err(err) => {
+                return Err(self
+                    .discovery_failed(
+                        e,
+                        provider,
+                        &err,
+                        request_id,
+                        "provider-unavailable-from-app-lead",
+                    )
+                    .await);
+            }
+        };
+        // An upstream MCP server that moved to another authorization server since this redirect
+        // started: the code (and the PKCE verifier) belong to the old one, never sent to the new.
+        if let Some(went_to) = flow_authorization_server {
+            if endpoints.authorization_server() != Some(went_to) {
+                tracing::warn!(target: "security", provider = %provider.name, "the authorization server changed during the redirect; code not sent");
+                return Err(connect_failed(
+                    Refusal::ConnectConflict,
+                    "provider-moved-title",
+                    Msg::new("provider-moved-lead").arg("provider", pname),
+                ));
+            }
+        }
+        // RFC 9207: a provider that sends `iss` must send its own.
+        match (answer.iss, &endpoints.issuer) {
+            (Some(iss), Some(expected)) if iss != expected => {
+                tracing::warn!(target: "security", provider = %provider.name, "authorization response with a foreign iss; refused");
+                return Err(connect_failed(
+                    Refusal::ConnectFailed,
+                    "answer-wrong-service-title",
+                    Msg::new("answer-wrong-service-lead"),
+                ));
+            }
+            (None, _) if endpoints.iss_required => {
+                return Err(connect_failed(
+                    Refusal::ConnectFailed,
+                    "answer-incomplete-title",
+                    Msg::new("answer-no-issuer-lead"),
+                ));
+            }
+            _ => {}
+        }
+
+        let verifier = claim().await?;
+        if let Some(err) = answer.error {
+            let code = clean_code(err);
+            if code == "access_denied" {
+                let declined = Ending::Declined {
+                    reason: Some("access_denied"),
+                };
+                self.finish_elicitation(e, declined, request_id).await?;
+                return Ok(());
+            }
+            let failure = format!("provider answered {code}");
+            self.finish_elicitation(e, Ending::Failed { failure: &failure }, request_id)
+                .await?;
+            return Err(connect_failed(
+                Refusal::ConnectUpstreamFailed,
+                "connect-failed-title",
+                Msg::new("connect-failed-error-lead")
+                    .arg("provider", pname)
+                    .arg("code", code),
+            ));
+        }
+        let code = answer
+            .code
+            .filter(|c| !c.is_empty() && c.len() <= 4096)
+            .ok_or_else(|| {
+                connect_failed(
+                    Refusal::ConnectFailed,
+                    "answer-incomplete-title",
+                    Msg::new("answer-no-code-lead"),
+                )
+            })?;
+        let answer = CodeAnswer {
+            code,
+            verifier: verifier.as_ref(),
+            redirect_query: redirect_extras(answer.raw_query),
+        };
+        match self
+            .complete_connection(user, e, provider, &endpoints, answer, request_id)
+            .await?
+        {
+            Completion::Connected => Ok(()),
+            Completion::ExchangeFailed { summary } => Err(connect_failed(
+                Refusal::ConnectUpstreamFailed,
+                "connect-failed-title",
+                Msg::new("connect-failed-exchange-lead")
+                    .arg("provider", pname)
+                    .arg("summary", summary),
+            )),
+        }
+    }
+
+    /// The refusal for a provider whose endpoints could not be found. A security refusal (see
+    /// `providers::mcp::Misconfigured`) ends the elicitation `failed` (`provider_misconfigured`:
+    /// the MCP server waiting for it learns at once) and says the provider is misconfigured; an
+    /// outage leaves it pending and asks to try again (`unavailable_lead`).
+    pub async fn discovery_failed(
+        &self,
+        e: &Elicitation,
+        provider: &Provider,
+        err: &anyhow::Error,
+        request_id: Option<&str>,
+        unavailable_lead: &'static str,
+    ) -> Error {
+        let name = &provider.display_name;
+        if !crate::providers::mcp::is_misconfigured(err) {
+            tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
+            return Error::refused(
+                Refusal::ProviderUnavailable,
+                Msg::new("provider-unavailable-title"),
+                Msg::new(unavailable_lead).arg("provider", name),
+            );
+        }
+        tracing::warn!(target: "security", provider = %provider.name, error = format!("{err:#}"), "provider discovery refused; the elicitation fails");
+        let detail: String = format!("{err:#}").chars().take(MAX_FAILURE_CHARS).collect();
+        let failure = format!(
+            "{}: {detail}",
+            crate::db::elicitations::PROVIDER_MISCONFIGURED
+        );
+        if let Err(x) = self
+            .finish_elicitation(e, Ending::Failed { failure: &failure }, request_id)
+            .await
+        {
+            return x;
+        }
+        Error::refused(
+            Refusal::ProviderMisconfigured,
+            Msg::new("provider-misconfigured-title"),
+            Msg::new("provider-misconfigured-lead").arg("provider", name),
+        )
+    }
+
     /// Exchanges `answer.code` at `provider` and stores the grant for the user `e` was made for.
     pub async fn complete_connection(
         &self,

@@ -17,7 +17,7 @@ use super::ui::Ui;
 use crate::AppState;
 use crate::connect::identity::SignedInUser;
 use crate::crypto::{ct_eq, random_token, sha256_b64};
-use crate::db::elicitations::{Elicitation, Ending};
+use crate::db::elicitations::Elicitation;
 use crate::db::flows::{Flow, NewFlow};
 use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
@@ -158,15 +158,9 @@ pub async fn start_provider(
     {
         Ok(ep) => ep,
         Err(err) => {
-            return Err(discovery_failed(
-                state,
-                e,
-                provider,
-                &err,
-                None,
-                "provider-unavailable-lead",
-            )
-            .await);
+            return Err(state
+                .discovery_failed(e, provider, &err, None, "provider-unavailable-lead")
+                .await);
         }
     };
     let st = random_token(32);
@@ -213,50 +207,6 @@ pub async fn start_provider(
         )
         .await?;
     Ok(redirect_away(&url))
-}
-
-/// The most of a refusal's text kept in the elicitation's `failure` (it names URLs, never a
-/// secret).
-const MAX_FAILURE_CHARS: usize = 500;
-
-/// The page for a provider whose endpoints could not be found. A security refusal (see
-/// `providers::mcp::Misconfigured`) ends the elicitation `failed` (`provider_misconfigured`:
-/// the MCP server waiting for it learns at once) and says the provider is misconfigured; an
-/// outage leaves it pending and asks to try again (`unavailable_lead`).
-pub async fn discovery_failed(
-    state: &AppState,
-    e: &Elicitation,
-    provider: &Provider,
-    err: &anyhow::Error,
-    request_id: Option<&str>,
-    unavailable_lead: &'static str,
-) -> Error {
-    let name = &provider.display_name;
-    if !crate::providers::mcp::is_misconfigured(err) {
-        tracing::warn!(provider = %provider.name, error = format!("{err:#}"), "provider discovery failed");
-        return Error::refused(
-            Refusal::ProviderUnavailable,
-            Msg::new("provider-unavailable-title"),
-            Msg::new(unavailable_lead).arg("provider", name),
-        );
-    }
-    tracing::warn!(target: "security", provider = %provider.name, error = format!("{err:#}"), "provider discovery refused; the elicitation fails");
-    let detail: String = format!("{err:#}").chars().take(MAX_FAILURE_CHARS).collect();
-    let failure = format!(
-        "{}: {detail}",
-        crate::db::elicitations::PROVIDER_MISCONFIGURED
-    );
-    if let Err(x) = state
-        .finish_elicitation(e, Ending::Failed { failure: &failure }, request_id)
-        .await
-    {
-        return x;
-    }
-    Error::refused(
-        Refusal::ProviderMisconfigured,
-        Msg::new("provider-misconfigured-title"),
-        Msg::new("provider-misconfigured-lead").arg("provider", name),
-    )
 }
 
 fn refused(title: &'static str, message: &'static str) -> Error {
