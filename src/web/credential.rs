@@ -15,12 +15,11 @@ use super::pages::render;
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
-use crate::connect::credentials::{AuthKind, Validation, secret_from_form, validate};
+use crate::connect::credential_submission::TypedCredential;
+use crate::connect::credentials::AuthKind;
 use crate::connect::identity::SignedInUser;
-use crate::db::audit::{AuditAction, AuditEvent};
-use crate::db::connections::NewTokens;
 use crate::db::elicitations::Elicitation;
-use crate::error::{Error, Refusal, Result};
+use crate::error::{Error, Result};
 use crate::providers::Provider;
 use crate::web::extract::{CsrfForm, CsrfProtected, RequestId};
 
@@ -108,102 +107,35 @@ pub async fn submit(
         Visit::Respond(r) => return Ok(r),
     };
     let provider = configured_provider(&state, &e)?;
-    let Some(settings) = provider.credential.clone() else {
-        return Err(Error::refused(
-            Refusal::InvalidRequest,
-            "This provider signs in with OAuth",
-            "Go back to the connect page and choose Continue.",
-        ));
+    let typed = TypedCredential {
+        api_key: form.api_key.as_ref(),
+        username: form.username.as_deref(),
+        password: form.password.as_ref(),
     };
-    let audit = |event: AuditAction, detail: String| {
-        let (state, e, user, rid) = (&state, &e, &user, &rid);
-        async move {
-            state
-                .db
-                .audit(AuditEvent {
-                    event,
-                    actor: Some(&user.subject),
-                    issuer: Some(&e.issuer),
-                    subject: Some(&e.subject),
-                    provider: Some(&e.provider),
-                    client_id: Some(&e.client_id),
-                    connection_id: None,
-                    elicitation_id: Some(&e.id),
-                    request_id: rid.as_deref(),
-                    detail: Some(&detail),
-                })
-                .await;
-        }
-    };
-    let checked = match secret_from_form(
-        settings.kind,
-        form.api_key.as_ref(),
-        form.username.as_deref(),
-        form.password.as_ref(),
-    ) {
-        Err(m) => Err((m, StatusCode::BAD_REQUEST)),
-        Ok(secret) => match validate(&state.http, &settings, &secret).await {
-            Ok(()) => Ok(secret),
-            Err(Validation::Rejected(status)) => {
-                audit(
-                    AuditAction::CredentialValidationRefused,
-                    format!("validation_url answered HTTP {status}"),
-                )
-                .await;
-                let m = ui.t1(
-                    if settings.kind == AuthKind::Basic {
-                        "credential-refused-basic"
-                    } else {
-                        "credential-refused-key"
-                    },
-                    "provider",
-                    &provider.display_name,
-                );
-                Err((m, StatusCode::BAD_REQUEST))
-            }
-            Err(Validation::Unavailable(why)) => {
-                tracing::warn!(provider = %provider.name, elicitation_id = %e.id, error = %why, "credential validation call failed");
-                audit(AuditAction::CredentialValidationUnavailable, why).await;
-                let m = ui.t1("credential-unavailable", "provider", &provider.display_name);
-                Err((m, StatusCode::BAD_GATEWAY))
-            }
-        },
-    };
-    let secret = match checked {
-        Ok(secret) => secret,
+    match state
+        .submit_credential(&user, &e, &provider, typed, rid.as_deref())
+        .await?
+    {
+        // POST/redirect/GET, as after an OAuth callback: a reload shows the outcome again.
+        Ok(()) => super::done::redirect_to_done(&state, &e.id),
         // The form again, saying what went wrong.
-        Err((m, status)) => {
-            return page(
+        Err(not_stored) => {
+            let status = if not_stored.provider_unavailable {
+                StatusCode::BAD_GATEWAY
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            let message = ui.text(&not_stored.message);
+            page(
                 &state,
                 &session,
                 &ui,
                 &user,
                 &e,
                 &provider,
-                Some((&m, status)),
+                Some((&message, status)),
             )
-            .await;
+            .await
         }
-    };
-    // The sealed credential, its audit row, the elicitation's completion and its event commit
-    // together, exactly as tokens from an OAuth callback.
-    state
-        .store_grant(
-            &user,
-            &e,
-            &NewTokens {
-                access_token: &secret,
-                refresh_token: None,
-                token_type: settings.kind.as_str(),
-                expires_at: None,
-                scopes: &e.scopes,
-                account_label: None,
-            },
-            None,
-            Some(settings.kind.as_str()),
-            rid.as_deref(),
-        )
-        .await?;
-    // POST/redirect/GET, as after an OAuth callback: a reload shows the outcome again.
-    super::done::redirect_to_done(&state, &e.id)
+    }
 }
