@@ -3,6 +3,7 @@
 //! (or an API key), and the completion that stores the grant and tells the MCP server.
 
 pub mod complete;
+pub mod consent;
 pub mod credential_submission;
 pub mod credentials;
 pub mod elicitations;

@@ -7,14 +7,14 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::flow::{start_provider, start_sign_in};
-use super::pages::{ConsentPage, MessagePage, ParamField, SignOutForm, render};
+use super::pages::{ConsentPage, MessagePage, SignOutForm, render};
 use super::refusals::RefusalRecord;
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
+use crate::connect::consent::ConsentAsk;
 use crate::connect::elicitations::is_valid_id;
 use crate::connect::identity::SignedInUser;
-use crate::connect::scopes::describe;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::{Error, Refusal, Result};
@@ -29,15 +29,6 @@ pub fn invalid_link() -> Error {
         Msg::new("invalid-link-title"),
         Msg::new("invalid-link-lead"),
     )
-}
-
-/// The name of API client `client_id` as users see it.
-pub fn client_display_name(state: &AppState, client_id: &str) -> String {
-    state
-        .clients
-        .get(client_id)
-        .map(|c| c.name.clone())
-        .unwrap_or_else(|| client_id.to_owned())
 }
 
 /// For the elicitation's own user: why it can no longer be answered (a 410 page), or `None`
@@ -222,76 +213,14 @@ async fn consent_page(
     values: &ConnParams,
     error: Option<String>,
 ) -> Result<Response> {
-    let client = client_display_name(state, &e.client_id);
-    let p = state.providers.get(&e.provider);
-    if let Some(cp) = p.filter(|p| p.credential.is_some()) {
+    let view = match state.consent_for(e, values, ui.lang).await? {
+        ConsentAsk::Consent(view) => view,
         // API key / Basic providers: the key form instead of the OAuth consent.
-        return super::credential::page(state, session, ui, user, e, cp, None).await;
-    }
-    let provider = p.map(|p| p.display_name.as_str()).unwrap_or(&e.provider);
-    let registered_name = p
-        .and_then(|p| p.registered_name.as_deref())
-        .unwrap_or(&ui.brand.product_name);
-    let scopes = describe(p.map(|p| p.as_ref()), &e.scopes, ui.lang);
-    let params = p
-        .map(|p| {
-            p.asked_params
-                .iter()
-                .map(|spec| {
-                    let value = values
-                        .get(&spec.name)
-                        .cloned()
-                        .or_else(|| spec.default.clone())
-                        .unwrap_or_default();
-                    ParamField {
-                        name: spec.name.clone(),
-                        label: spec.label.clone(),
-                        description: spec.description.clone(),
-                        example: spec.example.clone().unwrap_or_default(),
-                        pattern: spec
-                            .pattern
-                            .as_deref()
-                            .map(|x| x.trim_start_matches('^').trim_end_matches('$').to_owned())
-                            .unwrap_or_default(),
-                        choices: spec
-                            .choices
-                            .iter()
-                            .flat_map(|c| c.keys())
-                            .map(|c| (c.clone(), *c == value))
-                            .collect(),
-                        value,
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+        ConsentAsk::Credential(p) => {
+            return super::credential::page(state, session, ui, user, e, &p, None).await;
+        }
+    };
     let csrf = session.csrf_token().await?;
-    let app_ids = state.grant_apps(&e.client_id);
-    let apps: Vec<String> = app_ids
-        .iter()
-        .map(|id| state.client_name(id).to_owned())
-        .collect();
-    let (mut new_scopes, mut shared_with) = (Vec::new(), Vec::new());
-    if let Some(c) = state
-        .db
-        .find_connection(&e.issuer, &e.subject, &e.provider)
-        .await?
-        .filter(|c| c.status != crate::db::connections::ConnectionStatus::Revoked)
-    {
-        new_scopes = e
-            .scopes
-            .iter()
-            .filter(|s| !c.scopes.contains(s))
-            .cloned()
-            .collect();
-        shared_with = state
-            .connection_apps(&c)
-            .await?
-            .iter()
-            .filter(|id| !app_ids.contains(id))
-            .map(|id| state.client_name(id).to_owned())
-            .collect();
-    }
     let status = if error.is_some() {
         StatusCode::BAD_REQUEST
     } else {
@@ -300,20 +229,23 @@ async fn consent_page(
     Ok(render(
         &ConsentPage {
             ui,
-            apps: &apps,
-            new_scopes: &new_scopes,
-            shared_with: &shared_with,
+            apps: &view.apps,
+            new_scopes: &view.new_scopes,
+            shared_with: &view.shared_with,
             signed_in_as: Some(shown_name(user)),
             id: &e.id,
-            client: &client,
-            provider,
-            registered_name,
-            scopes: &scopes,
+            client: &view.client,
+            provider: &view.provider,
+            registered_name: view
+                .registered_name
+                .as_deref()
+                .unwrap_or(&ui.brand.product_name),
+            scopes: &view.scopes,
             csrf: &csrf,
             expires_at: &ui.when(e.expires_at),
-            params,
+            params: &view.params,
             param_error: error,
-            revocation: p.map(|p| p.revocation_summary()).unwrap_or_default(),
+            revocation: view.revocation.clone(),
         },
         status,
     ))

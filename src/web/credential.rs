@@ -58,7 +58,7 @@ pub async fn page(
             "not a credential provider"
         )));
     };
-    let client = super::connect::client_display_name(state, &e.client_id);
+    let client = state.client_name(&e.client_id).to_owned();
     let csrf = session.csrf_token().await?;
     Ok(render(
         &CredentialPage {

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
 
-use super::connect::{client_display_name, same_user, shown_name};
+use super::connect::{same_user, shown_name};
 use super::pages::{DonePage, MessagePage, render};
 use super::session::BrowserSession;
 use super::ui::Ui;
@@ -110,7 +110,7 @@ pub async fn show(
     let Some(e) = e.filter(|e| same_user(&user, e)) else {
         return Ok(generic(&ui, Some(who)));
     };
-    let client = client_display_name(&state, &e.client_id);
+    let client = state.client_name(&e.client_id).to_owned();
     let provider = state.providers.get(&e.provider);
     let pname = provider
         .map(|p| p.display_name.clone())

@@ -10,6 +10,7 @@ use axum::response::{Html, IntoResponse, Response};
 
 pub use super::ui::Ui;
 use crate::AppState;
+use crate::connect::consent::ParamView;
 use crate::connect::scopes::ScopeView;
 use crate::i18n::Msg;
 use crate::server::rendered::RenderedError;
@@ -34,23 +35,11 @@ pub struct ConsentPage<'a> {
     /// Other apps that already use the user's grant at this provider (they keep it).
     pub shared_with: &'a [String],
     /// Per-connection parameters to ask for (tenant, subdomain, ...).
-    pub params: Vec<ParamField>,
+    pub params: &'a [ParamView],
     /// What the user must fix in `params`, after a refused answer.
     pub param_error: Option<String>,
     /// What disconnecting does at this provider.
     pub revocation: String,
-}
-
-/// One per-connection parameter on the consent page.
-pub struct ParamField {
-    pub name: String,
-    pub label: String,
-    pub description: String,
-    pub value: String,
-    pub example: String,
-    /// `(value, selected)` for a choice; empty for free text checked against `pattern`.
-    pub choices: Vec<(String, bool)>,
-    pub pattern: String,
 }
 
 /// After a connection: what was connected, for which app, with which access.
