@@ -29,6 +29,7 @@ pub mod error;
 pub mod grants;
 pub mod i18n;
 pub mod ids;
+pub mod metrics;
 pub mod outbound;
 pub mod providers;
 pub mod server;
@@ -40,7 +41,7 @@ use std::net::SocketAddr;
 
 use crate::grants::{cache as token_cache, refresh_ahead, tokens};
 use crate::outbound::http as http_client;
-use crate::server::{limits, metrics, middleware, ops};
+use crate::server::{limits, middleware, ops};
 use crate::signals::{events, listener};
 use std::ops::Deref;
 use std::sync::Arc;
@@ -73,7 +74,7 @@ pub struct AppInner {
     pub token_cache: token_cache::TokenCache,
     /// This process's name for other processes (`listener`).
     pub process_tag: String,
-    pub metrics: metrics::Metrics,
+    pub metrics: crate::metrics::Metrics,
     pub limits: limits::Limits,
     pub shutdown: watch::Receiver<bool>,
     /// Set when the process was asked to stop: `/readyz` answers 503 so load balancers take
@@ -115,7 +116,7 @@ impl AppState {
             refresh: tokens::RefreshCoordinator::new(db.pool.max_connections()),
             token_cache: token_cache::TokenCache::new(&config.cache),
             process_tag: listener::process_tag(),
-            metrics: metrics::Metrics::new(),
+            metrics: crate::metrics::Metrics::new(),
             config,
             db,
             http,
@@ -471,7 +472,7 @@ pub fn router(state: AppState) -> Router {
         .merge(ops::router(state.clone()))
         .fallback(web::fallback_with(state.clone()))
         .layer(middleware::Guard::new(timeout, Some(state.clone())))
-        .layer(metrics::Track(state.metrics.clone()))
+        .layer(server::metrics::Track(state.metrics.clone()))
         .layer(middleware::response_headers(csp, https))
         .layer(middleware::trace_layer())
         .layer(middleware::request_id_layers(

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use crate::db::Db;
 use crate::db::audit::{AuditAction, AuditEvent};
-use crate::server::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// At most one audit row per kind of refusal in this many seconds.
 pub const AUDIT_WINDOW_SECONDS: i64 = 60;

@@ -1,0 +1,305 @@
+//! Prometheus metrics: one registry per application (so replicas in one test process, or two apps
+//! in one binary, never mix their numbers), rendered in the text exposition format at `/metrics`.
+//!
+//! Labels are always bounded: the matched route pattern (never the raw URI, which carries ids,
+//! codes and states), configured provider names, and fixed outcome words. No label ever holds a
+//! subject, an id or a token.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Per request, no allocation: the method is a fixed word, the route pattern shared (see
+/// `TrackService::route`), the status a number (encoded as its digits).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: &'static str,
+    route: Route,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteTimeLabels {
+    method: &'static str,
+    route: Route,
+}
+
+/// A route pattern as a label value, shared (prometheus-client encodes `Arc<T>` only for sized
+/// `T`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Route(Arc<str>);
+
+impl prometheus_client::encoding::EncodeLabelValue for Route {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelValueEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        prometheus_client::encoding::EncodeLabelValue::encode(&&*self.0, encoder)
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderOutcomeLabels {
+    provider: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    provider: String,
+    operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateRefusalLabels {
+    callback: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    state: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 5 ms .. ~20 s
+    Histogram::new(exponential_buckets(0.005, 2.0, 13))
+}
+
+struct Inner {
+    registry: Registry,
+    requests: Family<RouteLabels, Counter>,
+    request_seconds: Family<RouteTimeLabels, Histogram, fn() -> Histogram>,
+    elicitations: Family<OutcomeLabels, Counter>,
+    rate_limited: Family<LimitLabels, Counter>,
+    refreshes: Family<ProviderOutcomeLabels, Counter>,
+    upstream_seconds: Family<UpstreamLabels, Histogram, fn() -> Histogram>,
+    upstream_errors: Family<UpstreamLabels, Counter>,
+    pool: Family<PoolLabels, Gauge>,
+    pool_max: Gauge,
+    state_refusals: Family<StateRefusalLabels, Counter>,
+}
+
+/// The application's metrics. Cheap to clone.
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("mcp_connect");
+        let requests = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by method, matched route and status",
+            requests.clone(),
+        );
+        let request_seconds =
+            Family::<RouteTimeLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        registry.register(
+            "http_request_duration_seconds",
+            "Time to answer HTTP requests, by method and matched route",
+            request_seconds.clone(),
+        );
+        let elicitations = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "elicitations",
+            "Elicitations by outcome (created, completed, declined, expired, failed)",
+            elicitations.clone(),
+        );
+        let rate_limited = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "rate_limited",
+            "Requests refused with 429 by limit (browser, failed_auth, api_client, sse_streams, long_polls, per_address)",
+            rate_limited.clone(),
+        );
+        let refreshes = Family::<ProviderOutcomeLabels, Counter>::default();
+        registry.register(
+            "token_refreshes",
+            "Refresh-token redemptions by provider and outcome (success, invalid_grant, error)",
+            refreshes.clone(),
+        );
+        let upstream_seconds =
+            Family::<UpstreamLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        registry.register(
+            "upstream_request_duration_seconds",
+            "Time provider endpoints took to answer, by provider and operation",
+            upstream_seconds.clone(),
+        );
+        let upstream_errors = Family::<UpstreamLabels, Counter>::default();
+        registry.register(
+            "upstream_errors",
+            "Provider calls that failed (network, 5xx, OAuth error), by provider and operation",
+            upstream_errors.clone(),
+        );
+        let pool = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "db_pool_connections",
+            "Database pool connections by state (open, idle, in_use)",
+            pool.clone(),
+        );
+        let pool_max = Gauge::default();
+        registry.register(
+            "db_pool_max_connections",
+            "The database pool's size limit",
+            pool_max.clone(),
+        );
+        let state_refusals = Family::<StateRefusalLabels, Counter>::default();
+        registry.register(
+            "callback_state_refusals",
+            "Callback `state` values refused, by callback (login, provider) and reason (missing, unknown, replayed, foreign_browser, expired, wrong_provider)",
+            state_refusals.clone(),
+        );
+        Self(Arc::new(Inner {
+            registry,
+            requests,
+            request_seconds,
+            elicitations,
+            rate_limited,
+            refreshes,
+            upstream_seconds,
+            upstream_errors,
+            pool,
+            pool_max,
+            state_refusals,
+        }))
+    }
+
+    pub fn record_request(&self, method: &'static str, route: Arc<str>, status: u16, seconds: f64) {
+        self.0
+            .requests
+            .get_or_create(&RouteLabels {
+                method,
+                route: Route(route.clone()),
+                status,
+            })
+            .inc();
+        self.0
+            .request_seconds
+            .get_or_create(&RouteTimeLabels {
+                method,
+                route: Route(route),
+            })
+            .observe(seconds);
+    }
+
+    /// `outcome` is `created` or a final elicitation status.
+    pub fn elicitation(&self, outcome: &str) {
+        self.0
+            .elicitations
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A request refused by `limit` (a fixed word, see `limits::Limit::label`).
+    pub fn rate_limited(&self, limit: &str) {
+        self.0
+            .rate_limited
+            .get_or_create(&LimitLabels {
+                limit: limit.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn refresh(&self, provider: &str, outcome: &str) {
+        self.0
+            .refreshes
+            .get_or_create(&ProviderOutcomeLabels {
+                provider: provider.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// One refused callback `state`; `callback` and `reason` are fixed words.
+    pub fn state_refused(&self, callback: &str, reason: &str) {
+        self.0
+            .state_refusals
+            .get_or_create(&StateRefusalLabels {
+                callback: callback.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Times one call to a provider endpoint, counting it as an error when it fails.
+    pub async fn upstream<T, E>(
+        &self,
+        provider: &str,
+        operation: &str,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let started = Instant::now();
+        let r = call.await;
+        let labels = UpstreamLabels {
+            provider: provider.to_owned(),
+            operation: operation.to_owned(),
+        };
+        self.0
+            .upstream_seconds
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        if r.is_err() {
+            self.0.upstream_errors.get_or_create(&labels).inc();
+        }
+        r
+    }
+
+    /// The text exposition, with the pool gauges read now.
+    pub fn render(&self, pool: &crate::db::Pool) -> String {
+        let open = i64::from(pool.size());
+        let idle = pool.num_idle() as i64;
+        for (state, v) in [
+            ("open", open),
+            ("idle", idle),
+            ("in_use", (open - idle).max(0)),
+        ] {
+            self.0
+                .pool
+                .get_or_create(&PoolLabels {
+                    state: state.to_owned(),
+                })
+                .set(v);
+        }
+        self.0.pool_max.set(i64::from(pool.max_connections()));
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.0.registry) {
+            tracing::warn!(error = %e, "could not encode metrics");
+        }
+        out
+    }
+}
+
