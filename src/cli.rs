@@ -181,6 +181,7 @@ pub async fn connections_revoke(
     }
     let report = cli
         .state
+        .grants
         .revoke_connection(&c, actor, None)
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message()))?;

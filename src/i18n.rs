@@ -95,16 +95,6 @@ impl Lang {
     }
 }
 
-/// The language an API caller asks the user-facing `message` in: its `Accept-Language` (the MCP
-/// server passes on its user's), else English.
-pub fn api_lang(headers: &axum::http::HeaderMap) -> Lang {
-    headers
-        .get(axum::http::header::ACCEPT_LANGUAGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(Lang::from_accept_language)
-        .unwrap_or(Lang::En)
-}
-
 impl fmt::Display for Lang {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.tag())

@@ -39,7 +39,7 @@ pub mod web;
 
 use std::net::SocketAddr;
 
-use crate::grants::{cache as token_cache, refresh_ahead, tokens};
+use crate::grants::{refresh_ahead, tokens};
 use crate::outbound::http as http_client;
 use crate::server::{limits, middleware, ops};
 use crate::signals::{events, listener};
@@ -63,15 +63,14 @@ pub struct AppInner {
     pub config: Config,
     pub db: Db,
     pub http: outbound::Http,
-    pub identity: Identity,
+    pub identity: Arc<Identity>,
     pub providers: Providers,
     /// The API clients, by id and by key digest (built once).
     pub clients: crate::config::Clients,
     pub waiters: Waiters,
     pub events: events::Hub,
-    pub refresh: tokens::RefreshCoordinator,
-    /// Recently used connection rows, sealed (`token_cache`).
-    pub token_cache: token_cache::TokenCache,
+    /// Recently used connection rows, sealed (`db::token_cache`).
+    pub token_cache: Arc<crate::db::token_cache::TokenCache>,
     /// This process's name for other processes (`listener`).
     pub process_tag: String,
     pub metrics: crate::metrics::Metrics,
@@ -82,6 +81,10 @@ pub struct AppInner {
     pub draining: std::sync::atomic::AtomicBool,
     /// Repeatable refusals not yet in the audit log (aggregated, see `web::refusals`).
     pub refusals: web::refusals::Refusals,
+    /// The domain's parts, each with only what it needs.
+    pub connect: connect::Connect,
+    pub grants: grants::Grants,
+    pub signals: signals::Signals,
 }
 
 #[derive(Clone)]
@@ -108,15 +111,55 @@ impl AppState {
             keys: config.keys.clone(),
             public_url: config.public_url.as_str().trim_end_matches('/').to_owned(),
         });
+        let config_shared = Arc::new(config.clone());
+        let identity = Arc::new(Identity::new(config.identity.clone(), http.clone()));
+        let clients = crate::config::Clients::new(&config.clients);
+        let token_cache = Arc::new(crate::db::token_cache::TokenCache::new(&config.cache));
+        let metrics = crate::metrics::Metrics::new();
+        let process_tag = listener::process_tag();
+        let signals = signals::Signals::new(signals::SignalsParts {
+            config: config_shared.clone(),
+            db: db.clone(),
+            clients: clients.clone(),
+            events: hub.clone(),
+            waiters: waiters.clone(),
+            token_cache: token_cache.clone(),
+            process_tag: process_tag.clone(),
+            shutdown: shutdown.clone(),
+        });
+        let grants = grants::Grants::new(grants::GrantsParts {
+            config: config_shared.clone(),
+            db: db.clone(),
+            http: http.clone(),
+            providers: providers.clone(),
+            clients: clients.clone(),
+            issuer: identity.issuer().to_owned(),
+            refresh: tokens::RefreshCoordinator::new(db.pool.max_connections()),
+            token_cache: token_cache.clone(),
+            metrics: metrics.clone(),
+            signals: signals.clone(),
+            shutdown: shutdown.clone(),
+        });
+        let connect = connect::Connect::new(connect::ConnectParts {
+            config: config_shared,
+            db: db.clone(),
+            http: http.clone(),
+            identity: identity.clone(),
+            providers: providers.clone(),
+            clients: clients.clone(),
+            metrics: metrics.clone(),
+            waiters: waiters.clone(),
+            grants: grants.clone(),
+            signals: signals.clone(),
+        });
         Ok(AppState(Arc::new(AppInner {
-            identity: Identity::new(config.identity.clone(), http.clone()),
+            identity,
             limits: limits::Limits::new(&config.limits),
             providers,
-            clients: crate::config::Clients::new(&config.clients),
-            refresh: tokens::RefreshCoordinator::new(db.pool.max_connections()),
-            token_cache: token_cache::TokenCache::new(&config.cache),
-            process_tag: listener::process_tag(),
-            metrics: crate::metrics::Metrics::new(),
+            clients,
+            token_cache,
+            process_tag,
+            metrics,
             config,
             db,
             http,
@@ -125,6 +168,9 @@ impl AppState {
             shutdown,
             draining: Default::default(),
             refusals: Default::default(),
+            connect,
+            grants,
+            signals,
         })))
     }
 }
@@ -168,11 +214,11 @@ impl Application {
         let (shutdown_tx, shutdown) = watch::channel(false);
         let state = AppState::new(config, db, shutdown)?;
         let mut tasks = Vec::new();
-        tasks.extend(listener::spawn(state.clone()));
+        tasks.extend(listener::spawn(state.signals.clone()));
         tasks.push(state.waiters.spawn_sweeper(state.db.clone()));
         tasks.push(spawn_cleanup(state.clone()));
-        tasks.push(events::spawn_delivery(state.clone()));
-        tasks.extend(refresh_ahead::spawn(state.clone()));
+        tasks.push(events::spawn_delivery(state.signals.clone()));
+        tasks.extend(refresh_ahead::spawn(state.grants.clone()));
         let router = router(state.clone());
         Ok(Self {
             listener,
@@ -502,7 +548,7 @@ impl AppState {
             tracing::warn!(error = %e, "cleanup failed");
         }
         self.refusals.flush(&self.db, crate::time::now()).await;
-        if let Err(e) = self.expire_elicitations().await {
+        if let Err(e) = self.connect.expire_elicitations().await {
             tracing::warn!(error = %e, "expiring elicitations failed");
         }
         let cutoff = crate::time::now() - self.config.audit_retention_days as i64 * 86_400;

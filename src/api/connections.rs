@@ -10,7 +10,7 @@ use crate::AppState;
 use crate::connect::elicitations::is_valid_id;
 use crate::db::connections::{Connection, ConnectionStatus};
 use crate::error::{Error, Result};
-use crate::grants::tokens::RevocationReport;
+use crate::grants::revoke::RevocationReport;
 use crate::server::middleware::request_id;
 use crate::time::rfc3339;
 
@@ -66,7 +66,7 @@ pub struct ConnectionList {
 /// The `Subject-Token` header, if sent (a token never goes into a URL).
 fn subject_token(headers: &HeaderMap) -> Result<Option<&str>> {
     headers
-        .get(crate::grants::access::SUBJECT_TOKEN_HEADER)
+        .get(crate::connect::subject::SUBJECT_TOKEN_HEADER)
         .map(|v| {
             v.to_str()
                 .map_err(|_| Error::invalid("the Subject-Token header must be ASCII"))
@@ -93,6 +93,7 @@ pub async fn list(
         return Err(Error::invalid("the subject query parameter is required"));
     }
     let subject = state
+        .connect
         .resolve_subject(
             &client.0,
             q.subject.as_deref(),
@@ -109,7 +110,7 @@ pub async fn list(
         .iter()
         .filter(|c| client.0.providers.contains(&c.provider))
     {
-        if state.may_use(&client.0, c).await? {
+        if state.grants.may_use(&client.0, c).await? {
             connections.push(ConnectionView::from(c));
         }
     }
@@ -137,6 +138,7 @@ pub async fn revoke(
     let proven = if token.is_some() || client.0.require_subject_token {
         Some(
             state
+                .connect
                 .resolve_subject(&client.0, None, token, rid.as_deref())
                 .await?,
         )
@@ -147,11 +149,12 @@ pub async fn revoke(
     if !client.0.providers.contains(&c.provider)
         || c.issuer != state.identity.issuer()
         || proven.as_ref().is_some_and(|s| *s != c.subject)
-        || !state.may_use(&client.0, &c).await?
+        || !state.grants.may_use(&client.0, &c).await?
     {
         return Err(not_found());
     }
     let report = state
+        .grants
         .disconnect_client(&c, &client.0, rid.as_deref())
         .await?;
     Ok(Json(report))

@@ -100,6 +100,7 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<ElicitationView>)> {
     validate_scopes(&body.scopes)?;
     let subject = state
+        .connect
         .resolve_subject(
             &client.0,
             body.subject.as_deref(),
@@ -112,6 +113,7 @@ pub async fn create(
     crate::providers::params::check_given(provider, &params)
         .map_err(|e| Error::invalid(format!("params: {e}")))?;
     let e = state
+        .connect
         .create_or_reuse_elicitation_with(
             &client.0,
             &subject,
@@ -123,7 +125,7 @@ pub async fn create(
         .await?;
     Ok((
         StatusCode::CREATED,
-        Json(state.elicitation_view_in(&e, lang)?),
+        Json(state.connect.elicitation_view_in(&e, lang)?),
     ))
 }
 
@@ -148,7 +150,7 @@ pub async fn show(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ShowQuery>,
 ) -> Result<Json<ElicitationView>> {
-    let e = state.client_elicitation(&client.0, &id).await?;
+    let e = state.connect.client_elicitation(&client.0, &id).await?;
     let e = match q.wait {
         Some(w) if w > MAX_WAIT_SECONDS => {
             return Err(Error::invalid(format!(
@@ -168,5 +170,5 @@ pub async fn show(
         }
         _ => e,
     };
-    Ok(Json(state.elicitation_view_in(&e, lang)?))
+    Ok(Json(state.connect.elicitation_view_in(&e, lang)?))
 }

@@ -93,7 +93,7 @@ impl ApiClient {
         state: &'a AppState,
         name: &str,
     ) -> Result<&'a Arc<crate::providers::Provider>, Error> {
-        state.provider_for_client(&self.0, name)
+        state.connect.provider_for_client(&self.0, name)
     }
 }
 
@@ -142,7 +142,8 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiQuer
     }
 }
 
-/// The language of the API's messages (`Accept-Language`, see `i18n::api_lang`), read without
+/// The language of the API's messages: the caller's `Accept-Language` (the MCP server passes
+/// on its user's), else English. Read without
 /// keeping the request's headers. A long poll holds its extractors for up to a minute, and a
 /// copy of the headers (the `HeaderMap` extractor) points into the connection's read buffer,
 /// keeping that buffer alive next to the one hyper allocates for its next read.
@@ -153,7 +154,14 @@ impl<S: Send + Sync> FromRequestParts<S> for ApiLang {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Self(crate::i18n::api_lang(&parts.headers)))
+        Ok(Self(
+            parts
+                .headers
+                .get(header::ACCEPT_LANGUAGE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(crate::i18n::Lang::from_accept_language)
+                .unwrap_or(crate::i18n::Lang::En),
+        ))
     }
 }
 

@@ -190,6 +190,7 @@ pub async fn fetch(
         lang,
     };
     let (token, provider) = state
+        .connect
         .token_for(ask, || state.limits.long_poll(&client.0.id))
         .await?;
     Ok(Json(TokenResponse::new(token, &provider)))

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::AppState;
+use crate::connect::Connect;
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
@@ -77,7 +77,7 @@ fn connect_failed(refusal: Refusal, title: &'static str, message: Msg) -> Error 
 /// secret).
 const MAX_FAILURE_CHARS: usize = 500;
 
-impl AppState {
+impl Connect {
     /// Finishes a provider callback whose state, browser and user were checked: the provider's
     /// endpoints (an upstream MCP server that moved to another authorization server during the
     /// redirect is refused), RFC 9207's `iss`, then `claim` — from here on the state is spent,
@@ -331,7 +331,8 @@ impl AppState {
         .await?;
         let reconnected = before.is_some();
         let was_revoked = before == Some(ConnectionStatus::Revoked);
-        self.grant_to_approved_apps(&mut change, e, &connection_id, was_revoked)
+        self.grants
+            .grant_to_approved_apps(&mut change, e, &connection_id, was_revoked)
             .await?;
         change
             .audit(AuditEvent {
@@ -361,7 +362,7 @@ impl AppState {
                 request_id,
             )
             .await?;
-        self.commit(change).await?;
+        self.signals.commit(change).await?;
         if completed {
             self.metrics
                 .elicitation(ElicitationStatus::Completed.as_str());

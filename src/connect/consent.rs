@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::AppState;
+use crate::connect::Connect;
 use crate::connect::scopes::{ScopeView, describe};
 use crate::db::connections::ConnectionStatus;
 use crate::db::elicitations::Elicitation;
@@ -54,7 +54,7 @@ pub enum ConsentAsk {
     Credential(Arc<Provider>),
 }
 
-impl AppState {
+impl Connect {
     /// What to ask the user for elicitation `e`, with the parameter fields filled from `values`.
     pub async fn consent_for(
         &self,
@@ -66,7 +66,7 @@ impl AppState {
         if let Some(cp) = p.filter(|p| p.credential.is_some()) {
             return Ok(ConsentAsk::Credential(cp.clone()));
         }
-        let app_ids = self.grant_apps(&e.client_id);
+        let app_ids = self.grants.grant_apps(&e.client_id);
         let apps = app_ids
             .iter()
             .map(|id| self.client_name(id).to_owned())
@@ -85,6 +85,7 @@ impl AppState {
                 .cloned()
                 .collect();
             shared_with = self
+                .grants
                 .connection_apps(&c)
                 .await?
                 .iter()

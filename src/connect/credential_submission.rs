@@ -5,7 +5,7 @@
 
 use secrecy::SecretString;
 
-use crate::AppState;
+use crate::connect::Connect;
 use crate::connect::credentials::{AuthKind, Validation, secret_from_form, validate};
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
@@ -29,7 +29,7 @@ pub struct NotStored {
     pub provider_unavailable: bool,
 }
 
-impl AppState {
+impl Connect {
     /// Checks and stores `typed` as the user's credential for elicitation `e` of `provider`.
     /// `Ok(Err(_))`: not stored, the user may try again.
     pub async fn submit_credential(

@@ -4,8 +4,8 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::AppState;
 use crate::config::ClientConfig;
+use crate::connect::Connect;
 use crate::crypto::random_token;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
@@ -74,7 +74,7 @@ pub struct ElicitationView {
     pub request_state: String,
 }
 
-impl AppState {
+impl Connect {
     /// The configured API client `id`, if it still is.
     pub fn client(&self, id: &str) -> Option<&ClientConfig> {
         self.clients.get(id).map(|c| &**c)
@@ -250,7 +250,7 @@ impl AppState {
                 ..AuditEvent::new(AuditAction::ElicitationCreated)
             })
             .await?;
-        self.commit(change).await?;
+        self.signals.commit(change).await?;
         self.metrics.elicitation("created");
         Ok(e)
     }
@@ -268,7 +268,7 @@ impl AppState {
             .finish_elicitation_in(&mut change, e, end, request_id)
             .await?;
         if changed {
-            self.commit(change).await?;
+            self.signals.commit(change).await?;
             self.metrics.elicitation(end.status().as_str());
         }
         Ok(changed)
@@ -313,7 +313,7 @@ impl AppState {
             ..e.clone()
         };
         change
-            .events(self.elicitation_event_rows(&finished, status)?)
+            .events(self.signals.elicitation_event_rows(&finished, status)?)
             .await?;
         change.elicitation_changed(&e.id).await?;
         Ok(true)
@@ -338,7 +338,7 @@ impl AppState {
                 .await?;
             change.elicitation_changed(&e.id).await?;
         }
-        self.commit(change).await?;
+        self.signals.commit(change).await?;
         for _ in &expired {
             self.metrics.elicitation("expired");
         }

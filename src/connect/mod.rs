@@ -10,4 +10,48 @@ pub mod elicitations;
 pub mod identity;
 pub mod request_state;
 pub mod scopes;
+pub mod subject;
 pub mod token_request;
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use crate::config::{Clients, Config};
+use crate::db::Db;
+use crate::grants::Grants;
+use crate::metrics::Metrics;
+use crate::outbound::Http;
+use crate::providers::Providers;
+use crate::signals::Signals;
+use crate::signals::waiters::Waiters;
+
+/// What connecting needs: the identity issuer, the providers, the stored grants (`Grants`) and
+/// `Signals` to tell MCP servers. Cheap to clone.
+#[derive(Clone)]
+pub struct Connect(Arc<ConnectParts>);
+
+pub struct ConnectParts {
+    pub config: Arc<Config>,
+    pub db: Db,
+    pub http: Http,
+    pub identity: Arc<identity::Identity>,
+    pub providers: Providers,
+    pub clients: Clients,
+    pub metrics: Metrics,
+    pub waiters: Waiters,
+    pub grants: Grants,
+    pub signals: Signals,
+}
+
+impl Connect {
+    pub fn new(parts: ConnectParts) -> Self {
+        Self(Arc::new(parts))
+    }
+}
+
+impl Deref for Connect {
+    type Target = ConnectParts;
+    fn deref(&self) -> &ConnectParts {
+        &self.0
+    }
+}

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::AppState;
 use crate::config::ClientConfig;
+use crate::connect::Connect;
 use crate::db::connections::{Connection, ConnectionStatus};
 use crate::db::elicitations::{ElicitationStatus, PROVIDER_MISCONFIGURED};
 use crate::error::{Error, Result};
@@ -70,7 +70,7 @@ impl AwaitedEnd {
     }
 }
 
-impl AppState {
+impl Connect {
     /// A fresh token for `ask`, or the error that tells the caller what to do instead.
     /// `long_poll_slot` is taken only while waiting for an elicitation (the surface bounds how
     /// many requests of one client wait at once); its guard is held for the wait.
@@ -136,6 +136,7 @@ impl AppState {
             }
         }
         match self
+            .grants
             .fresh_token(
                 connection,
                 provider.clone(),
@@ -271,13 +272,14 @@ impl AppState {
         provider: &ProviderName,
     ) -> Result<Option<Arc<Connection>>> {
         let Some(g) = self
+            .grants
             .connection_for_token(subject, provider)
             .await?
             .filter(|g| g.row.status != ConnectionStatus::Revoked)
         else {
             return Ok(None);
         };
-        if !self.may_use_granted(client, &g).await? {
+        if !self.grants.may_use_granted(client, &g).await? {
             return Ok(None);
         }
         Ok(Some(g.row))

@@ -64,6 +64,7 @@ pub mod pool;
 pub mod refresh_lock;
 pub mod rotation;
 pub mod sessions;
+pub mod token_cache;
 
 use std::str::FromStr;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::AppState;
+use crate::grants::Grants;
 use crate::time::now;
 
 /// Connections handled per scan; the next scan picks up the rest.
@@ -12,7 +12,7 @@ const BATCH: i64 = 200;
 /// After a failed refresh, leave a connection alone this long (the on-demand path still tries).
 const FAILURE_COOLDOWN: i64 = 300;
 
-pub fn spawn(state: AppState) -> Option<tokio::task::JoinHandle<()>> {
+pub fn spawn(state: Grants) -> Option<tokio::task::JoinHandle<()>> {
     let cfg = state.config.refresh;
     if cfg.margin_seconds == 0 {
         return None;
@@ -34,7 +34,7 @@ pub fn spawn(state: AppState) -> Option<tokio::task::JoinHandle<()>> {
     }))
 }
 
-async fn scan(state: &AppState) {
+async fn scan(state: &Grants) {
     let cfg = state.config.refresh;
     let now = now();
     let due = match state

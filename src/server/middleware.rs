@@ -268,10 +268,10 @@ where
     fn call(&mut self, req: Request) -> Self::Future {
         let mut slot = None;
         if let Some(state) = &self.guard.state {
-            if let Some(refused) = crate::limits::browser_refusal(state, &req) {
+            if let Some(refused) = crate::server::limits::browser_refusal(state, &req) {
                 return GuardFuture::Done(Some(refused));
             }
-            match crate::limits::forwarded_request_slot(state, &req) {
+            match crate::server::limits::forwarded_request_slot(state, &req) {
                 Ok(s) => slot = s,
                 Err(refused) => return GuardFuture::Done(Some(*refused)),
             }
@@ -315,7 +315,7 @@ pub enum GuardFuture<F> {
     Done(Option<Response>),
     /// No deadline (the event stream). Each variant holds its forwarded client's slot
     /// (`limits::forwarded_request_slot`) until answered.
-    Open(F, Option<crate::limits::Slot>),
+    Open(F, Option<crate::server::limits::Slot>),
     Timed {
         inner: F,
         limit: Duration,
@@ -323,7 +323,7 @@ pub enum GuardFuture<F> {
         timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
         /// `Some` on browser routes: the timeout page's frame.
         page: Option<Box<crate::web::ui::Ui>>,
-        _slot: Option<crate::limits::Slot>,
+        _slot: Option<crate::server::limits::Slot>,
     },
 }
 

@@ -98,7 +98,12 @@ async fn guarded_metrics(State(state): State<AppState>, req: axum::extract::Requ
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let body = state.metrics.render(&state.db.pool);
+    let pool = &state.db.pool;
+    let body = state.metrics.render(crate::metrics::PoolReading {
+        open: pool.size(),
+        idle: pool.num_idle(),
+        max: pool.max_connections(),
+    });
     (
         [(
             header::CONTENT_TYPE,
@@ -242,7 +247,7 @@ impl utoipa::Modify for TokenRequestRules {
         api::connections::ConnectionView,
         api::connections::ConnectionList,
         crate::db::connections::ConnectionStatus,
-        crate::grants::tokens::RevocationReport,
+        crate::grants::revoke::RevocationReport,
         crate::api::error::ErrorBody,
         crate::signals::events::EventBody,
         crate::signals::events::EventData,

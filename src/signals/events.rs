@@ -20,13 +20,13 @@ use serde::Serialize;
 use sha2::Sha256;
 use tokio::sync::{Notify, broadcast};
 
-use crate::AppState;
 use crate::config::{ClientConfig, WebhookConfig};
 use crate::crypto::random_token;
 use crate::db::change::{Announce, Change};
 use crate::db::connections::Connection;
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
 use crate::db::events::{DueDelivery, NewEvent};
+use crate::signals::Signals;
 use crate::time::now;
 use crate::time::{now_ms, rfc3339};
 
@@ -142,7 +142,7 @@ pub fn backoff_ms(attempts: i64) -> i64 {
     base.min(3_600_000) + rand::thread_rng().gen_range(0..250)
 }
 
-impl AppState {
+impl Signals {
     /// The event rows for each of `clients`, to write in the transaction of the change they
     /// describe (`Change::events`).
     fn event_rows(
@@ -260,7 +260,7 @@ impl AppState {
 }
 
 /// Sends due webhooks until shutdown; old events are pruned on the way.
-pub fn spawn_delivery(state: AppState) -> tokio::task::JoinHandle<()> {
+pub fn spawn_delivery(state: Signals) -> tokio::task::JoinHandle<()> {
     let mut shutdown = state.shutdown.clone();
     tokio::spawn(async move {
         let mut last_prune = 0;
@@ -286,7 +286,7 @@ pub fn spawn_delivery(state: AppState) -> tokio::task::JoinHandle<()> {
     })
 }
 
-async fn deliver_due(state: &AppState) {
+async fn deliver_due(state: &Signals) {
     loop {
         let due = match state.db.due_deliveries(now_ms(), 50).await {
             Ok(d) => d,
@@ -308,7 +308,7 @@ async fn deliver_due(state: &AppState) {
     }
 }
 
-async fn deliver_one(state: &AppState, d: DueDelivery) {
+async fn deliver_one(state: &Signals, d: DueDelivery) {
     match state.db.claim_delivery(&d, now_ms() + LEASE_MS).await {
         Ok(true) => {}
         Ok(false) => return,

@@ -11,9 +11,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::AppState;
 use crate::db::change::ELICITATION_CHANNEL;
 use crate::db::changes;
+use crate::signals::Signals;
 
 /// Payload prefix of a connection change (migration 0016's trigger).
 pub const CONNECTION_PREFIX: &str = "connection:";
@@ -27,7 +27,7 @@ const RECONNECT_AFTER: Duration = Duration::from_millis(500);
 
 /// How often the cache's change feed proves itself current: a fifth of the window, so a late
 /// round trip or two does not take the cache out of use.
-fn beat(state: &AppState) -> Duration {
+fn beat(state: &Signals) -> Duration {
     (state.token_cache.window() / 5).max(Duration::from_millis(4))
 }
 
@@ -39,7 +39,7 @@ pub fn process_tag() -> String {
 }
 
 /// Starts the feed for the state's database; stops on shutdown.
-pub fn spawn(state: AppState) -> Vec<tokio::task::JoinHandle<()>> {
+pub fn spawn(state: Signals) -> Vec<tokio::task::JoinHandle<()>> {
     match state.db.engine {
         crate::db::Engine::Postgres => {
             let sent: Arc<Mutex<VecDeque<(u64, Instant)>>> = Arc::default();
@@ -52,17 +52,17 @@ pub fn spawn(state: AppState) -> Vec<tokio::task::JoinHandle<()>> {
     }
 }
 
-fn heartbeat_channel(state: &AppState) -> String {
+fn heartbeat_channel(state: &Signals) -> String {
     format!("mcp_connect_sync_{}", state.process_tag)
 }
 
 /// The `application_name` of this process's connection for `role`.
-fn application_name(state: &AppState, role: &str) -> String {
+fn application_name(state: &Signals, role: &str) -> String {
     format!("mcp-connect {role} {}", state.process_tag)
 }
 
 /// Runs `f` until shutdown; `true` when shutdown came first.
-async fn until_shutdown<F: std::future::Future>(state: &AppState, f: F) -> Option<F::Output> {
+async fn until_shutdown<F: std::future::Future>(state: &Signals, f: F) -> Option<F::Output> {
     let mut shutdown = state.shutdown.clone();
     if *shutdown.borrow() {
         return None;
@@ -73,7 +73,7 @@ async fn until_shutdown<F: std::future::Future>(state: &AppState, f: F) -> Optio
     }
 }
 
-async fn listen(state: AppState, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) {
+async fn listen(state: Signals, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) {
     let own = heartbeat_channel(&state);
     loop {
         let session = async {
@@ -137,7 +137,7 @@ async fn listen(state: AppState, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) {
 }
 
 /// One payload on the shared channel.
-fn dispatch(state: &AppState, payload: &str) {
+fn dispatch(state: &Signals, payload: &str) {
     if let Some(id) = payload.strip_prefix(CONNECTION_PREFIX) {
         state.token_cache.invalidate(id);
     } else if let Some(client) = payload.strip_prefix(EVENTS_PREFIX) {
@@ -147,7 +147,7 @@ fn dispatch(state: &AppState, payload: &str) {
     }
 }
 
-async fn heartbeat(state: AppState, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) {
+async fn heartbeat(state: Signals, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) {
     let channel = heartbeat_channel(&state);
     let every = beat(&state);
     let mut seq = 0u64;
@@ -192,7 +192,7 @@ async fn heartbeat(state: AppState, sent: Arc<Mutex<VecDeque<(u64, Instant)>>>) 
     }
 }
 
-async fn poll_sqlite(state: AppState) {
+async fn poll_sqlite(state: Signals) {
     let mut tick = tokio::time::interval(beat(&state));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The last change applied; `None` until the log was read (and after a failed read).

@@ -3,26 +3,24 @@
 //! right here instead of waiting for an app to send a link).
 
 use askama::Template;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::connect::shown_name;
 use super::flow::start_sign_in;
+use super::own::OwnConnection;
 use super::pages::render;
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
-use crate::connect::elicitations::is_valid_id;
-use crate::connect::identity::SignedInUser;
 use crate::connect::scopes::{ScopeView, describe};
 use crate::db::audit::{AuditAction, AuditEvent};
-use crate::db::connections::Connection;
 use crate::db::connections::ConnectionStatus;
 use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
-use crate::web::extract::{CsrfForm, CsrfProtected, RequestId, not_signed_in};
+use crate::web::extract::{CsrfForm, CsrfProtected, RequestId};
 
 pub struct Row {
     pub id: String,
@@ -80,10 +78,11 @@ pub async fn show(
     for c in &connections {
         apps.push(
             state
+                .grants
                 .connection_apps(c)
                 .await?
                 .iter()
-                .map(|id| state.client_name(id).to_owned())
+                .map(|id| state.connect.client_name(id).to_owned())
                 .collect::<Vec<_>>(),
         );
     }
@@ -154,41 +153,15 @@ impl CsrfProtected for ActionForm {
     }
 }
 
-/// The signed-in user's own connection `id` (the form was checked by `CsrfForm`), or a page
-/// saying no.
-async fn own_connection(
-    state: &AppState,
-    session: &BrowserSession,
-    id: &str,
-) -> Result<(SignedInUser, Connection)> {
-    let user = session.user().await?.ok_or_else(not_signed_in)?;
-    let not_yours = || {
-        Error::refused(
-            Refusal::NotFound,
-            Msg::new("no-connection-title"),
-            Msg::new("no-connection-lead"),
-        )
-    };
-    if !is_valid_id(id) {
-        return Err(not_yours());
-    }
-    let c = state.db.get_connection(id).await?.ok_or_else(not_yours)?;
-    if c.issuer != user.issuer || c.subject != user.subject {
-        return Err(not_yours());
-    }
-    Ok((user, c))
-}
-
 pub async fn disconnect(
     State(state): State<AppState>,
-    session: BrowserSession,
     rid: RequestId,
-    Path(id): Path<String>,
-    CsrfForm(_): CsrfForm<ActionForm>,
+    own: OwnConnection<CsrfForm<ActionForm>>,
 ) -> Result<Response> {
-    let (user, c) = own_connection(&state, &session, &id).await?;
+    let (user, c) = (own.user, own.connection);
     if c.status != ConnectionStatus::Revoked {
         state
+            .grants
             .revoke_connection(&c, &user.subject, rid.as_deref())
             .await?;
     }
@@ -200,12 +173,10 @@ pub async fn disconnect(
 /// The user's apps see the connection working again as soon as it completes.
 pub async fn reconnect(
     State(state): State<AppState>,
-    session: BrowserSession,
     rid: RequestId,
-    Path(id): Path<String>,
-    CsrfForm(_): CsrfForm<ActionForm>,
+    own: OwnConnection<CsrfForm<ActionForm>>,
 ) -> Result<Response> {
-    let (user, c) = own_connection(&state, &session, &id).await?;
+    let (user, c) = (own.user, own.connection);
     // An active connection is only "reconnected" to replace its typed credential.
     if c.status == ConnectionStatus::Active
         && !crate::connect::credentials::is_credential_type(&c.token_type)
@@ -248,6 +219,7 @@ pub async fn reconnect(
         ),
     };
     let e = state
+        .connect
         .create_or_reuse_elicitation_with(
             client,
             &user.subject,

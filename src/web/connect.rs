@@ -1,12 +1,13 @@
 //! `/connect/{id}`: the URL handed to MCP clients. Signs the browser in, proves it belongs to the
 //! elicitation's own user (the phishing defence), asks for consent, then starts the provider flow.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::flow::{start_provider, start_sign_in};
+use super::own::OwnElicitation;
 use super::pages::{ConsentPage, MessagePage, SignOutForm, render};
 use super::refusals::RefusalRecord;
 use super::session::BrowserSession;
@@ -189,17 +190,14 @@ async fn refuse_other_user(
     .response(StatusCode::FORBIDDEN))
 }
 
-pub async fn show(
-    State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    ui: Ui,
-    Path(id): Path<String>,
-) -> Result<Response> {
-    let (user, e) = match visit(&state, &session, &headers, &ui, &id, "connect").await? {
-        Visit::Own(user, e) => (user, *e),
-        Visit::Respond(r) => return Ok(r),
-    };
+pub async fn show(State(state): State<AppState>, own: OwnElicitation) -> Result<Response> {
+    let OwnElicitation {
+        user,
+        elicitation: e,
+        session,
+        ui,
+        ..
+    } = own;
     consent_page(&state, &session, &ui, &user, &e, &e.params, None).await
 }
 
@@ -213,7 +211,7 @@ async fn consent_page(
     values: &ConnParams,
     error: Option<String>,
 ) -> Result<Response> {
-    let view = match state.consent_for(e, values, ui.lang).await? {
+    let view = match state.connect.consent_for(e, values, ui.lang).await? {
         ConsentAsk::Consent(view) => view,
         // API key / Basic providers: the key form instead of the OAuth consent.
         ConsentAsk::Credential(p) => {
@@ -317,17 +315,16 @@ pub fn form_incomplete() -> Error {
 
 pub async fn answer(
     State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    ui: Ui,
     rid: RequestId,
-    Path(id): Path<String>,
-    CsrfForm(form): CsrfForm<ConsentForm>,
+    own: OwnElicitation<CsrfForm<ConsentForm>>,
 ) -> Result<Response> {
-    let (user, e) = match visit(&state, &session, &headers, &ui, &id, "consent").await? {
-        Visit::Own(user, e) => (user, *e),
-        Visit::Respond(r) => return Ok(r),
-    };
+    let OwnElicitation {
+        user,
+        elicitation: e,
+        form: CsrfForm(form),
+        session,
+        ui,
+    } = own;
     let provider = configured_provider(&state, &e)?;
     match form.action.as_str() {
         "continue" if provider.credential.is_some() => {
@@ -364,6 +361,7 @@ pub async fn answer(
         }
         "decline" => {
             state
+                .connect
                 .finish_elicitation(&e, Ending::Declined { reason: None }, rid.as_deref())
                 .await?;
             // POST/redirect/GET: a reload shows the outcome again, not a resubmission.

@@ -4,13 +4,14 @@
 //! `crate::connect::credentials`.
 
 use askama::Template;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::Response;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::connect::{Visit, configured_provider, shown_name, visit};
+use super::connect::{configured_provider, shown_name};
+use super::own::OwnElicitation;
 use super::pages::render;
 use super::session::BrowserSession;
 use super::ui::Ui;
@@ -58,7 +59,7 @@ pub async fn page(
             "not a credential provider"
         )));
     };
-    let client = state.client_name(&e.client_id).to_owned();
+    let client = state.connect.client_name(&e.client_id).to_owned();
     let csrf = session.csrf_token().await?;
     Ok(render(
         &CredentialPage {
@@ -95,17 +96,16 @@ impl CsrfProtected for CredentialForm {
 
 pub async fn submit(
     State(state): State<AppState>,
-    session: BrowserSession,
-    headers: HeaderMap,
-    ui: Ui,
     rid: RequestId,
-    Path(id): Path<String>,
-    CsrfForm(form): CsrfForm<CredentialForm>,
+    own: OwnElicitation<CsrfForm<CredentialForm>>,
 ) -> Result<Response> {
-    let (user, e) = match visit(&state, &session, &headers, &ui, &id, "credential").await? {
-        Visit::Own(user, e) => (user, *e),
-        Visit::Respond(r) => return Ok(r),
-    };
+    let OwnElicitation {
+        user,
+        elicitation: e,
+        form: CsrfForm(form),
+        session,
+        ui,
+    } = own;
     let provider = configured_provider(&state, &e)?;
     let typed = TypedCredential {
         api_key: form.api_key.as_ref(),
@@ -113,6 +113,7 @@ pub async fn submit(
         password: form.password.as_ref(),
     };
     match state
+        .connect
         .submit_credential(&user, &e, &provider, typed, rid.as_deref())
         .await?
     {

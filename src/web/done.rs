@@ -110,7 +110,7 @@ pub async fn show(
     let Some(e) = e.filter(|e| same_user(&user, e)) else {
         return Ok(generic(&ui, Some(who)));
     };
-    let client = state.client_name(&e.client_id).to_owned();
+    let client = state.connect.client_name(&e.client_id).to_owned();
     let provider = state.providers.get(&e.provider);
     let pname = provider
         .map(|p| p.display_name.clone())

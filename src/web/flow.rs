@@ -159,6 +159,7 @@ pub async fn start_provider(
         Ok(ep) => ep,
         Err(err) => {
             return Err(state
+                .connect
                 .discovery_failed(e, provider, &err, None, "provider-unavailable-lead")
                 .await);
         }

@@ -11,6 +11,7 @@ pub mod credential;
 pub mod done;
 pub mod extract;
 pub mod flow;
+pub mod own;
 pub mod pages;
 pub mod presignin;
 pub mod provider_callback;

@@ -54,6 +54,7 @@ pub async fn callback(
         raw_query: raw_query.as_deref(),
     };
     state
+        .connect
         .finish_provider_callback(
             &checked.user,
             &checked.elicitation,

@@ -21,6 +21,7 @@ mod edges;
 mod failover;
 mod grants;
 mod invariants;
+mod layering;
 mod lifecycle;
 mod mcp_upstream;
 mod operations;

@@ -113,7 +113,12 @@ async fn links(app: &TestApp) -> Vec<String> {
 }
 
 fn metric(app: &TestApp, callback: &str, reason: &str) -> u64 {
-    let text = app.state.metrics.render(&app.db().pool);
+    let pool = &app.db().pool;
+    let text = app.state.metrics.render(mcp_connect::metrics::PoolReading {
+        open: pool.size(),
+        idle: pool.num_idle(),
+        max: pool.max_connections(),
+    });
     let line = format!(
         "mcp_connect_callback_state_refusals_total{{callback=\"{callback}\",reason=\"{reason}\"}} "
     );

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use mcp_connect::crypto::{connection_aad, generate_key};
-use mcp_connect::grants::cache::CacheStats;
+use mcp_connect::db::token_cache::CacheStats;
 use reqwest::StatusCode;
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};

@@ -327,6 +327,7 @@ pub async fn revoke(
     let reason = filter_value(&form.reason);
     let rid = admin.request_id.as_deref();
     let report = state
+        .grants
         .revoke_connection(&c, &admin.user.subject, rid)
         .await?;
     let detail = format!(

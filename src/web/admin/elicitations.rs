@@ -32,7 +32,7 @@ impl Row {
             id: e.id.clone(),
             subject: e.subject.clone(),
             provider: provider_name(state, &e.provider),
-            client: state.client_name(&e.client_id).to_owned(),
+            client: state.connect.client_name(&e.client_id).to_owned(),
             scopes: e.scopes.join(" "),
             created: when(e.created_at),
             expires: when(e.expires_at),

@@ -4,7 +4,7 @@
 //! **What it holds.** `Arc<Connection>` rows exactly as read from the database, each with the
 //! ids of the API clients that may use it (its `connection_clients` rows), so a hit
 //! makes no database round trip at all. The token fields are the sealed (AES-256-GCM)
-//! strings, and `Connection` has no field that could hold a token in clear. Each hit opens the access token again (`AppState::token_of`); the clear
+//! strings, and `Connection` has no field that could hold a token in clear. Each hit opens the access token again (`Grants::token_of`); the clear
 //! value lives in that request's `SecretString` and response only. Only `active` rows with an
 //! access token are kept; bounded by `[cache] max_entries` and `max_bytes` (oldest first out),
 //! and each row for at most `max_age_seconds`, never past its token's own expiry.
@@ -410,45 +410,6 @@ impl TokenCache {
     /// Whether connection `id` is cached.
     pub fn holds(&self, id: &str) -> bool {
         self.lock().by_id.contains_key(id)
-    }
-}
-
-impl crate::AppState {
-    /// The connection for `(subject, provider)` at this service's issuer with the clients that
-    /// may use it, from the cache when it can be trusted, else from the database (and then
-    /// cached). A revoked row comes without its clients (no client may use it).
-    pub async fn connection_for_token(
-        &self,
-        subject: &str,
-        provider: &str,
-    ) -> Result<Option<Granted>, crate::db::Error> {
-        let ticket = match self.token_cache.get(subject, provider) {
-            Lookup::Hit(g) => return Ok(Some(g)),
-            Lookup::Miss(t) => Some(t),
-            Lookup::Bypass => None,
-        };
-        // The read after the ticket: a change applied before the fill keeps the row out; one
-        // applied after it drops the entry.
-        let Some((row, clients)) = self
-            .db
-            .find_connection_with_clients(self.identity.issuer(), subject, provider)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let clients: Arc<[Box<str>]> = if row.status == ConnectionStatus::Revoked {
-            Arc::new([])
-        } else {
-            clients.into_iter().map(String::into_boxed_str).collect()
-        };
-        let g = Granted {
-            row: Arc::new(row),
-            clients,
-        };
-        if let Some(t) = ticket {
-            self.token_cache.fill(t, &g);
-        }
-        Ok(Some(g))
     }
 }
 

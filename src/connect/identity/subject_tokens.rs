@@ -1,0 +1,187 @@
+//! Checking a `subject_token` (the user's MCP access token, presented by an API client as proof
+//! of the subject) at the identity issuer: as a JWT against its JWKS, or by introspection.
+
+use super::*;
+
+impl Identity {
+    /// Checks a `subject_token` (the user's MCP access token as a JWT) against the issuer's
+    /// JWKS: signature, `iss`, `exp` and that `aud` names `audience`. Returns its `sub`.
+    pub async fn verify_access_token(
+        &self,
+        token: &str,
+        audience: &str,
+    ) -> Result<String, SubjectTokenError> {
+        use jsonwebtoken::errors::ErrorKind;
+        let refused = SubjectTokenError::Refused;
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| refused("malformed", "the subject_token is not a JWT"))?;
+        if !ALLOWED_ALGS.contains(&header.alg) {
+            return Err(refused(
+                "algorithm",
+                "the subject_token is signed with an algorithm that is not accepted",
+            ));
+        }
+        if has_critical_extensions(token) {
+            return Err(refused(
+                "malformed",
+                "the subject_token names critical header extensions (crit) that are not understood",
+            ));
+        }
+        if let Some(want) = &self.config.access_token_typ {
+            if !header.typ.as_deref().is_some_and(|t| typ_is(t, want)) {
+                return Err(refused(
+                    "type",
+                    "the subject_token is not an access token of the identity issuer (its typ header differs)",
+                ));
+            }
+        }
+        let key = match self.decoding_key(header.kid.as_deref()).await {
+            Ok(k) => k,
+            Err(e) if format!("{e:#}").contains("no key") => {
+                return Err(refused(
+                    "signature",
+                    "the subject_token is not signed by the identity issuer",
+                ));
+            }
+            Err(e) => return Err(SubjectTokenError::Unavailable(e)),
+        };
+        let mut validation = Validation::new(header.alg);
+        validation.set_issuer(&[&self.config.issuer]);
+        validation.set_audience(&[audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.leeway = 5;
+        validation.validate_nbf = true;
+        let data =
+            jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| {
+                match e.kind() {
+                    ErrorKind::ExpiredSignature => {
+                        refused("expired", "the subject_token has expired")
+                    }
+                    ErrorKind::InvalidAudience => refused(
+                        "audience",
+                        "the subject_token was issued for another audience than this API client's",
+                    ),
+                    ErrorKind::InvalidIssuer => refused(
+                        "issuer",
+                        "the subject_token was issued by another issuer than the identity issuer",
+                    ),
+                    ErrorKind::InvalidSignature => refused(
+                        "signature",
+                        "the subject_token is not signed by the identity issuer",
+                    ),
+                    ErrorKind::ImmatureSignature => {
+                        refused("not_yet_valid", "the subject_token is not valid yet")
+                    }
+                    ErrorKind::MissingRequiredClaim(_) => refused(
+                        "claims",
+                        "the subject_token lacks one of exp, iss, aud or sub",
+                    ),
+                    _ => refused("malformed", "the subject_token could not be read"),
+                }
+            })?;
+        data.claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .ok_or(refused("claims", "the subject_token has no sub"))
+    }
+
+    /// Checks a `subject_token` by RFC 7662 introspection at the identity issuer, authenticated
+    /// with this service's identity client credentials. It must be active, from this issuer (when
+    /// the answer names one), unexpired and, with `audience`, for that audience. Returns its `sub`.
+    pub async fn introspect_access_token(
+        &self,
+        token: &str,
+        audience: Option<&str>,
+    ) -> Result<String, SubjectTokenError> {
+        let refused = SubjectTokenError::Refused;
+        let m = self
+            .metadata()
+            .await
+            .map_err(SubjectTokenError::Unavailable)?;
+        let endpoint = m.introspection_endpoint.as_deref().ok_or_else(|| {
+            SubjectTokenError::Unavailable(anyhow!(
+                "the identity issuer publishes no introspection_endpoint"
+            ))
+        })?;
+        let mut body =
+            serde_urlencoded::to_string([("token", token), ("token_type_hint", "access_token")])
+                .map_err(|e| SubjectTokenError::Unavailable(e.into()))?;
+        let mut req = self
+            .http
+            .post(endpoint)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            );
+        let id: String =
+            url::form_urlencoded::byte_serialize(self.config.client_id.as_bytes()).collect();
+        match &self.config.client_secret {
+            Some(secret) => {
+                let sec: String =
+                    url::form_urlencoded::byte_serialize(secret.expose_secret().as_bytes())
+                        .collect();
+                req = req.basic_auth(id, Some(sec));
+            }
+            None => body.push_str(&format!("&client_id={id}")),
+        }
+        let resp = req
+            .body(body)
+            .send()
+            .await
+            .context("calling the identity introspection endpoint")
+            .map_err(SubjectTokenError::Unavailable)?;
+        let status = resp.status();
+        let bytes = read_limited(resp, MAX_RESPONSE_BYTES)
+            .await
+            .context("reading the introspection response")
+            .map_err(SubjectTokenError::Unavailable)?;
+        if !status.is_success() {
+            return Err(SubjectTokenError::Unavailable(anyhow!(
+                "identity introspection endpoint answered HTTP {status}"
+            )));
+        }
+        let v: Map<String, Value> = serde_json::from_slice(&bytes)
+            .context("the introspection response is not a JSON object")
+            .map_err(SubjectTokenError::Unavailable)?;
+        if v.get("active") != Some(&Value::Bool(true)) {
+            return Err(refused(
+                "inactive",
+                "the subject_token is not active (expired, revoked or unknown to the identity issuer)",
+            ));
+        }
+        if let Some(iss) = v.get("iss").and_then(Value::as_str) {
+            if iss != self.config.issuer {
+                return Err(refused(
+                    "issuer",
+                    "the subject_token was issued by another issuer than the identity issuer",
+                ));
+            }
+        }
+        if let Some(exp) = v.get("exp").and_then(Value::as_i64) {
+            if exp < crate::db::now() {
+                return Err(refused("expired", "the subject_token has expired"));
+            }
+        }
+        if let Some(want) = audience {
+            let ok = match v.get("aud") {
+                Some(Value::String(a)) => a == want,
+                Some(Value::Array(a)) => a.iter().any(|x| x.as_str() == Some(want)),
+                _ => false,
+            };
+            if !ok {
+                return Err(refused(
+                    "audience",
+                    "the subject_token was issued for another audience than this API client's",
+                ));
+            }
+        }
+        v.get("sub")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .ok_or(refused("claims", "the subject_token has no sub"))
+    }
+}

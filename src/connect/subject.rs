@@ -1,0 +1,132 @@
+//! The subject an API request is about, and its proof: a `subject_token` (the MCP access token
+//! the user presented to the MCP server), checked at the identity issuer.
+
+use crate::config::ClientConfig;
+use crate::connect::Connect;
+use crate::connect::identity::SubjectTokenError;
+use crate::db::audit::{AuditAction, AuditEvent};
+use crate::error::{Error, Result};
+
+/// The longest `subject_token` accepted, in bytes.
+pub const MAX_SUBJECT_TOKEN_BYTES: usize = 8192;
+
+/// The header that carries a `subject_token` where there is no JSON body (`GET` and `DELETE
+/// /v1/connections`).
+pub const SUBJECT_TOKEN_HEADER: &str = "subject-token";
+
+impl Connect {
+    /// The subject an API request is about. With a `subject_token`, the token proves it (its
+    /// `sub`, checked at the identity issuer) and an asserted `subject` must be the same; without
+    /// one, the asserted `subject` is taken as is, unless the client must send a token. Every
+    /// refusal is a 401 `invalid_subject_token` with an audit row.
+    pub async fn resolve_subject(
+        &self,
+        client: &ClientConfig,
+        subject: Option<&str>,
+        token: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<String> {
+        let Some(token) = token else {
+            if client.require_subject_token {
+                return Err(self
+                    .refuse_subject_token(
+                        client,
+                        subject,
+                        "missing",
+                        "this API client must prove the subject with subject_token (the user's MCP access token)",
+                        request_id,
+                    )
+                    .await);
+            }
+            let subject = subject.ok_or_else(|| Error::invalid("give subject or subject_token"))?;
+            crate::api::validate_subject(subject)?;
+            return Ok(subject.to_owned());
+        };
+        if let Some(s) = subject {
+            crate::api::validate_subject(s)?;
+        }
+        if token.is_empty() || token.len() > MAX_SUBJECT_TOKEN_BYTES || !token.is_ascii() {
+            return Err(self
+                .refuse_subject_token(
+                    client,
+                    subject,
+                    "malformed",
+                    "the subject_token must be 1 to 8192 ASCII characters",
+                    request_id,
+                )
+                .await);
+        }
+        let looks_like_jwt = token.split('.').count() == 3;
+        let checked = match (
+            &client.subject_token_audience,
+            client.subject_token_introspection,
+        ) {
+            (Some(aud), false) => self.identity.verify_access_token(token, aud).await,
+            (Some(aud), true) if looks_like_jwt => {
+                self.identity.verify_access_token(token, aud).await
+            }
+            (aud, true) => {
+                self.identity
+                    .introspect_access_token(token, aud.as_deref())
+                    .await
+            }
+            (None, false) => {
+                return Err(Error::invalid(
+                    "this API client accepts no subject_token: its operator sets subject_token_audience or subject_token_introspection",
+                ));
+            }
+        };
+        let proven = match checked {
+            Ok(sub) => sub,
+            Err(SubjectTokenError::Refused(reason, message)) => {
+                return Err(self
+                    .refuse_subject_token(client, subject, reason, message, request_id)
+                    .await);
+            }
+            Err(SubjectTokenError::Unavailable(e)) => {
+                tracing::warn!(error = format!("{e:#}"), "cannot check a subject_token");
+                return Err(Error::Unavailable(e));
+            }
+        };
+        crate::api::validate_subject(&proven).map_err(|_| {
+            Error::InvalidSubjectToken("the subject_token's sub is not a usable subject".into())
+        })?;
+        if let Some(s) = subject {
+            if s != proven {
+                return Err(self
+                    .refuse_subject_token(
+                        client,
+                        subject,
+                        "other_subject",
+                        "the subject_token belongs to another subject than the one asked for",
+                        request_id,
+                    )
+                    .await);
+            }
+        }
+        Ok(proven)
+    }
+
+    async fn refuse_subject_token(
+        &self,
+        client: &ClientConfig,
+        subject: Option<&str>,
+        reason: &str,
+        message: &str,
+        request_id: Option<&str>,
+    ) -> Error {
+        tracing::warn!(target: "security", client_id = %client.id, reason, "subject_token refused");
+        self.db
+            .audit(AuditEvent {
+                actor: Some(&client.id),
+                issuer: Some(self.identity.issuer()),
+                subject,
+                client_id: Some(&client.id),
+                request_id,
+                detail: Some(reason),
+                ..AuditEvent::new(AuditAction::SubjectTokenRefused)
+            })
+            .await;
+        Error::InvalidSubjectToken(message.to_owned())
+    }
+}
