@@ -3,12 +3,13 @@
 //! right here instead of waiting for an app to send a link).
 
 use askama::Template;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::connect::shown_name;
+use super::extract::QueryOrDefault;
 use super::flow::start_sign_in;
 use super::own::OwnConnection;
 use super::pages::render;
@@ -64,9 +65,8 @@ pub async fn show(
     session: BrowserSession,
     headers: HeaderMap,
     ui: Ui,
-    q: Result<Query<AccountQuery>, axum::extract::rejection::QueryRejection>,
+    QueryOrDefault(q): QueryOrDefault<AccountQuery>,
 ) -> Result<Response> {
-    let q = q.map(|q| q.0).unwrap_or_default();
     let Some(user) = session.user().await? else {
         return start_sign_in(&state, &headers, "/account").await;
     };

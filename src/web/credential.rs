@@ -99,14 +99,8 @@ pub async fn submit(
     rid: RequestId,
     own: OwnElicitation<CsrfForm<CredentialForm>>,
 ) -> Result<Response> {
-    let OwnElicitation {
-        user,
-        elicitation: e,
-        form: CsrfForm(form),
-        session,
-        ui,
-    } = own;
-    let provider = configured_provider(&state, &e)?;
+    let (e, CsrfForm(form)) = (&own.elicitation, &own.form);
+    let provider = configured_provider(&state, e)?;
     let typed = TypedCredential {
         api_key: form.api_key.as_ref(),
         username: form.username.as_deref(),
@@ -114,7 +108,7 @@ pub async fn submit(
     };
     match state
         .connect
-        .submit_credential(&user, &e, &provider, typed, rid.as_deref())
+        .submit_credential(&own.user, e, &provider, typed, rid.as_deref())
         .await?
     {
         // POST/redirect/GET, as after an OAuth callback: a reload shows the outcome again.
@@ -126,15 +120,16 @@ pub async fn submit(
             } else {
                 StatusCode::BAD_REQUEST
             };
-            let message = ui.text(&not_stored.message);
+            let message = own.ui.text(&not_stored.message);
+            let error = Some((message.as_str(), status));
             page(
                 &state,
-                &session,
-                &ui,
-                &user,
-                &e,
+                &own.session,
+                &own.ui,
+                &own.user,
+                e,
                 &provider,
-                Some((&message, status)),
+                error,
             )
             .await
         }

@@ -100,3 +100,20 @@ where
         Ok(Self(form))
     }
 }
+
+/// A page's query string, or its defaults when it does not parse: a filter or page number a
+/// person typed wrongly shows the unfiltered first page rather than an error.
+pub struct QueryOrDefault<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for QueryOrDefault<T>
+where
+    T: DeserializeOwned + Default,
+    S: Send + Sync,
+{
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let q = axum::extract::Query::<T>::from_request_parts(parts, state).await;
+        Ok(Self(q.map(|q| q.0).unwrap_or_default()))
+    }
+}

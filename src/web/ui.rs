@@ -5,13 +5,13 @@
 
 use std::fmt::Display;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{FromRequestParts, Query, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
+use super::extract::QueryOrDefault;
 use super::flow::local_path;
 use crate::AppState;
 use crate::branding::{Branding, Logo};
@@ -229,9 +229,8 @@ pub struct SwitchQuery {
 /// local path only.
 pub async fn switch(
     State(state): State<AppState>,
-    q: Result<Query<SwitchQuery>, QueryRejection>,
+    QueryOrDefault(q): QueryOrDefault<SwitchQuery>,
 ) -> Result<Response> {
-    let q = q.map(|q| q.0).unwrap_or_default();
     let lang = q.set.as_deref().and_then(Lang::from_tag).ok_or_else(|| {
         Error::refused(
             Refusal::InvalidRequest,

@@ -1,8 +1,7 @@
 //! Admin: the audit log, filtered by subject, event, actor and time.
 
 use askama::Template;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use serde::Deserialize;
 
@@ -10,6 +9,7 @@ use super::{Admin, Pager, filter_value, page_number, when};
 use crate::AppState;
 use crate::db::audit::{AuditFilter, AuditRow};
 use crate::error::Result;
+use crate::web::extract::QueryOrDefault;
 
 const PER_PAGE: i64 = 50;
 
@@ -121,9 +121,8 @@ pub fn parse_time(s: &str) -> Option<i64> {
 pub async fn list(
     State(state): State<AppState>,
     admin: Admin,
-    q: Result<Query<ListQuery>, QueryRejection>,
+    QueryOrDefault(q): QueryOrDefault<ListQuery>,
 ) -> Result<Response> {
-    let q = q.map(|q| q.0).unwrap_or_default();
     let subject = filter_value(&q.subject);
     let event = filter_value(&q.event);
     let actor = filter_value(&q.actor);

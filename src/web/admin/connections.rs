@@ -2,8 +2,7 @@
 //! revocation with a confirmation step.
 
 use askama::Template;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
@@ -15,6 +14,7 @@ use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::{Connection, ConnectionFilter, ConnectionStatus};
 use crate::error::{Error, Refusal, Result};
 use crate::time::now;
+use crate::web::extract::QueryOrDefault;
 use crate::web::extract::{CsrfForm, CsrfProtected};
 
 pub const STATUSES: &[(&str, &str)] = &[
@@ -104,9 +104,8 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<AppState>,
     admin: Admin,
-    q: Result<Query<ListQuery>, QueryRejection>,
+    QueryOrDefault(q): QueryOrDefault<ListQuery>,
 ) -> Result<Response> {
-    let q = q.map(|q| q.0).unwrap_or_default();
     let filter = ConnectionFilter {
         subject: filter_value(&q.q),
         provider: filter_value(&q.provider),
@@ -203,7 +202,7 @@ pub async fn show(
     State(state): State<AppState>,
     admin: Admin,
     Path(id): Path<String>,
-    q: Result<Query<DetailQuery>, QueryRejection>,
+    QueryOrDefault(q): QueryOrDefault<DetailQuery>,
 ) -> Result<Response> {
     let c = load(&state, &id).await?;
     let history = state.db.connection_history(&c.id).await?;
@@ -224,7 +223,7 @@ pub async fn show(
             requested_by.push(name);
         }
     }
-    let notice = match q.ok().and_then(|q| q.0.done).as_deref() {
+    let notice = match q.done.as_deref() {
         Some("revoked") => Some(
             "The connection was revoked: its tokens are deleted here, and revocation was sent to the provider where it supports it (see the history below).",
         ),

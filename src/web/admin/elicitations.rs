@@ -1,8 +1,7 @@
 //! Admin: pending elicitations, and recent ones with their outcome.
 
 use askama::Template;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use serde::Deserialize;
 
@@ -12,6 +11,7 @@ use crate::AppState;
 use crate::db::elicitations::Elicitation;
 use crate::error::Result;
 use crate::time::now;
+use crate::web::extract::QueryOrDefault;
 
 pub struct Row {
     pub id: String,
@@ -61,9 +61,8 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<AppState>,
     admin: Admin,
-    q: Result<Query<ListQuery>, QueryRejection>,
+    QueryOrDefault(q): QueryOrDefault<ListQuery>,
 ) -> Result<Response> {
-    let q = q.map(|q| q.0).unwrap_or_default();
     let subject = filter_value(&q.subject);
     let page = page_number(&q.page);
     let pending = state
