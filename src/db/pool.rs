@@ -261,6 +261,7 @@ impl Checked {
 impl Deref for Checked {
     type Target = Held;
 
+    #[expect(clippy::unreachable, reason = "only `drop` takes the object out")]
     fn deref(&self) -> &Held {
         match &self.0 {
             Some(o) => o,
@@ -270,6 +271,7 @@ impl Deref for Checked {
 }
 
 impl DerefMut for Checked {
+    #[expect(clippy::unreachable, reason = "only `drop` takes the object out")]
     fn deref_mut(&mut self) -> &mut Held {
         match &mut self.0 {
             Some(o) => o,
@@ -408,6 +410,7 @@ impl Drop for Tx {
 impl Deref for Tx {
     type Target = AnyConnection;
 
+    #[expect(clippy::unreachable, reason = "commit and rollback consume the `Tx`")]
     fn deref(&self) -> &AnyConnection {
         match &self.0 {
             TxInner::Sqlx(t) => t,
@@ -418,6 +421,7 @@ impl Deref for Tx {
 }
 
 impl DerefMut for Tx {
+    #[expect(clippy::unreachable, reason = "commit and rollback consume the `Tx`")]
     fn deref_mut(&mut self) -> &mut AnyConnection {
         match &mut self.0 {
             TxInner::Sqlx(t) => t,

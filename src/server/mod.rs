@@ -1,4 +1,4 @@
-//! The HTTP server's plumbing: middleware (request ids, timeouts, security headers), rate limits
+//! The HTTP server's plumbing: the accept loop (`serve`), middleware (request ids, timeouts, security headers), rate limits
 //! and caps, Prometheus metrics, tracing set-up, and the operations routes (health, readiness,
 //! metrics, the OpenAPI document).
 
@@ -7,4 +7,5 @@ pub mod metrics;
 pub mod middleware;
 pub mod ops;
 pub mod rendered;
+pub mod serve;
 pub mod telemetry;
