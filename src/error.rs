@@ -37,12 +37,9 @@ pub enum Error {
         elicitation: Option<Box<Value>>,
     },
     /// A `request_state` that this service did not issue to this client for this subject and
-    /// provider, or that has expired. `reason` is `invalid`, `foreign` or `expired`.
-    #[error("{message}")]
-    InvalidRequestState {
-        reason: &'static str,
-        message: String,
-    },
+    /// provider, or that has expired.
+    #[error("{}", .0.message())]
+    InvalidRequestState(RequestStateRefusal),
     /// The elicitation the caller waited for was declined by the user, and nothing is connected.
     #[error("the user declined to connect {provider}")]
     AuthorizationDeclined {
@@ -143,6 +140,40 @@ impl Refusal {
     }
 }
 
+/// Why a `request_state` was refused: the `reason` of an `invalid_request_state` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestStateRefusal {
+    /// Not issued by this service to this API client, or altered.
+    Invalid,
+    /// Issued for another subject or provider than the request names.
+    Foreign,
+    Expired,
+}
+
+impl RequestStateRefusal {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Invalid => "invalid",
+            Self::Foreign => "foreign",
+            Self::Expired => "expired",
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::Invalid => {
+                "the request_state was not issued by this service to this API client, or it was altered; start again without it"
+            }
+            Self::Foreign => {
+                "the request_state was issued for another subject or provider than this request names"
+            }
+            Self::Expired => {
+                "the request_state has expired; ask for the token again with `elicit: true` to get a new elicitation"
+            }
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn failed_message(provider: &str, reason: &str) -> String {
@@ -184,7 +215,7 @@ impl Error {
             Self::ForbiddenProvider(_) => "forbidden_provider",
             Self::InvalidSubjectToken(_) => "invalid_subject_token",
             Self::InvalidRequest(_) => "invalid_request",
-            Self::InvalidRequestState { .. } => "invalid_request_state",
+            Self::InvalidRequestState(_) => "invalid_request_state",
             Self::AuthorizationDeclined { .. } => "authorization_declined",
             Self::NotFound(_) => "not_found",
             Self::NotConnected { .. } => "not_connected",

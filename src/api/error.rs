@@ -40,7 +40,7 @@ pub fn status(e: &Error) -> StatusCode {
     match e {
         Error::Unauthorized | Error::InvalidSubjectToken(_) => StatusCode::UNAUTHORIZED,
         Error::ForbiddenProvider(_) => StatusCode::FORBIDDEN,
-        Error::InvalidRequest(_) | Error::InvalidRequestState { .. } => StatusCode::BAD_REQUEST,
+        Error::InvalidRequest(_) | Error::InvalidRequestState(_) => StatusCode::BAD_REQUEST,
         Error::NotFound(_) | Error::NotConnected { .. } => StatusCode::NOT_FOUND,
         Error::AuthorizationRequired { .. }
         | Error::ReauthorizationRequired { .. }
@@ -92,7 +92,7 @@ impl IntoResponse for Error {
                 elicitation: Some(e),
                 ..
             } => body["elicitation"] = (**e).clone(),
-            Self::InvalidRequestState { reason, .. } => body["reason"] = json!(reason),
+            Self::InvalidRequestState(r) => body["reason"] = json!(r.reason()),
             Self::AuthorizationDeclined { elicitation_id, .. } => {
                 body["elicitation_id"] = json!(elicitation_id)
             }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::crypto::KeyRing;
 use crate::db::elicitations::Elicitation;
-use crate::error::Error;
+use crate::error::{Error, RequestStateRefusal};
 use crate::ids::UserRef;
 
 /// Longest sealed value accepted; anything longer is not ours.
@@ -65,12 +65,7 @@ pub struct Expected<'a> {
 /// Opens and checks a request state. Every refusal is `invalid_request_state` with a reason
 /// (`invalid`, `foreign`, `expired`) and a sentence that says what to do.
 pub fn open(keys: &KeyRing, sealed: &str, want: &Expected<'_>) -> Result<RequestState, Error> {
-    let invalid = || {
-        Error::InvalidRequestState {
-        reason: "invalid",
-        message: "the request_state was not issued by this service to this API client, or it was altered; start again without it".into(),
-    }
-    };
+    let invalid = || Error::InvalidRequestState(RequestStateRefusal::Invalid);
     if sealed.is_empty() || sealed.len() > MAX_LEN {
         return Err(invalid());
     }
@@ -83,16 +78,10 @@ pub fn open(keys: &KeyRing, sealed: &str, want: &Expected<'_>) -> Result<Request
         return Err(invalid());
     }
     if !want.user.is(&c.iss, &c.sub) || c.prv != want.provider {
-        return Err(Error::InvalidRequestState {
-            reason: "foreign",
-            message: "the request_state was issued for another subject or provider than this request names".into(),
-        });
+        return Err(Error::InvalidRequestState(RequestStateRefusal::Foreign));
     }
     if c.exp <= want.now {
-        return Err(Error::InvalidRequestState {
-            reason: "expired",
-            message: "the request_state has expired; ask for the token again with `elicit: true` to get a new elicitation".into(),
-        });
+        return Err(Error::InvalidRequestState(RequestStateRefusal::Expired));
     }
     Ok(RequestState {
         elicitation_id: c.eid,
@@ -138,7 +127,7 @@ mod tests {
 
     fn reason(r: Result<RequestState, Error>) -> &'static str {
         match r {
-            Err(Error::InvalidRequestState { reason, .. }) => reason,
+            Err(Error::InvalidRequestState(r)) => r.reason(),
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
