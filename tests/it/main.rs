@@ -40,3 +40,4 @@ mod ssrf;
 mod token_cache;
 mod topology;
 mod upgrade;
+mod use_cases;
