@@ -1,21 +1,24 @@
 //! mcp-connect: third-party OAuth for MCP servers through URL-mode elicitation.
 //!
-//! The layers, from the outside in:
-//! - `api/` (the JSON API for MCP servers) and `web/` (the browser pages) parse a request, call
-//!   one function of the domain and render its answer;
-//! - the domain: `connect/` (elicitations, signing the user in at the MCP authorization server,
-//!   the consent and completion of a connection, API-key credentials), `grants/` (stored grants:
-//!   fresh tokens, refresh, revocation, which apps may use a grant, the sealed token cache, key
-//!   rotation) and `signals/` (telling MCP servers: the event outbox, webhooks, event streams,
-//!   long-poll waiters, the change listener);
-//! - knowledge and plumbing: `providers/` (everything provider-specific, the catalog),
-//!   `outbound/` (the one outbound HTTP client and its SSRF guard), `crypto` (sealing),
-//!   `db/` (all SQL, both engines), `server/` (the accept loop, middleware, rate limits,
-//!   metrics, tracing, the operations routes), `config`, `ids` and `time` (shared types), `i18n` and `branding` (how a
-//!   page speaks and looks);
-//! - `app` (the running service: `Application`, the router, the background tasks), `cli` (the
-//!   operator commands) and `demo` (the `demo` command with its development-only issuer
-//!   and sandbox provider, behind the default `demo` feature, never mounted by `serve`).
+//! The code reads in one direction; a module never imports one above it (`tests/it/layering.rs`
+//! checks this):
+//! - composition: `app` (the running service: `Application`, the router, the background
+//!   tasks), `cli` (the operator commands), `demo` (the `demo` command, default feature `demo`,
+//!   never mounted by `serve`), and this root (`AppState`: the parts handlers share);
+//! - HTTP surfaces: `api/` (the JSON API for MCP servers) and `web/` (the browser pages) parse a
+//!   request, call one domain function and render its answer (`api::error` as JSON, `web::pages`
+//!   as a page); `server/` is the edge (serving, middleware, rate limits, the operations routes);
+//! - the domain, each part a service struct holding only what it uses: `connect/` (`Connect`:
+//!   elicitations, signing the user in at the MCP authorization server, proof of subject, the
+//!   token request, consent, completion of a connection, typed credentials), `grants/` (`Grants`:
+//!   fresh tokens, refresh, revocation, which apps may use a grant, key rotation), `signals/`
+//!   (`Signals`: the event outbox, webhooks, event streams, long-poll waiters, the change
+//!   listener), and `error` (the domain's one error type);
+//! - provider knowledge and outbound calls: `providers/` (everything provider-specific, the
+//!   catalog), `outbound/` (the one outbound HTTP client and its SSRF guard);
+//! - storage: `db/` (all SQL, both engines; the token cache's rows);
+//! - foundation: `config`, `crypto` (sealing), `ids` and `time` (shared types), `i18n` and
+//!   `branding` (how a page speaks and looks), `metrics` (the Prometheus registry).
 
 pub mod api;
 pub mod app;
