@@ -256,8 +256,8 @@ impl Db {
         Ok(Some((r.row.try_into()?, clients)))
     }
 
-    /// A read on the token path by `(issuer, subject, provider)`: on the hot connections when
-    /// switched to them (`super::hot`, off by default), else on the pool, repeated once on
+    /// A read on the token path by `(issuer, subject, provider)`: on Postgres on the hot reads'
+    /// own connections (`super::hot`), on SQLite on the pool; either way repeated once on
     /// another connection when the first was dropped by the server.
     async fn token_read<T>(
         &self,

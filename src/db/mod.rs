@@ -194,11 +194,9 @@ impl Db {
         T::decode_all(q.fetch_all(&self.pool).await?)
     }
 
-    /// The hot reads' connections, when they are not to go through the pool.
+    /// The hot reads' own connections (Postgres; `None` on SQLite, where they use the pool).
     pub fn hot_reads(&self) -> Option<&hot::HotReads> {
-        self.hot
-            .as_deref()
-            .filter(|h| h.mode() != hot::HotMode::Pool)
+        self.hot.as_deref()
     }
 
     /// Closes the pool and the hot reads' connections (at shutdown).
