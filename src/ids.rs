@@ -171,29 +171,6 @@ impl fmt::Display for UserRef {
     }
 }
 
-// Who a signed-in session, an elicitation or a connection belongs to. Here rather than beside
-// each type so the owner check has one home.
-
-impl crate::connect::identity::SignedInUser {
-    pub fn user_ref(&self) -> UserRef {
-        UserRef::new(self.issuer.as_str(), self.subject.as_str())
-    }
-}
-
-impl crate::db::elicitations::Elicitation {
-    /// The user the elicitation was made for.
-    pub fn user_ref(&self) -> UserRef {
-        UserRef::new(self.issuer.as_str(), self.subject.as_str())
-    }
-}
-
-impl crate::db::connections::Connection {
-    /// The user whose grant this is.
-    pub fn user_ref(&self) -> UserRef {
-        UserRef::new(self.issuer.as_str(), self.subject.as_str())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

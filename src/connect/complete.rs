@@ -17,7 +17,7 @@ use crate::db::connections::{ConnectionStatus, Details, NewTokens, Stored, store
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::Result;
 use crate::ids::ConnectionId;
-use crate::providers::tokens::Metadata;
+use crate::db::connections::Metadata;
 use crate::providers::{Endpoints, Provider};
 use crate::time::now;
 

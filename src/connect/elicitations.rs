@@ -13,7 +13,8 @@ use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::db::{self, now};
 use crate::error::{Error, Result};
 use crate::i18n::{Lang, tr};
-use crate::providers::{ConnParams, Provider};
+use crate::db::connections::ConnParams;
+use crate::providers::Provider;
 
 /// Bytes of randomness in an elicitation id (144 bits).
 const ID_BYTES: usize = 18;

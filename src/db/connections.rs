@@ -48,6 +48,13 @@ pub(super) struct Row {
     metadata: Option<String>,
 }
 
+/// Parameter values of one connection, by name.
+pub type ConnParams = std::collections::BTreeMap<String, String>;
+
+/// Values learned about a connection (Salesforce `instance_url`, QuickBooks `realmId`, Slack
+/// team, Atlassian `cloud_id`), by the names the catalog gives them. Never a token.
+pub type Metadata = std::collections::BTreeMap<String, serde_json::Value>;
+
 /// A connection as stored: token fields are still sealed, and stay so. No field holds a token
 /// in clear (`access_token`/`refresh_token` open one into a `SecretString` for the caller), so
 /// a `Connection` may be kept and shared (`token_cache`) without keeping a token in clear.
@@ -70,9 +77,9 @@ pub struct Connection {
     pub last_error: Option<String>,
     pub token_version: i64,
     /// Per-connection parameters (tenant, subdomain, shop, region).
-    pub params: crate::providers::ConnParams,
+    pub params: ConnParams,
     /// Values learned at the callback (instance_url, realmId, team). Never a token.
-    pub metadata: crate::providers::tokens::Metadata,
+    pub metadata: Metadata,
 }
 
 /// A row whose status does not decode is an error naming the row, never a default.
@@ -113,6 +120,11 @@ impl TryFrom<Row> for Connection {
 }
 
 impl Connection {
+    /// The user whose grant this is.
+    pub fn user_ref(&self) -> crate::ids::UserRef {
+        crate::ids::UserRef::new(self.issuer.as_str(), self.subject.as_str())
+    }
+
     pub fn access_token(
         &self,
         keys: &KeyRing,
@@ -448,8 +460,8 @@ pub struct Stored {
 /// The connection's parameters and what the provider told about the account, stored with its
 /// tokens.
 pub struct Details<'a> {
-    pub params: &'a crate::providers::ConnParams,
-    pub metadata: &'a crate::providers::tokens::Metadata,
+    pub params: &'a ConnParams,
+    pub metadata: &'a Metadata,
 }
 
 /// As [`save_connected_tokens`], with the connection's `details` when given (`None` keeps
@@ -541,7 +553,7 @@ pub async fn store_connected(
 /// never stored as an empty one.
 fn encode_metadata(
     id: &str,
-    metadata: &crate::providers::tokens::Metadata,
+    metadata: &Metadata,
 ) -> Result<Option<String>> {
     (!metadata.is_empty())
         .then(|| serde_json::to_string(metadata))
@@ -584,8 +596,8 @@ pub async fn save_refreshed_tokens(
 pub async fn set_connection_details(
     conn: &mut AnyConnection,
     id: &str,
-    params: &crate::providers::ConnParams,
-    metadata: &crate::providers::tokens::Metadata,
+    params: &ConnParams,
+    metadata: &Metadata,
 ) -> Result<()> {
     let metadata = encode_metadata(id, metadata)?;
     sqlx::query("UPDATE connections SET params = $2, metadata = $3 WHERE id = $1")

@@ -18,10 +18,11 @@ use tokio::sync::RwLock;
 use url::Url;
 
 pub use catalog::TokenAuth;
-pub use params::{ConnParams, ParamError};
+pub use params::ParamError;
 pub use tokens::{TokenError, TokenSet};
 
 use crate::config::{ProviderConfig, ProviderKind};
+use crate::db::connections::ConnParams;
 use catalog::Entry;
 
 /// Endpoints of a provider, resolved once (config, catalog, discovery) and cached. Catalog

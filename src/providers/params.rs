@@ -1,15 +1,12 @@
 //! Per-connection parameters (tenant, subdomain, shop, region): validated against the catalog,
 //! stored with the connection, and filled into endpoint templates.
 
-use std::collections::BTreeMap;
-
 use anyhow::anyhow;
 
 use super::Provider;
+use crate::db::connections::ConnParams;
 use super::catalog::{Entry, ParamSpec, placeholders};
 
-/// Parameter values of one connection, by name.
-pub type ConnParams = BTreeMap<String, String>;
 
 /// The longest value a parameter may have.
 pub const MAX_PARAM_LEN: usize = 100;

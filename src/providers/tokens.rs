@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::catalog::WhenMissing;
 use super::{Endpoints, Provider};
+use crate::db::connections::Metadata;
 use crate::outbound::http::{MAX_RESPONSE_BYTES, read_limited as read_body};
 
 /// A token-endpoint authentication method (RFC 7591 `token_endpoint_auth_method`).
@@ -104,9 +105,6 @@ fn root_cause(e: &anyhow::Error) -> String {
     e.chain().last().map(|c| c.to_string()).unwrap_or_default()
 }
 
-/// Values learned about a connection (Salesforce `instance_url`, QuickBooks `realmId`, Slack
-/// team, Atlassian `cloud_id`), by the names the catalog gives them. Never a token.
-pub type Metadata = BTreeMap<String, Value>;
 
 /// What a revocation did to each token: `revoked`, `not_supported`, `failed` or `none`.
 #[derive(Debug)]

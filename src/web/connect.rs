@@ -19,7 +19,7 @@ use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
-use crate::providers::ConnParams;
+use crate::db::connections::ConnParams;
 use crate::time::now;
 use crate::web::extract::{CsrfForm, CsrfProtected, RequestId};
 

@@ -35,7 +35,7 @@ async fn exercise(entry: &'static Entry) -> Result<(), String> {
     let fail = |m: String| Err::<(), String>(format!("{}: {m}", entry.name));
 
     // Per-connection parameters: an example (or default, or first choice) for each.
-    let given: mcp_connect::providers::ConnParams = p
+    let given: mcp_connect::db::connections::ConnParams = p
         .asked_params
         .iter()
         .map(|s| {
