@@ -36,7 +36,7 @@ use crate::crypto::KeyRing;
 pub use admin::AdminConfig;
 pub use cache::CacheConfig;
 pub use clients::{ClientConfig, Clients, WebhookConfig, parse_webhook_secret};
-pub use database::{DEFAULT_DATABASE_URL, DatabaseUrl, redact_url};
+pub use database::{DEFAULT_DATABASE_URL, DatabaseUrl, Engine, redact_url};
 pub use identity::IdentityConfig;
 pub use limits::Limits;
 pub use network::{IpNet, is_loopback_url, require_https_off_loopback};

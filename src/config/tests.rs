@@ -57,7 +57,7 @@ fn the_database_url_names_its_engine_and_keeps_its_password_out_of_logs() {
         base()
     );
     let c = Config::from_parts(&text, &[]).unwrap();
-    assert_eq!(c.database_url.engine(), crate::db::Engine::Postgres);
+    assert_eq!(c.database_url.engine(), crate::config::Engine::Postgres);
     assert_eq!(
         c.database_url.expose_secret(),
         "postgres://svc:db-super-secret@db.internal/connect"
@@ -71,9 +71,9 @@ fn the_database_url_names_its_engine_and_keeps_its_password_out_of_logs() {
         assert!(shown.contains("db.internal"), "{shown}");
     }
     for (raw, engine) in [
-        ("postgresql://db/x", crate::db::Engine::Postgres),
-        ("sqlite::memory:", crate::db::Engine::Sqlite),
-        ("sqlite://data/x.db", crate::db::Engine::Sqlite),
+        ("postgresql://db/x", crate::config::Engine::Postgres),
+        ("sqlite::memory:", crate::config::Engine::Sqlite),
+        ("sqlite://data/x.db", crate::config::Engine::Sqlite),
     ] {
         assert_eq!(
             DatabaseUrl::parse(raw).map(|u| u.engine()).ok(),

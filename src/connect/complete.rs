@@ -13,11 +13,11 @@ use crate::AppState;
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
+use crate::db::connections::Metadata;
 use crate::db::connections::{ConnectionStatus, Details, NewTokens, Stored, store_connected};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::Result;
 use crate::ids::ConnectionId;
-use crate::db::connections::Metadata;
 use crate::providers::{Endpoints, Provider};
 use crate::time::now;
 

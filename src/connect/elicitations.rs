@@ -9,11 +9,11 @@ use crate::config::ClientConfig;
 use crate::crypto::random_token;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
+use crate::db::connections::ConnParams;
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::db::{self, now};
 use crate::error::{Error, Result};
 use crate::i18n::{Lang, tr};
-use crate::db::connections::ConnParams;
 use crate::providers::Provider;
 
 /// Bytes of randomness in an elicitation id (144 bits).

@@ -551,10 +551,7 @@ pub async fn store_connected(
 
 /// `metadata` as stored: JSON, or NULL when empty. A value that does not encode is an error,
 /// never stored as an empty one.
-fn encode_metadata(
-    id: &str,
-    metadata: &Metadata,
-) -> Result<Option<String>> {
+fn encode_metadata(id: &str, metadata: &Metadata) -> Result<Option<String>> {
     (!metadata.is_empty())
         .then(|| serde_json::to_string(metadata))
         .transpose()

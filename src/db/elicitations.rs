@@ -154,7 +154,9 @@ impl TryFrom<Row> for Elicitation {
 }
 
 /// A stored parameter object: absent, or a JSON object of strings; anything else is an error.
-pub fn decode_params(s: Option<&str>) -> std::result::Result<super::connections::ConnParams, String> {
+pub fn decode_params(
+    s: Option<&str>,
+) -> std::result::Result<super::connections::ConnParams, String> {
     match s {
         None => Ok(Default::default()),
         Some(s) => serde_json::from_str(s).map_err(|e| format!("not an object of strings: {e}")),
@@ -401,7 +403,8 @@ mod tests {
 
     #[test]
     fn parameters_round_trip_and_a_stored_non_object_is_an_error() {
-        let p: crate::db::connections::ConnParams = [("tenant".to_owned(), "acme".to_owned())].into();
+        let p: crate::db::connections::ConnParams =
+            [("tenant".to_owned(), "acme".to_owned())].into();
         let stored = encode_params(&p).unwrap();
         assert_eq!(decode_params(stored.as_deref()), Ok(p));
         assert_eq!(encode_params(&Default::default()).unwrap(), None);

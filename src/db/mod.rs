@@ -65,6 +65,7 @@ pub mod refresh_lock;
 pub mod rotation;
 pub mod sessions;
 
+use crate::config::Engine;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -126,12 +127,6 @@ fn migrator(engine: Engine) -> Migrator {
     };
     m.set_ignore_missing(true);
     m
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    Postgres,
-    Sqlite,
 }
 
 #[derive(Clone)]

@@ -68,7 +68,10 @@ pub const AUTHORIZATION_SERVER: &str = "authorization_server";
 /// Whether a grant was issued by another authorization server than the one `endpoints` belong
 /// to (the MCP server moved): its tokens must not be sent to the new one, which has no business
 /// seeing them. Grants stored before this was recorded say nothing and are not refused.
-pub fn issued_elsewhere(metadata: &crate::db::connections::Metadata, endpoints: &super::Endpoints) -> bool {
+pub fn issued_elsewhere(
+    metadata: &crate::db::connections::Metadata,
+    endpoints: &super::Endpoints,
+) -> bool {
     match (
         metadata.get(AUTHORIZATION_SERVER).and_then(Value::as_str),
         endpoints.authorization_server(),

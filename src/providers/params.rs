@@ -4,9 +4,8 @@
 use anyhow::anyhow;
 
 use super::Provider;
-use crate::db::connections::ConnParams;
 use super::catalog::{Entry, ParamSpec, placeholders};
-
+use crate::db::connections::ConnParams;
 
 /// The longest value a parameter may have.
 pub const MAX_PARAM_LEN: usize = 100;

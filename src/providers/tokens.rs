@@ -105,7 +105,6 @@ fn root_cause(e: &anyhow::Error) -> String {
     e.chain().last().map(|c| c.to_string()).unwrap_or_default()
 }
 
-
 /// What a revocation did to each token: `revoked`, `not_supported`, `failed` or `none`.
 #[derive(Debug)]
 pub struct RevokeOutcome {
