@@ -568,7 +568,7 @@ pub async fn providers_show(
     if let Some(p) = &provider {
         let policy = config
             .map(|c| c.outbound.clone())
-            .unwrap_or_else(|| crate::outbound::Policy::new(Vec::new()));
+            .unwrap_or_else(|| crate::config::ssrf::Policy::new(Vec::new()));
         match p.endpoints(&crate::outbound::http::build(policy)?).await {
             Ok(ep) => {
                 let overridden = if p.is_overridden() {

@@ -18,6 +18,7 @@ mod network;
 mod providers;
 mod server;
 mod sources;
+pub mod ssrf;
 #[cfg(test)]
 mod tests;
 
@@ -110,7 +111,7 @@ pub struct Config {
     pub limits: Limits,
     /// The SSRF guard's policy (`outbound_allow_cidrs`): ranges outbound calls may reach although
     /// their class (loopback, private, ...) is refused.
-    pub outbound: crate::outbound::Policy,
+    pub outbound: ssrf::Policy,
     pub cache: CacheConfig,
     pub identity: IdentityConfig,
     pub clients: Vec<ClientConfig>,

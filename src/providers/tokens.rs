@@ -762,7 +762,7 @@ mod tests {
         ))
         .unwrap();
         let p = Provider::from_config("stub", &config);
-        let http = crate::outbound::http::build(crate::outbound::Policy::new(vec![
+        let http = crate::outbound::http::build(crate::config::ssrf::Policy::new(vec![
             crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
         ]))
         .unwrap();

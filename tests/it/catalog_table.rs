@@ -28,7 +28,7 @@ async fn exercise(entry: &'static Entry) -> Result<(), String> {
     let pc: mcp_connect::config::ProviderConfig =
         toml::from_str(&toml).map_err(|e| format!("{e}\n{toml}"))?;
     let p = Provider::from_config("p", &pc);
-    let http = mcp_connect::outbound::http::build(mcp_connect::outbound::Policy::new(vec![
+    let http = mcp_connect::outbound::http::build(mcp_connect::config::ssrf::Policy::new(vec![
         mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
     ]))
     .unwrap();
@@ -352,7 +352,7 @@ async fn an_overridden_provider_never_calls_catalog_hosts_that_were_not_moved() 
     )
     .unwrap();
     let p = Provider::from_config("xero", &pc);
-    let http = mcp_connect::outbound::http::build(mcp_connect::outbound::Policy::new(vec![
+    let http = mcp_connect::outbound::http::build(mcp_connect::config::ssrf::Policy::new(vec![
         mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
     ]))
     .unwrap();

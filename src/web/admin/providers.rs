@@ -301,7 +301,7 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", l.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(l, app).await });
-        let http = crate::outbound::http::build(crate::outbound::Policy::new(vec![
+        let http = crate::outbound::http::build(crate::config::ssrf::Policy::new(vec![
             crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
         ]))
         .unwrap();
