@@ -1,7 +1,7 @@
 //! The SSRF guard's address rules: which addresses an outbound call may reach (none in a
 //! blocked class unless `outbound_allow_cidrs` lists it), and how a URL is shown in a refusal.
 //! Pure functions of an address or URL: the config loader checks every URL known at start-up
-//! against them, and `crate::outbound` applies them to every call and every resolved name.
+//! against them, and the guard in `outbound/` applies them to every call and resolved name.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
