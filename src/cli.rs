@@ -385,11 +385,11 @@ pub async fn keys_status(cli: &Cli, out: &mut impl Write) -> anyhow::Result<()> 
 /// matters there is the header and the validation call, not OAuth endpoints.
 fn credential_provider_show(
     name: &str,
-    c: &crate::connect::credentials::CredentialSettings,
+    c: &crate::providers::credential::CredentialSettings,
     as_json: bool,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    use crate::connect::credentials::AuthKind;
+    use crate::config::AuthKind;
     let presented = match c.kind {
         AuthKind::Basic => "Authorization: Basic <username:password>".to_owned(),
         _ => format!("{}: {}<key>", c.header, c.prefix),
@@ -444,8 +444,7 @@ pub fn providers_list(
             c.providers
                 .iter()
                 .map(|(name, p)| {
-                    let typed =
-                        p.auth.unwrap_or_default() != crate::connect::credentials::AuthKind::Oauth2;
+                    let typed = p.auth.unwrap_or_default() != crate::config::AuthKind::Oauth2;
                     let kind = match (&p.kind, typed) {
                         (_, true) => format!("{} (typed)", p.auth.unwrap_or_default().as_str()),
                         (Some(k), false) => k.as_str().to_owned(),

@@ -41,7 +41,7 @@ pub use database::{DEFAULT_DATABASE_URL, DatabaseUrl, Engine, redact_url};
 pub use identity::IdentityConfig;
 pub use limits::Limits;
 pub use network::{IpNet, is_loopback_url, require_https_off_loopback};
-pub use providers::{ProviderConfig, ProviderKind};
+pub use providers::{AuthKind, ProviderConfig, ProviderKind};
 pub use server::{LogFormat, RefreshAhead};
 
 /// A configuration problem, always naming the key it is about.

@@ -11,6 +11,28 @@ use url::Url;
 use super::network::require_https_off_loopback;
 use super::{Report, Section};
 
+/// How a provider is connected. Configured as `auth = "oauth2"` (the default), `"api_key"` or
+/// `"basic"`; any other value is refused by the config loader, naming the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthKind {
+    #[default]
+    Oauth2,
+    ApiKey,
+    Basic,
+}
+
+impl AuthKind {
+    /// The `token_type` stored with the connection and the `credential_type` of the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Oauth2 => "oauth2",
+            Self::ApiKey => "api_key",
+            Self::Basic => "basic",
+        }
+    }
+}
+
 /// `kind`: an upstream MCP server (`"mcp"`), or the name of a built-in catalog entry.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(from = "String")]
@@ -89,7 +111,7 @@ pub struct ProviderConfig {
     pub params: BTreeMap<String, String>,
     /// `oauth2` (the default), `api_key` or `basic`: the user types a key (or a username and
     /// password) on the connect page instead of an OAuth flow.
-    pub auth: Option<crate::connect::credentials::AuthKind>,
+    pub auth: Option<AuthKind>,
     /// Where the user finds the key, shown under the input.
     pub api_key_hint: Option<String>,
     /// The header the key is presented in (default `Authorization`).
@@ -143,8 +165,7 @@ pub(super) fn read(
         {
             r.err(&key, "provider names may only use letters, digits, - and _");
         }
-        let credential =
-            p.auth.unwrap_or_default() != crate::connect::credentials::AuthKind::Oauth2;
+        let credential = p.auth.unwrap_or_default() != AuthKind::Oauth2;
         if credential {
             if let Some(h) = &p.api_key_header {
                 if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {

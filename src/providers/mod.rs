@@ -3,6 +3,7 @@
 //! (code exchange, refresh, revocation) with the quirks real providers have.
 
 pub mod catalog;
+pub mod credential;
 pub mod docs;
 pub mod mcp;
 pub mod params;
@@ -128,7 +129,7 @@ pub struct Provider {
     /// The parameters users give (declared by the entry, used by an endpoint, not fixed).
     pub asked_params: Vec<&'static catalog::ParamSpec>,
     /// `Some` for `auth = "api_key"` / `"basic"` providers (no OAuth flow).
-    pub credential: Option<crate::connect::credentials::CredentialSettings>,
+    pub credential: Option<crate::providers::credential::CredentialSettings>,
     /// `Some` for `kind = "mcp"` providers (discovery from the resource URL).
     pub mcp: Option<mcp::Upstream>,
     /// The operator's descriptions of scopes (see `crate::connect::scopes`).
@@ -242,7 +243,7 @@ impl Provider {
             has_kind: named.is_some(),
             fixed_params: c.params.clone(),
             asked_params,
-            credential: crate::connect::credentials::CredentialSettings::from_config(c),
+            credential: crate::providers::credential::CredentialSettings::from_config(c),
             mcp: c
                 .resource
                 .clone()
