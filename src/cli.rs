@@ -436,7 +436,7 @@ pub fn providers_list(
     as_json: bool,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    use crate::providers::catalog;
+    use crate::config::catalog;
     let public = config.map(|c| c.public_url.as_str().to_owned());
     // (name, kind, redirect URI to register: none for providers whose users type a key).
     let configured: Vec<(String, String, Option<String>)> = config
@@ -541,7 +541,8 @@ pub async fn providers_show(
     as_json: bool,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    use crate::providers::{Provider, catalog, docs};
+    use crate::config::catalog;
+    use crate::providers::{Provider, docs};
     let configured = config.and_then(|c| c.providers.get(name).map(|p| (c, p)));
     let (entry, redirect, provider) = match configured {
         Some((c, pc)) => {

@@ -10,6 +10,7 @@
 
 mod admin;
 mod cache;
+pub mod catalog;
 mod clients;
 mod database;
 mod identity;

@@ -41,9 +41,12 @@ pub enum ProviderKind {
     Catalog(String),
 }
 
+/// The kind name in `[providers.NAME] kind = "mcp"`.
+const MCP_KIND: &str = "mcp";
+
 impl From<String> for ProviderKind {
     fn from(s: String) -> Self {
-        if s == crate::providers::mcp::KIND {
+        if s == MCP_KIND {
             Self::Mcp
         } else {
             Self::Catalog(s)
@@ -54,16 +57,16 @@ impl From<String> for ProviderKind {
 impl ProviderKind {
     pub fn as_str(&self) -> &str {
         match self {
-            Self::Mcp => crate::providers::mcp::KIND,
+            Self::Mcp => MCP_KIND,
             Self::Catalog(name) => name,
         }
     }
 
     /// The catalog entry of this kind (`None` for `mcp` and unknown names).
-    pub fn entry(&self) -> Option<&'static crate::providers::catalog::Entry> {
+    pub fn entry(&self) -> Option<&'static super::catalog::Entry> {
         match self {
             Self::Mcp => None,
-            Self::Catalog(name) => crate::providers::catalog::lookup(name),
+            Self::Catalog(name) => super::catalog::lookup(name),
         }
     }
 }
@@ -91,7 +94,7 @@ pub struct ProviderConfig {
     /// `false` for providers that reject PKCE.
     pub pkce: Option<bool>,
     /// How the client authenticates at the token endpoint: `basic` or `post`.
-    pub token_auth: Option<crate::providers::TokenAuth>,
+    pub token_auth: Option<super::catalog::TokenAuth>,
     /// Extra parameters added to the authorization URL, e.g. `access_type = "offline"`.
     #[serde(default)]
     pub authorize_params: BTreeMap<String, String>,
@@ -225,9 +228,9 @@ pub(super) fn read(
         if credential || is_mcp {
             // Typed by the user, or found from the MCP server: no endpoints or client needed.
         } else if let Some(ProviderKind::Catalog(kind)) = &p.kind {
-            match crate::providers::catalog::lookup(kind) {
+            match super::catalog::lookup(kind) {
                 None => {
-                    let known = crate::providers::catalog::names();
+                    let known = super::catalog::names();
                     let hint = super::did_you_mean(kind, &known)
                         .map(|k| format!("; did you mean {k:?}?"))
                         .unwrap_or_default();
@@ -254,7 +257,7 @@ pub(super) fn read(
                                 format!("{key}.params.{name}"),
                                 format!("kind {kind:?} has no parameter {name:?}"),
                             ),
-                            Some(spec) if !crate::providers::params::valid(spec, value) => r.err(
+                            Some(spec) if !spec.accepts(value) => r.err(
                                 format!("{key}.params.{name}"),
                                 format!("{value:?} is not valid"),
                             ),

@@ -86,9 +86,6 @@ pub fn is_misconfigured(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<Misconfigured>())
 }
 
-/// The kind name in `[providers.NAME] kind = "mcp"`.
-pub const KIND: &str = "mcp";
-
 /// What discovery needs from the running service (set once the database is open).
 #[derive(Clone)]
 pub struct McpContext {

@@ -2,7 +2,6 @@
 //! discovery), per-connection parameters, the authorization URL, and the token endpoint calls
 //! (code exchange, refresh, revocation) with the quirks real providers have.
 
-pub mod catalog;
 pub mod credential;
 pub mod docs;
 pub mod mcp;
@@ -18,13 +17,12 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio::sync::RwLock;
 use url::Url;
 
-pub use catalog::TokenAuth;
 pub use params::ParamError;
 pub use tokens::{TokenError, TokenSet};
 
+use crate::config::catalog::{self, Entry, TokenAuth};
 use crate::config::{ProviderConfig, ProviderKind};
 use crate::db::connections::ConnParams;
-use catalog::Entry;
 
 /// Endpoints of a provider, resolved once (config, catalog, discovery) and cached. Catalog
 /// endpoints may still hold `{placeholders}`: `for_connection` fills them.
@@ -132,7 +130,7 @@ pub struct Provider {
     pub credential: Option<crate::providers::credential::CredentialSettings>,
     /// `Some` for `kind = "mcp"` providers (discovery from the resource URL).
     pub mcp: Option<mcp::Upstream>,
-    /// The operator's descriptions of scopes (see `crate::connect::scopes`).
+    /// The operator's descriptions of scopes, shown on the consent page.
     pub scope_descriptions: BTreeMap<String, crate::i18n::LocalizedText>,
     /// The name this service is registered under at the provider, when the operator said.
     pub registered_name: Option<String>,

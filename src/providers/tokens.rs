@@ -6,8 +6,8 @@ use anyhow::anyhow;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
-use super::catalog::WhenMissing;
 use super::{Endpoints, Provider};
+use crate::config::catalog::WhenMissing;
 use crate::db::connections::Metadata;
 use crate::outbound::http::{MAX_RESPONSE_BYTES, read_limited as read_body};
 
@@ -162,7 +162,7 @@ impl Provider {
             .unwrap_or(&endpoints.token_url);
         let t = self.token_request(http, endpoints, url, form).await?;
         if t.refresh_token.is_none()
-            && self.entry.refresh.behaviour == super::catalog::RefreshBehaviour::Rotating
+            && self.entry.refresh.behaviour == crate::config::catalog::RefreshBehaviour::Rotating
         {
             tracing::warn!(provider = %self.name, "a provider whose refresh tokens rotate answered a refresh without a new one; keeping the old one");
         }
@@ -179,7 +179,7 @@ impl Provider {
         access_token: Option<&SecretString>,
         metadata: &Metadata,
     ) -> RevokeOutcome {
-        use super::catalog::RevocationMethod;
+        use crate::config::catalog::RevocationMethod;
         let present =
             |t: Option<&SecretString>, yes: &'static str| if t.is_some() { yes } else { "none" };
         let mut out = RevokeOutcome {
@@ -204,7 +204,7 @@ impl Provider {
                         endpoints,
                         http.post(url),
                         form,
-                        super::catalog::BodyFormat::Form,
+                        crate::config::catalog::BodyFormat::Form,
                     );
                     let outcome = match send_revocation(req).await {
                         Ok(()) => "revoked",
@@ -220,7 +220,7 @@ impl Provider {
                 }
             }
             RevocationMethod::Custom => {
-                use super::catalog::{RevocationAuth, WhichToken};
+                use crate::config::catalog::{RevocationAuth, WhichToken};
                 let which = spec.token.unwrap_or(WhichToken::AccessToken);
                 let token = match which {
                     WhichToken::AccessToken => access_token,
@@ -231,8 +231,8 @@ impl Provider {
                     return out;
                 };
                 let method = match spec.http_method.unwrap_or_default() {
-                    super::catalog::HttpMethod::Post => reqwest::Method::POST,
-                    super::catalog::HttpMethod::Delete => reqwest::Method::DELETE,
+                    crate::config::catalog::HttpMethod::Post => reqwest::Method::POST,
+                    crate::config::catalog::HttpMethod::Delete => reqwest::Method::DELETE,
                 };
                 let mut fields: Vec<(String, String)> = Vec::new();
                 if let Some(p) = &spec.token_param {
@@ -361,7 +361,7 @@ impl Provider {
         endpoints: &Endpoints,
         req: crate::outbound::Request,
         form: Vec<(&str, &str)>,
-        body: super::catalog::BodyFormat,
+        body: crate::config::catalog::BodyFormat,
     ) -> crate::outbound::Request {
         let req = req.header(reqwest::header::ACCEPT, "application/json");
         let mut fields: Vec<(String, String)> = form
@@ -438,9 +438,9 @@ impl Provider {
 fn with_body(
     req: crate::outbound::Request,
     fields: &[(String, String)],
-    body: super::catalog::BodyFormat,
+    body: crate::config::catalog::BodyFormat,
 ) -> crate::outbound::Request {
-    use super::catalog::BodyFormat;
+    use crate::config::catalog::BodyFormat;
     match body {
         BodyFormat::Form => req
             .header(
@@ -463,7 +463,7 @@ fn with_body(
 /// `{client_id}` and `{metadata.NAME}` in a revocation field.
 fn fill_extra(template: &str, client_id: &str, metadata: &Metadata) -> String {
     let mut out = template.to_owned();
-    for ph in super::catalog::placeholders(template) {
+    for ph in crate::config::catalog::placeholders(template) {
         let v = if ph == "client_id" {
             client_id.to_owned()
         } else {

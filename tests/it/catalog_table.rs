@@ -5,10 +5,11 @@
 //! metadata), what is learned after it (label, metadata), a refresh per the entry's refresh
 //! behaviour, and revocation per its method. No database: the provider code against HTTP.
 
-use mcp_connect::providers::catalog::{
+use mcp_connect::config::catalog::TokenAuth;
+use mcp_connect::config::catalog::{
     self, BodyFormat, Entry, RefreshBehaviour, RevocationAuth, RevocationMethod, WhenMissing,
 };
-use mcp_connect::providers::{Provider, TokenAuth};
+use mcp_connect::providers::Provider;
 use secrecy::ExposeSecret;
 
 use crate::catalog_stub::{self, CODE, meta_value};

@@ -86,8 +86,8 @@ fn grant_and_subject_token_settings_are_validated_and_named() {
 #[test]
 fn an_unknown_token_auth_is_refused_by_key_and_known_ones_load() {
     for (value, want) in [
-        ("basic", crate::providers::TokenAuth::Basic),
-        ("post", crate::providers::TokenAuth::Post),
+        ("basic", super::catalog::TokenAuth::Basic),
+        ("post", super::catalog::TokenAuth::Post),
     ] {
         let text = format!("{}token_auth = \"{value}\"\n", base());
         let c = Config::from_parts(&text, &[]).unwrap();

@@ -247,16 +247,16 @@ pub async fn show(State(state): State<AppState>, admin: Admin) -> Result<Respons
             providers,
             clients,
             admin_subjects: a.subjects.len(),
-            catalog: crate::providers::catalog::all()
+            catalog: crate::config::catalog::all()
                 .iter()
                 .map(|e| CatalogRow {
                     name: e.name.clone(),
                     display_name: e.display_name.clone(),
                     refresh: e.refresh.behaviour.as_str(),
                     revocation: match e.revocation.method {
-                        crate::providers::catalog::RevocationMethod::Rfc7009 => "RFC 7009",
-                        crate::providers::catalog::RevocationMethod::Custom => "custom call",
-                        crate::providers::catalog::RevocationMethod::Unsupported => "not supported",
+                        crate::config::catalog::RevocationMethod::Rfc7009 => "RFC 7009",
+                        crate::config::catalog::RevocationMethod::Custom => "custom call",
+                        crate::config::catalog::RevocationMethod::Unsupported => "not supported",
                     },
                     params: e
                         .params
