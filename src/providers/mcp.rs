@@ -28,7 +28,6 @@
 //! refuses) is a `Misconfigured` error, which no retry cures; the result lives for the
 //! documents' `Cache-Control: max-age`, within `TTL_MIN..TTL_MAX`.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
@@ -86,7 +85,8 @@ pub fn is_misconfigured(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<Misconfigured>())
 }
 
-/// What discovery needs from the running service (set once the database is open).
+/// What discovery needs from the running service: where registered clients are stored, the
+/// keys that seal their secrets, and the public URL redirects go to.
 #[derive(Clone)]
 pub struct McpContext {
     pub db: Db,
@@ -97,7 +97,8 @@ pub struct McpContext {
 /// The MCP part of a provider.
 pub struct Upstream {
     pub resource: Url,
-    context: OnceLock<McpContext>,
+    /// `None` outside the service (the CLI, tests): discovery then fails.
+    context: Option<McpContext>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -196,21 +197,14 @@ enum Expect {
 }
 
 impl Upstream {
-    pub fn new(resource: Url) -> Self {
-        Self {
-            resource,
-            context: OnceLock::new(),
-        }
-    }
-
-    pub fn set_context(&self, c: McpContext) {
-        let _ = self.context.set(c);
+    pub fn new(resource: Url, context: Option<McpContext>) -> Self {
+        Self { resource, context }
     }
 
     fn context(&self) -> anyhow::Result<&McpContext> {
         self.context
-            .get()
-            .ok_or_else(|| anyhow!("the MCP provider is not attached to the service yet"))
+            .as_ref()
+            .ok_or_else(|| anyhow!("the MCP provider is not attached to the service"))
     }
 
     /// Runs discovery and registration (see the module documentation). `challenge`: the first

@@ -171,7 +171,13 @@ fn generic_entry() -> &'static Entry {
 }
 
 impl Provider {
+    /// A provider on its own (the CLI, tests): a `kind = "mcp"` one cannot run discovery, which
+    /// needs the service's database; [`Providers::from_config`] builds the service's.
     pub fn from_config(name: &str, c: &ProviderConfig) -> Self {
+        Self::build(name, c, None)
+    }
+
+    fn build(name: &str, c: &ProviderConfig, mcp: Option<&mcp::McpContext>) -> Self {
         let named = c.kind.as_ref().and_then(ProviderKind::entry);
         let entry = named.unwrap_or_else(generic_entry);
         let mut authorize_params: Vec<(String, String)> = entry
@@ -246,7 +252,7 @@ impl Provider {
                 .resource
                 .clone()
                 .filter(|_| c.kind == Some(ProviderKind::Mcp))
-                .map(mcp::Upstream::new),
+                .map(|resource| mcp::Upstream::new(resource, mcp.cloned())),
             scope_descriptions: c.scope_descriptions.clone(),
             registered_name: c.registered_name.clone(),
             config: c.clone(),
@@ -588,22 +594,14 @@ pub struct Providers {
 }
 
 impl Providers {
-    pub fn from_config(c: &BTreeMap<String, ProviderConfig>) -> Self {
+    /// The service's providers; `kind = "mcp"` ones get `mcp`, what their discovery needs.
+    pub fn from_config(c: &BTreeMap<String, ProviderConfig>, mcp: &mcp::McpContext) -> Self {
         Self {
             by_name: Arc::new(
                 c.iter()
-                    .map(|(n, pc)| (n.clone(), Arc::new(Provider::from_config(n, pc))))
+                    .map(|(n, pc)| (n.clone(), Arc::new(Provider::build(n, pc, Some(mcp)))))
                     .collect(),
             ),
-        }
-    }
-
-    /// Gives `kind = "mcp"` providers what their discovery needs (database, keys, public URL).
-    pub fn attach_mcp(&self, ctx: &mcp::McpContext) {
-        for p in self.by_name.values() {
-            if let Some(m) = &p.mcp {
-                m.set_context(ctx.clone());
-            }
         }
     }
 
