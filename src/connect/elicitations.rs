@@ -25,10 +25,7 @@ pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// Checks the shape of an id from a URL or body before it reaches the database.
 pub fn is_valid_id(id: &str) -> bool {
-    (16..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    crate::ids::ElicitationId::parse(id).is_ok()
 }
 
 /// Kept so code written against `elicitations::rfc3339` still builds; see `crate::time`.

@@ -10,6 +10,7 @@ use crate::db::change::Change;
 use crate::db::connections::{Connection, ConnectionStatus};
 use crate::error::{Error, Result};
 use crate::grants::tokens::RevocationReport;
+use crate::ids::Subject;
 
 /// The longest `subject_token` accepted, in bytes.
 pub const MAX_SUBJECT_TOKEN_BYTES: usize = 8192;
@@ -182,11 +183,11 @@ impl AppState {
                     .await);
             }
             let subject = subject.ok_or_else(|| Error::invalid("give subject or subject_token"))?;
-            crate::api::validate_subject(subject)?;
+            Subject::parse(subject).map_err(|e| Error::invalid(e.to_string()))?;
             return Ok(subject.to_owned());
         };
         if let Some(s) = subject {
-            crate::api::validate_subject(s)?;
+            Subject::parse(s).map_err(|e| Error::invalid(e.to_string()))?;
         }
         if token.is_empty() || token.len() > MAX_SUBJECT_TOKEN_BYTES || !token.is_ascii() {
             return Err(self
@@ -231,7 +232,7 @@ impl AppState {
                 return Err(Error::Unavailable(e));
             }
         };
-        crate::api::validate_subject(&proven).map_err(|_| {
+        Subject::parse(&proven).map_err(|_| {
             Error::InvalidSubjectToken("the subject_token's sub is not a usable subject".into())
         })?;
         if let Some(s) = subject {
