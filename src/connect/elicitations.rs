@@ -7,14 +7,15 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::config::ClientConfig;
 use crate::crypto::random_token;
+use crate::db;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::ConnParams;
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
-use crate::db::{self, now};
 use crate::error::{Error, Result};
 use crate::i18n::{Lang, tr};
 use crate::providers::Provider;
+use crate::time::now;
 
 /// Bytes of randomness in an elicitation id (144 bits).
 const ID_BYTES: usize = 18;

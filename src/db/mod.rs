@@ -144,8 +144,7 @@ impl std::fmt::Debug for Db {
     }
 }
 
-/// Kept so code written against `db::now` still builds; the clock lives in `crate::time`.
-pub use crate::time::now;
+use crate::time::now;
 
 impl Db {
     /// Connects (creating the database or SQLite file when missing) without migrating.

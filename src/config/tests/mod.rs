@@ -141,7 +141,7 @@ fn env_overrides_nested_keys_and_arrays() {
 
 #[test]
 fn env_array_index_is_bounded() {
-    // Every entry up to the index used to be created: a huge index exhausted memory.
+    // Creating every entry up to the index would let a huge index exhaust memory.
     let env = vec![(
         "MCP_CONNECT_CLIENTS__99999999999__ID".to_string(),
         "x".to_string(),
