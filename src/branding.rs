@@ -321,58 +321,6 @@ mod tests {
         assert!(errors[0].1.contains(".png"), "{errors:?}");
     }
 
-    fn config(extra: &str) -> Result<crate::config::Config, String> {
-        let text = format!(
-            r#"
-public_url = "https://connect.example.com"
-encryption_keys = ["k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]
-[identity]
-issuer = "https://auth.example.com"
-client_id = "mcp-connect"
-[providers.github]
-kind = "github"
-client_id = "gh"
-client_secret = "gh-secret"
-{extra}
-"#
-        );
-        crate::config::Config::from_parts(&text, &[]).map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn the_config_keys_load_and_bad_ones_are_named() {
-        let c = config(
-            "message = { en = \"Hi {client}\", zh-CN = \"你好 {client}\" }\nscope_descriptions = { repo = \"Your code\" }\nregistered_name = \"Example Connect\"\n[branding]\nproduct_name = \"Example\"\naccent_color = \"#123456\"",
-        )
-        .unwrap();
-        assert_eq!(c.branding.product_name, "Example");
-        let p = &c.providers["github"];
-        assert_eq!(
-            p.message.as_ref().unwrap().get(crate::i18n::Lang::ZhCn),
-            Some("你好 {client}")
-        );
-        assert_eq!(p.registered_name.as_deref(), Some("Example Connect"));
-        // The plain string form keeps working.
-        let c = config("message = \"Hi\"").unwrap();
-        assert_eq!(
-            c.providers["github"]
-                .message
-                .as_ref()
-                .unwrap()
-                .get(crate::i18n::Lang::ZhCn),
-            Some("Hi")
-        );
-        let e = config("message = { fr = \"Salut\" }").unwrap_err();
-        assert!(
-            e.contains("providers.github.message") && e.contains("unknown language \"fr\""),
-            "{e}"
-        );
-        let e = config("[branding]\nlogo = \"x.png\"").unwrap_err();
-        assert!(e.contains("branding") && e.contains("logo"), "{e}");
-        let e = config("[branding]\naccent_color = \"#12345\"").unwrap_err();
-        assert!(e.contains("branding.accent_color"), "{e}");
-    }
-
     #[test]
     fn a_logo_elsewhere_is_allowed_by_the_csp_and_nothing_else_is() {
         let (b, errors) = check("logo_url = \"https://cdn.example.com/brand/logo.svg\"");

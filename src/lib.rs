@@ -106,12 +106,12 @@ impl AppState {
         let waiters = Waiters::new(shutdown.clone());
         let hub = events::Hub::new(config.outbound.clone())
             .context("building the webhook HTTP client")?;
-        let providers = Providers::from_config(&config.providers);
-        providers.attach_mcp(&providers::mcp::McpContext {
+        let mcp = providers::mcp::McpContext {
             db: db.clone(),
             keys: config.keys.clone(),
             public_url: config.public_url.as_str().trim_end_matches('/').to_owned(),
-        });
+        };
+        let providers = Providers::from_config(&config.providers, &mcp);
         let config_shared = Arc::new(config.clone());
         let identity = Arc::new(Identity::new(config.identity.clone(), http.clone()));
         let clients = crate::config::Clients::new(&config.clients);

@@ -60,7 +60,7 @@ async fn insert_elicitations(
     n: usize,
     tag: &str,
 ) -> anyhow::Result<Vec<String>> {
-    let now = mcp_connect::db::now();
+    let now = mcp_connect::time::now();
     let ids: Vec<String> = (0..n).map(|i| format!("lp{tag}x{i:010}xxxxxxxx")).collect();
     for chunk in ids.chunks(1000) {
         let values: Vec<String> = chunk

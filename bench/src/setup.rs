@@ -194,7 +194,7 @@ pub async fn prepare_connections(
             grant_all(&db).await?;
         }
         // Still valid for a day from the load; refresh the expiry so nothing is due.
-        let now = mcp_connect::db::now();
+        let now = mcp_connect::time::now();
         sqlx::query(
             "UPDATE connections SET expires_at = $1, last_refresh_at = $2 WHERE expires_at < $3",
         )
@@ -232,7 +232,7 @@ async fn grant_all(db: &mcp_connect::db::Db) -> anyhow::Result<()> {
         "INSERT INTO connection_clients (connection_id, client_id, elicitation_id, granted_at) \
          SELECT id, 'bench-mcp', NULL, $1 FROM connections",
     )
-    .bind(mcp_connect::db::now())
+    .bind(mcp_connect::time::now())
     .execute(&db.pool)
     .await?;
     sqlx::query("ANALYZE connection_clients")
@@ -315,7 +315,7 @@ const SCOPES: &str = "openid offline_access api";
 /// `COPY ... FROM STDIN` in text format.
 async fn load_postgres(url: &str, n: u64, issuer: &str) -> anyhow::Result<()> {
     let mut c = sqlx::PgConnection::connect(url).await?;
-    let now = mcp_connect::db::now();
+    let now = mcp_connect::time::now();
     let expires = now + 86_400 * 7;
     let mut rx = sealed_chunks(n, 50_000);
     let mut copy = c
@@ -349,7 +349,7 @@ async fn load_sqlite(url: &str, n: u64, issuer: &str) -> anyhow::Result<()> {
         .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
         .synchronous(sqlx::sqlite::SqliteSynchronous::Off);
     let mut c = sqlx::SqliteConnection::connect_with(&opts).await?;
-    let now = mcp_connect::db::now();
+    let now = mcp_connect::time::now();
     let expires = now + 86_400 * 7;
     let mut rx = sealed_chunks(n, 50_000);
     while let Some(rows) = rx.recv().await {

@@ -10,8 +10,6 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 
-use mcp_connect::db::hot::HotMode;
-
 use crate::load::{self, LoadResult, Target};
 use crate::setup::{self, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime};
 
@@ -53,15 +51,6 @@ pub struct Args {
     /// `refresh_ahead_seconds` for the app (the default config has it on; rows are not due).
     #[arg(long)]
     pub refresh_ahead_seconds: Option<u64>,
-    /// Postgres: where the app's token reads go, one token-fetch run each in every cell
-    /// (`pool`: the main pool, every other query's — on Postgres no longer pinging on release; `dedicated`: a few
-    /// connections of their own; `deadpool`: a deadpool of sqlx connections without the ping,
-    /// the service's default). See src/db/hot.rs.
-    #[arg(long, value_delimiter = ',', default_values = ["deadpool"])]
-    pub hot_modes: Vec<String>,
-    /// Postgres: connections for the hot reads (dedicated and deadpool; default 4).
-    #[arg(long)]
-    pub hot_width: Option<usize>,
     /// Draw users from a hot set with Zipf's law of this exponent (rank k picked with
     /// probability ∝ 1/k^s) instead of uniformly; 0 = uniform.
     #[arg(long, default_value_t = 0.0)]
@@ -70,15 +59,6 @@ pub struct Args {
     /// `--hot-set 1` is the single-user case.
     #[arg(long)]
     pub hot_set: Option<u64>,
-}
-
-fn hot_mode(name: &str) -> anyhow::Result<HotMode> {
-    Ok(match name {
-        "pool" => HotMode::Pool,
-        "dedicated" => HotMode::Dedicated,
-        "deadpool" => HotMode::Deadpool,
-        other => bail!("--hot-modes: unknown mode {other:?} (pool, dedicated, deadpool)"),
-    })
 }
 
 /// Which of `n` users request `i` asks for: uniform (`s` = 0) or Zipf with exponent `s`.
@@ -177,7 +157,7 @@ struct Cell {
     engine: Engine,
     size: u64,
     conns: usize,
-    /// Where the token reads went (`main pool` on SQLite).
+    /// Which pool the token reads went to (`main pool` on SQLite).
     hot: &'static str,
     fixed: LoadResult,
     token: LoadResult,
@@ -316,11 +296,6 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     if !args.no_pgbench {
         prepare_pgbench().await?;
     }
-    let modes = args
-        .hot_modes
-        .iter()
-        .map(|m| hot_mode(m))
-        .collect::<anyhow::Result<Vec<_>>>()?;
     let fixed_addr = setup::start_fixed_json(server).await?;
     let mut cells = Vec::new();
     let mut rate_rows = Vec::new();
@@ -348,13 +323,12 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 None,
             )
             .await?;
-            let hot = app.state.db.hot.clone();
-            if let (Some(h), Some(w)) = (&hot, args.hot_width) {
-                h.set_width(w);
-            }
-            let modes: Vec<Option<HotMode>> = match &hot {
-                Some(_) => modes.iter().copied().map(Some).collect(),
-                None => vec![None],
+            // Which pool the build under test gives the token reads (src/db/hot.rs); another
+            // placement is compared by building it (bench/README.md).
+            let label = if app.state.db.hot_reads().is_some() {
+                "own pool"
+            } else {
+                "main pool"
             };
             let users = Arc::new(Users::new(args.hot_set.unwrap_or(size).min(size), args.zipf));
             let token_target = Arc::new(target_over(app.addr, users.clone()));
@@ -364,23 +338,15 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             for &c in &args.conns {
                 let load = setup::load_average();
                 let fixed = load::closed_loop(fixed_target.clone(), c, warmup, measure).await;
-                let mut tokens = Vec::new();
-                for &mode in &modes {
-                    if let (Some(h), Some(m)) = (&hot, mode) {
-                        h.set_mode(m);
-                    }
-                    let label = mode.map_or(HotMode::Pool.label(), HotMode::label);
-                    eprintln!("{} {size} c={c} [{label}]: token fetch...", engine.label());
-                    let token = load::closed_loop(token_target.clone(), c, warmup, measure).await;
-                    eprintln!(
-                        "{} {size} c={c} [{label}]: fixed {:.0}/s, token {:.0}/s p99 {:.2} ms",
-                        engine.label(),
-                        fixed.throughput(),
-                        token.throughput(),
-                        token.ms(0.99),
-                    );
-                    tokens.push((label, token));
-                }
+                eprintln!("{} {size} c={c} [{label}]: token fetch...", engine.label());
+                let token = load::closed_loop(token_target.clone(), c, warmup, measure).await;
+                eprintln!(
+                    "{} {size} c={c} [{label}]: fixed {:.0}/s, token {:.0}/s p99 {:.2} ms",
+                    engine.label(),
+                    fixed.throughput(),
+                    token.throughput(),
+                    token.ms(0.99),
+                );
                 let breakdown = if args.breakdown {
                     let h = Arc::new(get_target(app.addr, "/healthz"));
                     let r = Arc::new(get_target(app.addr, "/readyz"));
@@ -399,19 +365,17 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 if let Some(p) = &pgbench {
                     eprintln!("{} {size} c={c}: pgbench {:.0}/s", engine.label(), p.tps);
                 }
-                for (i, (hot, token)) in tokens.into_iter().enumerate() {
-                    cells.push(Cell {
-                        engine,
-                        size,
-                        conns: c,
-                        hot,
-                        fixed: fixed.clone(),
-                        token,
-                        pgbench,
-                        breakdown: if i == 0 { breakdown.clone() } else { None },
-                        load: load.clone(),
-                    });
-                }
+                cells.push(Cell {
+                    engine,
+                    size,
+                    conns: c,
+                    hot: label,
+                    fixed: fixed.clone(),
+                    token,
+                    pgbench,
+                    breakdown,
+                    load: load.clone(),
+                });
             }
             let c = args.conns.iter().copied().max().unwrap_or(64);
             if let Some(base) = cells

@@ -45,7 +45,7 @@ pub struct CreateElicitation {
     /// `shop`, `region`, ...), each validated against the entry's pattern or choices; the
     /// consent page asks the user for those not given. Unknown names are refused.
     #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
-    pub params: Option<crate::providers::ConnParams>,
+    pub params: Option<crate::db::connections::ConnParams>,
 }
 
 /// One OAuth scope as `scopes` takes it (for the OpenAPI document; `validate_scopes` checks).

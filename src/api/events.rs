@@ -125,7 +125,7 @@ async fn next_event(c: &mut Cursor) -> Option<Event> {
             }
             Err(e) => tracing::warn!(error = %e, "event stream could not read events"),
         }
-        let poll = if c.state.db.engine == crate::db::Engine::Postgres {
+        let poll = if c.state.db.engine == crate::config::Engine::Postgres {
             POLL_EVERY_NOTIFIED
         } else {
             POLL_EVERY

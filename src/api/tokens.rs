@@ -85,10 +85,10 @@ pub struct TokenResponse {
     /// `team_id`, Atlassian `cloud_id`, ... Empty for providers without any. Upstream MCP
     /// servers (`kind = "mcp"`): `authorization_server`, the one that issued the grant.
     #[schema(value_type = Object)]
-    pub metadata: crate::providers::tokens::Metadata,
+    pub metadata: crate::db::connections::Metadata,
     /// The connection's per-connection parameters (`tenant`, `subdomain`, `shop`, `region`).
     #[schema(value_type = std::collections::BTreeMap<String, String>)]
-    pub params: crate::providers::ConnParams,
+    pub params: crate::db::connections::ConnParams,
     /// `oauth2`, or `api_key` / `basic` for providers whose users type a credential.
     pub credential_type: &'static str,
     /// `api_key` only: the key.

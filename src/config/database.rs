@@ -8,9 +8,15 @@ use url::Url;
 
 use super::{Report, Section};
 use crate::crypto::KeyRing;
-use crate::db::Engine;
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/mcp-connect.db";
+
+/// Which database a URL names; the SQL differs where the two disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Postgres,
+    Sqlite,
+}
 
 /// `database_url`, validated: a URL that names an engine this service speaks. It holds the
 /// password, so its `Debug` and `Display` show it redacted; only connecting reads it whole

@@ -10,6 +10,7 @@
 
 mod admin;
 mod cache;
+pub mod catalog;
 mod clients;
 mod database;
 mod identity;
@@ -18,6 +19,7 @@ mod network;
 mod providers;
 mod server;
 mod sources;
+pub mod ssrf;
 #[cfg(test)]
 mod tests;
 
@@ -36,11 +38,11 @@ use crate::crypto::KeyRing;
 pub use admin::AdminConfig;
 pub use cache::CacheConfig;
 pub use clients::{ClientConfig, Clients, WebhookConfig, parse_webhook_secret};
-pub use database::{DEFAULT_DATABASE_URL, DatabaseUrl, redact_url};
+pub use database::{DEFAULT_DATABASE_URL, DatabaseUrl, Engine, redact_url};
 pub use identity::IdentityConfig;
 pub use limits::Limits;
 pub use network::{IpNet, is_loopback_url, require_https_off_loopback};
-pub use providers::{ProviderConfig, ProviderKind};
+pub use providers::{AuthKind, ProviderConfig, ProviderKind};
 pub use server::{LogFormat, RefreshAhead};
 
 /// A configuration problem, always naming the key it is about.
@@ -110,7 +112,7 @@ pub struct Config {
     pub limits: Limits,
     /// The SSRF guard's policy (`outbound_allow_cidrs`): ranges outbound calls may reach although
     /// their class (loopback, private, ...) is refused.
-    pub outbound: crate::outbound::Policy,
+    pub outbound: ssrf::Policy,
     pub cache: CacheConfig,
     pub identity: IdentityConfig,
     pub clients: Vec<ClientConfig>,

@@ -87,8 +87,8 @@ pub fn require_https_off_loopback(url: &Url) -> Result<(), String> {
 }
 
 /// `outbound_allow_cidrs`: the SSRF guard's policy.
-pub(super) fn read(t: &mut Section, r: &mut Report) -> crate::outbound::Policy {
-    let mut outbound = crate::outbound::Policy::default();
+pub(super) fn read(t: &mut Section, r: &mut Report) -> super::ssrf::Policy {
+    let mut outbound = super::ssrf::Policy::default();
     for c in t.get::<Vec<String>>(r, "outbound_allow_cidrs") {
         match IpNet::parse(&c) {
             Ok(n) if n.prefix < if n.addr.is_ipv4() { 8 } else { 16 } => r.err(
@@ -103,14 +103,14 @@ pub(super) fn read(t: &mut Section, r: &mut Report) -> crate::outbound::Policy {
 }
 
 /// Every URL we call that is known now, against the SSRF guard's address rules.
-pub(super) fn check_called(outbound: &crate::outbound::Policy, r: &mut Report) {
+pub(super) fn check_called(outbound: &super::ssrf::Policy, r: &mut Report) {
     for (key, url) in std::mem::take(&mut r.called) {
         if let Err(m) = outbound.check_host(&url) {
             r.err(
                 key,
                 format!(
                     "{} is refused by the SSRF guard: {m}",
-                    crate::outbound::shown_url(&url)
+                    super::ssrf::shown_url(&url)
                 ),
             );
         }

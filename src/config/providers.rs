@@ -11,6 +11,28 @@ use url::Url;
 use super::network::require_https_off_loopback;
 use super::{Report, Section};
 
+/// How a provider is connected. Configured as `auth = "oauth2"` (the default), `"api_key"` or
+/// `"basic"`; any other value is refused by the config loader, naming the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthKind {
+    #[default]
+    Oauth2,
+    ApiKey,
+    Basic,
+}
+
+impl AuthKind {
+    /// The `token_type` stored with the connection and the `credential_type` of the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Oauth2 => "oauth2",
+            Self::ApiKey => "api_key",
+            Self::Basic => "basic",
+        }
+    }
+}
+
 /// `kind`: an upstream MCP server (`"mcp"`), or the name of a built-in catalog entry.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(from = "String")]
@@ -19,9 +41,12 @@ pub enum ProviderKind {
     Catalog(String),
 }
 
+/// The kind name in `[providers.NAME] kind = "mcp"`.
+const MCP_KIND: &str = "mcp";
+
 impl From<String> for ProviderKind {
     fn from(s: String) -> Self {
-        if s == crate::providers::mcp::KIND {
+        if s == MCP_KIND {
             Self::Mcp
         } else {
             Self::Catalog(s)
@@ -32,16 +57,16 @@ impl From<String> for ProviderKind {
 impl ProviderKind {
     pub fn as_str(&self) -> &str {
         match self {
-            Self::Mcp => crate::providers::mcp::KIND,
+            Self::Mcp => MCP_KIND,
             Self::Catalog(name) => name,
         }
     }
 
     /// The catalog entry of this kind (`None` for `mcp` and unknown names).
-    pub fn entry(&self) -> Option<&'static crate::providers::catalog::Entry> {
+    pub fn entry(&self) -> Option<&'static super::catalog::Entry> {
         match self {
             Self::Mcp => None,
-            Self::Catalog(name) => crate::providers::catalog::lookup(name),
+            Self::Catalog(name) => super::catalog::lookup(name),
         }
     }
 }
@@ -69,7 +94,7 @@ pub struct ProviderConfig {
     /// `false` for providers that reject PKCE.
     pub pkce: Option<bool>,
     /// How the client authenticates at the token endpoint: `basic` or `post`.
-    pub token_auth: Option<crate::providers::TokenAuth>,
+    pub token_auth: Option<super::catalog::TokenAuth>,
     /// Extra parameters added to the authorization URL, e.g. `access_type = "offline"`.
     #[serde(default)]
     pub authorize_params: BTreeMap<String, String>,
@@ -89,7 +114,7 @@ pub struct ProviderConfig {
     pub params: BTreeMap<String, String>,
     /// `oauth2` (the default), `api_key` or `basic`: the user types a key (or a username and
     /// password) on the connect page instead of an OAuth flow.
-    pub auth: Option<crate::connect::credentials::AuthKind>,
+    pub auth: Option<AuthKind>,
     /// Where the user finds the key, shown under the input.
     pub api_key_hint: Option<String>,
     /// The header the key is presented in (default `Authorization`).
@@ -143,8 +168,7 @@ pub(super) fn read(
         {
             r.err(&key, "provider names may only use letters, digits, - and _");
         }
-        let credential =
-            p.auth.unwrap_or_default() != crate::connect::credentials::AuthKind::Oauth2;
+        let credential = p.auth.unwrap_or_default() != AuthKind::Oauth2;
         if credential {
             if let Some(h) = &p.api_key_header {
                 if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {
@@ -204,9 +228,9 @@ pub(super) fn read(
         if credential || is_mcp {
             // Typed by the user, or found from the MCP server: no endpoints or client needed.
         } else if let Some(ProviderKind::Catalog(kind)) = &p.kind {
-            match crate::providers::catalog::lookup(kind) {
+            match super::catalog::lookup(kind) {
                 None => {
-                    let known = crate::providers::catalog::names();
+                    let known = super::catalog::names();
                     let hint = super::did_you_mean(kind, &known)
                         .map(|k| format!("; did you mean {k:?}?"))
                         .unwrap_or_default();
@@ -233,7 +257,7 @@ pub(super) fn read(
                                 format!("{key}.params.{name}"),
                                 format!("kind {kind:?} has no parameter {name:?}"),
                             ),
-                            Some(spec) if !crate::providers::params::valid(spec, value) => r.err(
+                            Some(spec) if !spec.accepts(value) => r.err(
                                 format!("{key}.params.{name}"),
                                 format!("{value:?} is not valid"),
                             ),

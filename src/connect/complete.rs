@@ -14,12 +14,12 @@ use crate::connect::Connect;
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
+use crate::db::connections::Metadata;
 use crate::db::connections::{ConnectionStatus, Details, NewTokens, Stored, store_connected};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
 use crate::ids::ConnectionId;
-use crate::providers::tokens::Metadata;
 use crate::providers::{Endpoints, Provider};
 use crate::time::now;
 

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use crate::connect::Connect;
 use crate::connect::scopes::{ScopeView, describe};
+use crate::db::connections::ConnParams;
 use crate::db::connections::ConnectionStatus;
 use crate::db::elicitations::Elicitation;
 use crate::error::Result;
 use crate::i18n::Lang;
-use crate::providers::{ConnParams, Provider};
+use crate::providers::Provider;
 
 /// One per-connection parameter to ask for, filled with what is known.
 pub struct ParamView {

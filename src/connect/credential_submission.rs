@@ -5,8 +5,9 @@
 
 use secrecy::SecretString;
 
+use crate::config::AuthKind;
 use crate::connect::Connect;
-use crate::connect::credentials::{AuthKind, Validation, secret_from_form, validate};
+use crate::connect::credentials::{Validation, secret_from_form, validate};
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::NewTokens;

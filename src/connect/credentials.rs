@@ -5,34 +5,10 @@
 //! row; `token_type` says which kind it is). `POST /v1/tokens` hands it back with its type and the
 //! header to present it in. It never travels in a URL and is never logged.
 
-use base64::Engine;
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
-use url::Url;
 
-use crate::config::ProviderConfig;
-
-/// How a provider is connected. Configured as `auth = "oauth2"` (the default), `"api_key"` or
-/// `"basic"`; any other value is refused by the config loader, naming the key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AuthKind {
-    #[default]
-    Oauth2,
-    ApiKey,
-    Basic,
-}
-
-impl AuthKind {
-    /// The `token_type` stored with the connection and the `credential_type` of the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Oauth2 => "oauth2",
-            Self::ApiKey => "api_key",
-            Self::Basic => "basic",
-        }
-    }
-}
+use crate::config::AuthKind;
+use crate::providers::credential::CredentialSettings;
 
 /// Whether a stored connection's `token_type` is a non-OAuth credential (never refreshed).
 pub fn is_credential_type(token_type: &str) -> bool {
@@ -41,63 +17,6 @@ pub fn is_credential_type(token_type: &str) -> bool {
 
 /// The longest key, username or password accepted.
 pub const MAX_LEN: usize = 4096;
-
-/// What the connect page and the API need to know about a credential provider.
-#[derive(Debug, Clone)]
-pub struct CredentialSettings {
-    pub kind: AuthKind,
-    /// Where the user finds the key (shown under the input).
-    pub hint: Option<String>,
-    /// `api_key`: the header the key is presented in (default `Authorization`).
-    pub header: String,
-    /// `api_key`: written before the key in that header (default `Bearer ` for `Authorization`,
-    /// nothing otherwise).
-    pub prefix: String,
-    /// Called with the credential (GET) before it is stored: 2xx accepts it, 401/403 refuses it.
-    pub validation_url: Option<Url>,
-}
-
-impl CredentialSettings {
-    /// `None` for OAuth providers.
-    pub fn from_config(c: &ProviderConfig) -> Option<Self> {
-        let kind = c.auth.unwrap_or_default();
-        if kind == AuthKind::Oauth2 {
-            return None;
-        }
-        let header = c
-            .api_key_header
-            .clone()
-            .unwrap_or_else(|| "Authorization".into());
-        let prefix = c.api_key_prefix.clone().unwrap_or_else(|| {
-            if header.eq_ignore_ascii_case("authorization") {
-                "Bearer ".into()
-            } else {
-                String::new()
-            }
-        });
-        Some(Self {
-            kind,
-            hint: c.api_key_hint.clone(),
-            header,
-            prefix,
-            validation_url: c.validation_url.clone(),
-        })
-    }
-
-    /// The header name and value that present `secret` (the key, or `username:password`).
-    pub fn header_for(&self, secret: &str) -> (String, String) {
-        match self.kind {
-            AuthKind::Basic => (
-                "Authorization".into(),
-                format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(secret.as_bytes())
-                ),
-            ),
-            _ => (self.header.clone(), format!("{}{secret}", self.prefix)),
-        }
-    }
-}
 
 /// Checks a typed value: present, not too long, no control characters. Returns it trimmed.
 pub fn clean(value: Option<&str>, what: &str) -> Result<String, String> {
@@ -187,25 +106,6 @@ pub async fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn headers_for_keys_and_basic() {
-        let c: ProviderConfig = toml::from_str("auth = \"api_key\"").unwrap();
-        let s = CredentialSettings::from_config(&c).unwrap();
-        assert_eq!(
-            s.header_for("k"),
-            ("Authorization".into(), "Bearer k".into())
-        );
-        let c: ProviderConfig =
-            toml::from_str("auth = \"api_key\"\napi_key_header = \"X-API-Key\"").unwrap();
-        let s = CredentialSettings::from_config(&c).unwrap();
-        assert_eq!(s.header_for("k"), ("X-API-Key".into(), "k".into()));
-        let c: ProviderConfig = toml::from_str("auth = \"basic\"").unwrap();
-        let s = CredentialSettings::from_config(&c).unwrap();
-        assert_eq!(s.header_for("u:p").1, "Basic dTpw");
-        let c: ProviderConfig = toml::from_str("client_id = \"x\"").unwrap();
-        assert!(CredentialSettings::from_config(&c).is_none());
-    }
 
     #[test]
     fn typed_values_are_checked() {

@@ -7,13 +7,15 @@ use serde_json::{Value, json};
 use crate::config::ClientConfig;
 use crate::connect::Connect;
 use crate::crypto::random_token;
+use crate::db;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
+use crate::db::connections::ConnParams;
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
-use crate::db::{self, now};
 use crate::error::{Error, Result};
 use crate::i18n::{Lang, tr};
-use crate::providers::{ConnParams, Provider};
+use crate::providers::Provider;
+use crate::time::now;
 
 /// Bytes of randomness in an elicitation id (144 bits).
 const ID_BYTES: usize = 18;
@@ -24,10 +26,7 @@ pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// Checks the shape of an id from a URL or body before it reaches the database.
 pub fn is_valid_id(id: &str) -> bool {
-    (16..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    crate::ids::ElicitationId::parse(id).is_ok()
 }
 
 /// Kept so code written against `elicitations::rfc3339` still builds; see `crate::time`.

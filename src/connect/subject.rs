@@ -6,6 +6,7 @@ use crate::connect::Connect;
 use crate::connect::identity::SubjectTokenError;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::error::{Error, Result};
+use crate::ids::Subject;
 
 /// The longest `subject_token` accepted, in bytes.
 pub const MAX_SUBJECT_TOKEN_BYTES: usize = 8192;
@@ -39,11 +40,11 @@ impl Connect {
                     .await);
             }
             let subject = subject.ok_or_else(|| Error::invalid("give subject or subject_token"))?;
-            crate::api::validate_subject(subject)?;
+            Subject::parse(subject).map_err(|e| Error::invalid(e.to_string()))?;
             return Ok(subject.to_owned());
         };
         if let Some(s) = subject {
-            crate::api::validate_subject(s)?;
+            Subject::parse(s).map_err(|e| Error::invalid(e.to_string()))?;
         }
         if token.is_empty() || token.len() > MAX_SUBJECT_TOKEN_BYTES || !token.is_ascii() {
             return Err(self
@@ -88,7 +89,7 @@ impl Connect {
                 return Err(Error::Unavailable(e));
             }
         };
-        crate::api::validate_subject(&proven).map_err(|_| {
+        Subject::parse(&proven).map_err(|_| {
             Error::InvalidSubjectToken("the subject_token's sub is not a usable subject".into())
         })?;
         if let Some(s) = subject {

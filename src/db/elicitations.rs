@@ -86,7 +86,7 @@ pub struct Elicitation {
     pub created_at: i64,
     pub expires_at: i64,
     /// Per-connection parameters given so far (API caller, consent page).
-    pub params: crate::providers::ConnParams,
+    pub params: super::connections::ConnParams,
 }
 
 /// How the `failure` of an elicitation that ended for a security refusal begins (then `: ` and
@@ -94,6 +94,11 @@ pub struct Elicitation {
 pub const PROVIDER_MISCONFIGURED: &str = "provider_misconfigured";
 
 impl Elicitation {
+    /// The user the elicitation was made for.
+    pub fn user_ref(&self) -> crate::ids::UserRef {
+        crate::ids::UserRef::new(self.issuer.as_str(), self.subject.as_str())
+    }
+
     /// Why a `failed` elicitation failed, as the API names it: `provider_misconfigured` (a
     /// security check refused what the provider publishes; an operator must fix it, a retry
     /// will not help) or `provider_error` (the provider or the code exchange failed).
@@ -149,7 +154,9 @@ impl TryFrom<Row> for Elicitation {
 }
 
 /// A stored parameter object: absent, or a JSON object of strings; anything else is an error.
-pub fn decode_params(s: Option<&str>) -> std::result::Result<crate::providers::ConnParams, String> {
+pub fn decode_params(
+    s: Option<&str>,
+) -> std::result::Result<super::connections::ConnParams, String> {
     match s {
         None => Ok(Default::default()),
         Some(s) => serde_json::from_str(s).map_err(|e| format!("not an object of strings: {e}")),
@@ -158,7 +165,7 @@ pub fn decode_params(s: Option<&str>) -> std::result::Result<crate::providers::C
 
 /// The stored form of parameters: `NULL` when there are none. One that does not encode is an
 /// error, never stored as an empty value.
-pub fn encode_params(p: &crate::providers::ConnParams) -> Result<Option<String>> {
+pub fn encode_params(p: &super::connections::ConnParams) -> Result<Option<String>> {
     (!p.is_empty())
         .then(|| serde_json::to_string(p))
         .transpose()
@@ -190,7 +197,7 @@ impl Db {
         subject: &str,
         provider: &str,
         scopes: &[String],
-        params: &crate::providers::ConnParams,
+        params: &super::connections::ConnParams,
         min_remaining: i64,
     ) -> Result<Option<Elicitation>> {
         let row: Option<Row> = sqlx::query_as(&Elicitation::select(
@@ -316,7 +323,7 @@ pub async fn insert_elicitation(conn: &mut AnyConnection, e: &Elicitation) -> Re
 pub async fn set_elicitation_params(
     conn: &mut AnyConnection,
     id: &str,
-    params: &crate::providers::ConnParams,
+    params: &super::connections::ConnParams,
 ) -> Result<()> {
     sqlx::query("UPDATE elicitations SET params = $2 WHERE id = $1 AND status = 'pending'")
         .bind(id)
@@ -396,7 +403,8 @@ mod tests {
 
     #[test]
     fn parameters_round_trip_and_a_stored_non_object_is_an_error() {
-        let p: crate::providers::ConnParams = [("tenant".to_owned(), "acme".to_owned())].into();
+        let p: crate::db::connections::ConnParams =
+            [("tenant".to_owned(), "acme".to_owned())].into();
         let stored = encode_params(&p).unwrap();
         assert_eq!(decode_params(stored.as_deref()), Ok(p));
         assert_eq!(encode_params(&Default::default()).unwrap(), None);

@@ -38,9 +38,6 @@ pub struct DueDelivery {
     pub next_attempt_ms: i64,
 }
 
-/// Kept so code written against `db::events::now_ms` still builds; see `crate::time`.
-pub use crate::time::now_ms;
-
 /// The columns an event row is written with, in [`NewEvent::bind`]'s order.
 const EVENT_COLUMNS: &str = "id, client_id, event_type, payload, created_at, next_attempt_ms";
 /// How many values [`NewEvent::bind`] binds.

@@ -78,7 +78,7 @@ impl Db {
     pub async fn insert_flow(
         &self,
         f: &NewFlow<'_>,
-        new_params: Option<&crate::providers::ConnParams>,
+        new_params: Option<&super::connections::ConnParams>,
     ) -> Result<()> {
         const INSERT: &str = "INSERT INTO auth_flows (state_hash, kind, binding_hash, elicitation_id, provider, return_to, nonce, verifier, created_at, expires_at, authorization_server)";
         const VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11";

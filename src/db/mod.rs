@@ -66,6 +66,7 @@ pub mod rotation;
 pub mod sessions;
 pub mod token_cache;
 
+use crate::config::Engine;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -129,12 +130,6 @@ fn migrator(engine: Engine) -> Migrator {
     m
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    Postgres,
-    Sqlite,
-}
-
 #[derive(Clone)]
 pub struct Db {
     /// Every query but the token path's reads on Postgres (see `pool`).
@@ -150,8 +145,7 @@ impl std::fmt::Debug for Db {
     }
 }
 
-/// Kept so code written against `db::now` still builds; the clock lives in `crate::time`.
-pub use crate::time::now;
+use crate::time::now;
 
 impl Db {
     /// Connects (creating the database or SQLite file when missing) without migrating.
@@ -195,11 +189,9 @@ impl Db {
         T::decode_all(q.fetch_all(&self.pool).await?)
     }
 
-    /// The hot reads' connections, when they are not to go through the pool.
+    /// The hot reads' own connections (Postgres; `None` on SQLite, where they use the pool).
     pub fn hot_reads(&self) -> Option<&hot::HotReads> {
-        self.hot
-            .as_deref()
-            .filter(|h| h.mode() != hot::HotMode::Pool)
+        self.hot.as_deref()
     }
 
     /// Closes the pool and the hot reads' connections (at shutdown).

@@ -1,13 +1,13 @@
-//! The connection pool every query goes through (Postgres and SQLite): a `deadpool` of sqlx
-//! connections that are **not pinged each time they are given back**. ([`Pool::sqlx`] wraps a
-//! sqlx pool, for tests that read a database with one.)
+//! The connection pool every query goes through (Postgres and SQLite, the token path's two
+//! reads on Postgres aside: `super::hot`): a `deadpool` of sqlx connections that are **not
+//! pinged each time they are given back**.
 //!
 //! sqlx 0.8's pool pings every connection it takes back (`sqlx-core` 0.8.6,
 //! `pool/connection.rs`, `return_to_pool` → `ping`: on Postgres a `Sync` and its
 //! `ReadyForQuery`, on SQLite a hand-over to the connection's worker thread and back), a second
-//! round trip per query or transaction that no option turns off. On a connect flow that was about
-//! 17 of ~50 round trips on Postgres (BENCHMARKS.md, "Issue 14, fourth round"). What that ping
-//! guards against is kept here, by other means:
+//! round trip per query or transaction that no option turns off; on Postgres a connect flow
+//! would take about a third more round trips (BENCHMARKS.md). What that ping guards against is
+//! kept here, by other means:
 //!
 //! - **A statement cut off half-way** (the request was dropped: client gone, timeout) may leave
 //!   the connection mid-protocol. Every checkout is `clean` only once its statement finished (or
@@ -18,10 +18,31 @@
 //!   that same background ping sends it at once, so its locks (advisory locks included) are not
 //!   held until the connection's next use.
 //! - **A connection the server dropped** (a restart, `pg_terminate_backend`): a connection idle
-//!   for [`PING_IF_IDLE_FOR`] or more is pinged before it is handed out (as the sqlx pool here
-//!   was configured), and a statement that fails because the session is gone empties the pool's
-//!   idle connections, which went with it.
-//! - Connections are replaced after [`MAX_LIFETIME`] (as sqlx's default).
+//!   for [`PING_IF_IDLE_FOR`] or more is pinged before it is handed out, and a statement that
+//!   fails because the session is gone empties the pool's idle connections, which went with it.
+//! - Connections are replaced after [`MAX_LIFETIME`] (sqlx's own default).
+//!
+//! ## What a sqlx upgrade must re-check
+//!
+//! This module leans on sqlx internals that its semver does not promise:
+//!
+//! - **The ping on release**: whether `sqlx::Pool` still pings each connection it takes back
+//!   (`pool/connection.rs`, `return_to_pool`). If a release makes it optional, this pool (and
+//!   `super::hot`) can give way to sqlx's own — measure the connect flow and the token fetch
+//!   before and after (bench/README.md).
+//! - **`TransactionManager`** (`begin`, `commit`, `rollback`, `start_rollback`): [`Tx`] drives it
+//!   directly; check that `start_rollback` still only queues the `ROLLBACK` for the next round
+//!   trip (the background ping then sends it) and that `begin` still takes a statement.
+//! - **`AnyConnection::ping`** must still flush what is queued (the `ROLLBACK`, the rest of a
+//!   cut-off statement) on both drivers; `tests/it/pool.rs` fails if locks stay held.
+//! - **Error shapes**: `is_dropped_connection` (`super::error`) reads `sqlx::Error::Io` and
+//!   SQLSTATE `57P*`, [`session_intact`] the variants that leave the session usable; a new
+//!   variant or a changed mapping silently changes which connections are reused.
+//! - **`Executor` for `&Pool`**: the trait's required methods (`fetch_many`, `fetch_optional`,
+//!   `prepare_with`, `describe`) and their lifetimes; a new required method must check out and
+//!   mark `finished` like the others.
+//! - **`Any` drivers**: `install_default_drivers` and the SQLite pragmas run on each new
+//!   connection (`Db::connect`) must still apply to connections opened outside `sqlx::Pool`.
 
 use std::borrow::Cow;
 use std::ops::{Deref, DerefMut};
@@ -32,7 +53,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
 use sqlx::any::{AnyConnectOptions, AnyQueryResult, AnyRow, AnyStatement, AnyTypeInfo};
-use sqlx::{Any, AnyConnection, AnyPool, ConnectOptions, Connection, Either, Execute, Executor};
+use sqlx::{Any, AnyConnection, ConnectOptions, Connection, Either, Execute, Executor};
 use sqlx::{Describe, TransactionManager};
 
 use super::error::is_dropped_connection;
@@ -48,13 +69,7 @@ type AnyTx = <Any as sqlx::Database>::TransactionManager;
 
 /// The pool: cheap to clone (shared).
 #[derive(Clone)]
-pub struct Pool(Inner);
-
-#[derive(Clone)]
-enum Inner {
-    Sqlx(AnyPool),
-    Direct(deadpool::managed::Pool<Manager>),
-}
+pub struct Pool(deadpool::managed::Pool<Manager>);
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,11 +133,6 @@ impl deadpool::managed::Manager for Manager {
 }
 
 impl Pool {
-    /// A sqlx pool as it is (tests reading a database with one).
-    pub fn sqlx(pool: AnyPool) -> Self {
-        Self(Inner::Sqlx(pool))
-    }
-
     /// The ping-free pool of at most `max` connections to the database at `url`, `init` run on
     /// each new one; connects lazily.
     pub fn direct(url: &str, max: usize, init: Option<&'static str>) -> Result<Self, sqlx::Error> {
@@ -135,39 +145,27 @@ impl Pool {
             .recycle_timeout(Some(ACQUIRE_TIMEOUT))
             .build()
             .map_err(|e| sqlx::Error::Configuration(e.to_string().into()))?;
-        Ok(Self(Inner::Direct(pool)))
+        Ok(Self(pool))
     }
 
     pub fn max_connections(&self) -> u32 {
-        match &self.0 {
-            Inner::Sqlx(p) => p.options().get_max_connections(),
-            Inner::Direct(p) => p.status().max_size as u32,
-        }
+        self.0.status().max_size as u32
     }
 
     /// Connections open (idle or in use).
     pub fn size(&self) -> u32 {
-        match &self.0 {
-            Inner::Sqlx(p) => p.size(),
-            Inner::Direct(p) => p.status().size as u32,
-        }
+        self.0.status().size as u32
     }
 
     /// Connections open and idle.
     pub fn num_idle(&self) -> usize {
-        match &self.0 {
-            Inner::Sqlx(p) => p.num_idle(),
-            Inner::Direct(p) => p.status().available,
-        }
+        self.0.status().available
     }
 
     /// A connection of one's own, for as long as the returned value lives. Whatever is done on
     /// it, it is pinged before its next use (see the module's doc).
     pub async fn acquire(&self) -> Result<Conn, sqlx::Error> {
-        Ok(Conn(match &self.0 {
-            Inner::Sqlx(p) => ConnInner::Sqlx(p.acquire().await?),
-            Inner::Direct(p) => ConnInner::Direct(checkout(p).await?),
-        }))
+        Ok(Conn(checkout(&self.0).await?))
     }
 
     /// Begins a transaction (`BEGIN`).
@@ -181,31 +179,18 @@ impl Pool {
         &self,
         statement: Option<Cow<'static, str>>,
     ) -> Result<Tx, sqlx::Error> {
-        match &self.0 {
-            Inner::Sqlx(p) => Ok(Tx(TxInner::Sqlx(match statement {
-                Some(s) => p.begin_with(s).await?,
-                None => p.begin().await?,
-            }))),
-            Inner::Direct(p) => {
-                let mut c = checkout(p).await?;
-                AnyTx::begin(&mut c.conn, statement).await?;
-                // Clean only once committed or rolled back.
-                Ok(Tx(TxInner::Direct(Some(c))))
-            }
-        }
+        let mut c = checkout(&self.0).await?;
+        AnyTx::begin(&mut c.conn, statement).await?;
+        // Clean only once committed or rolled back.
+        Ok(Tx(Some(c)))
     }
 
     /// Closes every connection (at shutdown).
     pub async fn close(&self) {
-        match &self.0 {
-            Inner::Sqlx(p) => p.close().await,
-            Inner::Direct(p) => {
-                let idle = p.retain(|_, _| false).removed;
-                p.close();
-                for h in idle {
-                    let _ = h.conn.close().await;
-                }
-            }
+        let idle = self.0.retain(|_, _| false).removed;
+        self.0.close();
+        for h in idle {
+            let _ = h.conn.close().await;
         }
     }
 }
@@ -324,19 +309,14 @@ pub(super) fn session_intact(e: &sqlx::Error) -> bool {
 }
 
 /// A connection of one's own ([`Pool::acquire`]).
-pub struct Conn(ConnInner);
-
-enum ConnInner {
-    Sqlx(sqlx::pool::PoolConnection<Any>),
-    Direct(Checked),
-}
+pub struct Conn(Checked);
 
 impl Conn {
     /// Says the caller's last statement on this connection finished: given back without a
     /// ping if it went through (else pinged, or closed, first).
     pub fn finished<T, E>(&mut self, r: &Result<T, E>) {
-        if let (ConnInner::Direct(c), Ok(_)) = (&mut self.0, r) {
-            c.clean = true;
+        if r.is_ok() {
+            self.0.clean = true;
         }
     }
 }
@@ -345,30 +325,19 @@ impl Deref for Conn {
     type Target = AnyConnection;
 
     fn deref(&self) -> &AnyConnection {
-        match &self.0 {
-            ConnInner::Sqlx(c) => c,
-            ConnInner::Direct(c) => &c.conn,
-        }
+        &self.0.conn
     }
 }
 
 impl DerefMut for Conn {
     fn deref_mut(&mut self) -> &mut AnyConnection {
-        match &mut self.0 {
-            ConnInner::Sqlx(c) => c,
-            ConnInner::Direct(c) => &mut c.conn,
-        }
+        &mut self.0.conn
     }
 }
 
-/// A transaction: rolled back if dropped before [`Tx::commit`].
-pub struct Tx(TxInner);
-
-enum TxInner {
-    Sqlx(sqlx::Transaction<'static, Any>),
-    /// `None` once committed or rolled back.
-    Direct(Option<Checked>),
-}
+/// A transaction: rolled back if dropped before [`Tx::commit`]. `None` once committed or
+/// rolled back.
+pub struct Tx(Option<Checked>);
 
 impl Tx {
     pub async fn commit(self) -> Result<(), sqlx::Error> {
@@ -381,26 +350,22 @@ impl Tx {
 
     /// `COMMIT` (`commit`) or `ROLLBACK`.
     async fn end(mut self, commit: bool) -> Result<(), sqlx::Error> {
-        match std::mem::replace(&mut self.0, TxInner::Direct(None)) {
-            TxInner::Sqlx(t) if commit => t.commit().await,
-            TxInner::Sqlx(t) => t.rollback().await,
-            TxInner::Direct(Some(mut c)) => {
-                let r = if commit {
-                    AnyTx::commit(&mut c.conn).await
-                } else {
-                    AnyTx::rollback(&mut c.conn).await
-                };
-                c.ended(&r);
-                r
-            }
-            TxInner::Direct(None) => Ok(()),
-        }
+        let Some(mut c) = self.0.take() else {
+            return Ok(());
+        };
+        let r = if commit {
+            AnyTx::commit(&mut c.conn).await
+        } else {
+            AnyTx::rollback(&mut c.conn).await
+        };
+        c.ended(&r);
+        r
     }
 }
 
 impl Drop for Tx {
     fn drop(&mut self) {
-        if let TxInner::Direct(Some(c)) = &mut self.0 {
+        if let Some(c) = &mut self.0 {
             // Queued; `Checked`'s drop sends it at once (the connection is not clean).
             AnyTx::start_rollback(&mut c.conn);
         }
@@ -413,9 +378,8 @@ impl Deref for Tx {
     #[expect(clippy::unreachable, reason = "commit and rollback consume the `Tx`")]
     fn deref(&self) -> &AnyConnection {
         match &self.0 {
-            TxInner::Sqlx(t) => t,
-            TxInner::Direct(Some(c)) => &c.conn,
-            TxInner::Direct(None) => unreachable!("a finished transaction is consumed"),
+            Some(c) => &c.conn,
+            None => unreachable!("a finished transaction is consumed"),
         }
     }
 }
@@ -424,9 +388,8 @@ impl DerefMut for Tx {
     #[expect(clippy::unreachable, reason = "commit and rollback consume the `Tx`")]
     fn deref_mut(&mut self) -> &mut AnyConnection {
         match &mut self.0 {
-            TxInner::Sqlx(t) => t,
-            TxInner::Direct(Some(c)) => &mut c.conn,
-            TxInner::Direct(None) => unreachable!("a finished transaction is consumed"),
+            Some(c) => &mut c.conn,
+            None => unreachable!("a finished transaction is consumed"),
         }
     }
 }
@@ -441,23 +404,17 @@ impl<'p> Executor<'p> for &'_ Pool {
     where
         E: 'q + Execute<'q, Any>,
     {
-        match &self.0 {
-            Inner::Sqlx(p) => p.fetch_many(query),
-            Inner::Direct(p) => {
-                let p = p.clone();
-                // Whole results are small here (`fetch_all` collects them anyway): collect, so
-                // the connection is back before the caller reads the first row.
-                futures_util::stream::once(async move {
-                    let mut c = checkout(&p).await?;
-                    let r: Result<Vec<_>, sqlx::Error> =
-                        c.conn.fetch_many(query).try_collect().await;
-                    c.finished(&r);
-                    r.map(|v| futures_util::stream::iter(v.into_iter().map(Ok)))
-                })
-                .try_flatten()
-                .boxed()
-            }
-        }
+        let p = self.0.clone();
+        // Whole results are small here (`fetch_all` collects them anyway): collect, so the
+        // connection is back before the caller reads the first row.
+        futures_util::stream::once(async move {
+            let mut c = checkout(&p).await?;
+            let r: Result<Vec<_>, sqlx::Error> = c.conn.fetch_many(query).try_collect().await;
+            c.finished(&r);
+            r.map(|v| futures_util::stream::iter(v.into_iter().map(Ok)))
+        })
+        .try_flatten()
+        .boxed()
     }
 
     fn fetch_optional<'e, 'q: 'e, E>(
@@ -467,18 +424,13 @@ impl<'p> Executor<'p> for &'_ Pool {
     where
         E: 'q + Execute<'q, Any>,
     {
-        match &self.0 {
-            Inner::Sqlx(p) => p.fetch_optional(query),
-            Inner::Direct(p) => {
-                let p = p.clone();
-                Box::pin(async move {
-                    let mut c = checkout(&p).await?;
-                    let r = c.conn.fetch_optional(query).await;
-                    c.finished(&r);
-                    r
-                })
-            }
-        }
+        let p = self.0.clone();
+        Box::pin(async move {
+            let mut c = checkout(&p).await?;
+            let r = c.conn.fetch_optional(query).await;
+            c.finished(&r);
+            r
+        })
     }
 
     fn prepare_with<'e, 'q: 'e>(
@@ -486,35 +438,25 @@ impl<'p> Executor<'p> for &'_ Pool {
         sql: &'q str,
         parameters: &'e [AnyTypeInfo],
     ) -> BoxFuture<'e, Result<AnyStatement<'q>, sqlx::Error>> {
-        match &self.0 {
-            Inner::Sqlx(p) => p.prepare_with(sql, parameters),
-            Inner::Direct(p) => {
-                let p = p.clone();
-                Box::pin(async move {
-                    let mut c = checkout(&p).await?;
-                    let r = c.conn.prepare_with(sql, parameters).await;
-                    c.finished(&r);
-                    r
-                })
-            }
-        }
+        let p = self.0.clone();
+        Box::pin(async move {
+            let mut c = checkout(&p).await?;
+            let r = c.conn.prepare_with(sql, parameters).await;
+            c.finished(&r);
+            r
+        })
     }
 
     fn describe<'e, 'q: 'e>(
         self,
         sql: &'q str,
     ) -> BoxFuture<'e, Result<Describe<Any>, sqlx::Error>> {
-        match &self.0 {
-            Inner::Sqlx(p) => p.describe(sql),
-            Inner::Direct(p) => {
-                let p = p.clone();
-                Box::pin(async move {
-                    let mut c = checkout(&p).await?;
-                    let r = c.conn.describe(sql).await;
-                    c.finished(&r);
-                    r
-                })
-            }
-        }
+        let p = self.0.clone();
+        Box::pin(async move {
+            let mut c = checkout(&p).await?;
+            let r = c.conn.describe(sql).await;
+            c.finished(&r);
+            r
+        })
     }
 }

@@ -268,7 +268,7 @@ impl TokenCache {
         if row.status != ConnectionStatus::Active || !row.has_access_token() {
             return;
         }
-        let now_s = crate::db::now();
+        let now_s = crate::time::now();
         let ttl = match row.expires_at {
             Some(e) if e <= now_s => return,
             Some(e) => self.max_age.min(Duration::from_secs((e - now_s) as u64)),
@@ -512,7 +512,7 @@ mod tests {
     fn rows_not_worth_keeping_are_not_kept() {
         let c = cache(10, 1 << 20);
         let mut expired = Connection::for_tests("c1", "user1", "acme", "k1.x");
-        expired.expires_at = Some(crate::db::now() - 1);
+        expired.expires_at = Some(crate::time::now() - 1);
         let t = ticket(&c, 1);
         c.fill(t, &granted(expired));
         let mut revoked = Connection::for_tests("c1", "user1", "acme", "k1.x");

@@ -33,8 +33,8 @@ pub struct FreshToken {
     pub scopes: Vec<String>,
     pub connection_id: String,
     /// The connection's parameters and what was learned at its callback (never a token).
-    pub params: crate::providers::ConnParams,
-    pub metadata: crate::providers::tokens::Metadata,
+    pub params: crate::db::connections::ConnParams,
+    pub metadata: crate::db::connections::Metadata,
 }
 
 /// Serialises refreshes of one connection inside this process, so only one request per

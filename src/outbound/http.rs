@@ -11,7 +11,7 @@ pub use crate::outbound::Http;
 /// The client for identity and provider calls, guarded by `policy`. A client that cannot be
 /// built (no TLS backend) stops start-up: falling back to a default client would silently follow
 /// redirects and wait forever.
-pub fn build(policy: crate::outbound::Policy) -> Result<Http, reqwest::Error> {
+pub fn build(policy: crate::config::ssrf::Policy) -> Result<Http, reqwest::Error> {
     Http::build(policy, Duration::from_secs(15))
 }
 
@@ -44,7 +44,7 @@ impl ServerMetadata {
         issuer: &str,
         what: &str,
         url: &str,
-        policy: &crate::outbound::Policy,
+        policy: &crate::config::ssrf::Policy,
     ) -> anyhow::Result<()> {
         if self.issuer != issuer {
             bail!(
@@ -58,7 +58,7 @@ impl ServerMetadata {
 
     /// Every endpoint it names must be https unless on loopback, like the configured ones, and
     /// pass the SSRF guard's address rules (checked again, after resolving, when called).
-    pub fn check_transport(&self, policy: &crate::outbound::Policy) -> anyhow::Result<()> {
+    pub fn check_transport(&self, policy: &crate::config::ssrf::Policy) -> anyhow::Result<()> {
         for (name, v) in [
             ("authorization_endpoint", Some(&self.authorization_endpoint)),
             ("token_endpoint", Some(&self.token_endpoint)),
@@ -227,7 +227,7 @@ mod tests {
     async fn discovery_refuses_oversized_documents_and_plain_http_endpoints() {
         let doc = Arc::new(Mutex::new(Value::Null));
         let issuer = stub(doc.clone()).await;
-        let http = build(crate::outbound::Policy::new(vec![
+        let http = build(crate::config::ssrf::Policy::new(vec![
             crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
         ]))
         .unwrap();

@@ -4,8 +4,9 @@
 
 use std::fmt::Write;
 
-use super::catalog::{
-    AuthKind, BodyFormat, Entry, RevocationAuth, RevocationMethod, WhenMissing, WhichToken,
+use crate::config::catalog::{
+    AuthKind, BodyFormat, Entry, RevocationAuth, RevocationMethod, TokenAuth, WhenMissing,
+    WhichToken,
 };
 
 /// One fact: a label and its value, in words.
@@ -23,8 +24,8 @@ fn fact(label: &'static str, value: impl Into<String>) -> Fact {
 
 pub fn client_auth_text(e: &Entry) -> String {
     let auth = match e.token.client_auth {
-        super::TokenAuth::Basic => "HTTP Basic (client_secret_basic)",
-        super::TokenAuth::Post => "in the body (client_secret_post)",
+        TokenAuth::Basic => "HTTP Basic (client_secret_basic)",
+        TokenAuth::Post => "in the body (client_secret_post)",
     };
     let body = match e.token.body {
         BodyFormat::Json => "JSON body",
@@ -44,13 +45,13 @@ pub fn expiry_text(e: &Entry) -> String {
 
 pub fn refresh_text(e: &Entry) -> String {
     let mut s = match e.refresh.behaviour {
-        super::catalog::RefreshBehaviour::None => {
+        crate::config::catalog::RefreshBehaviour::None => {
             "none: no refresh token; the user reconnects when the token dies".to_owned()
         }
-        super::catalog::RefreshBehaviour::Stable => {
+        crate::config::catalog::RefreshBehaviour::Stable => {
             "stable: the refresh token is reused; an answer without a new one keeps it".to_owned()
         }
-        super::catalog::RefreshBehaviour::Rotating => "rotating: each refresh returns a new, single-use refresh token, stored before anything else and never redeemed twice".to_owned(),
+        crate::config::catalog::RefreshBehaviour::Rotating => "rotating: each refresh returns a new, single-use refresh token, stored before anything else and never redeemed twice".to_owned(),
     };
     if let Some(u) = &e.endpoints.refresh_url {
         let _ = write!(s, "; refreshes go to {u}");
@@ -398,7 +399,7 @@ mod tests {
     #[test]
     fn provider_docs_are_current() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/providers");
-        let entries = super::super::catalog::all();
+        let entries = crate::config::catalog::all();
         let mut want: Vec<(String, String)> = entries
             .iter()
             .map(|e| (format!("{}.md", e.name), markdown(e)))

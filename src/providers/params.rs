@@ -1,18 +1,11 @@
 //! Per-connection parameters (tenant, subdomain, shop, region): validated against the catalog,
 //! stored with the connection, and filled into endpoint templates.
 
-use std::collections::BTreeMap;
-
 use anyhow::anyhow;
 
 use super::Provider;
-use super::catalog::{Entry, ParamSpec, placeholders};
-
-/// Parameter values of one connection, by name.
-pub type ConnParams = BTreeMap<String, String>;
-
-/// The longest value a parameter may have.
-pub const MAX_PARAM_LEN: usize = 100;
+use crate::config::catalog::{Entry, MAX_PARAM_LEN, placeholders};
+use crate::db::connections::ConnParams;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ParamError {
@@ -40,30 +33,6 @@ impl ParamError {
     }
 }
 
-/// Whether a value is safe to put into a URL's host or path, whatever the catalog's pattern
-/// says: letters, digits, `.`, `-` and `_` only (no `/`, `@`, `:`, `?`, `#`, `%`).
-fn safe_in_url(v: &str) -> bool {
-    !v.is_empty()
-        && v.len() <= MAX_PARAM_LEN
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
-        && !v.starts_with('.')
-        && !v.contains("..")
-}
-
-/// Whether `value` is acceptable for `spec`.
-pub fn valid(spec: &ParamSpec, value: &str) -> bool {
-    if let Some(choices) = &spec.choices {
-        return choices.contains_key(value);
-    }
-    safe_in_url(value)
-        && spec
-            .pattern
-            .as_deref()
-            .and_then(|p| regex::Regex::new(p).ok())
-            .is_some_and(|re| re.is_match(value))
-}
-
 /// Checks parameters given before the user sees the consent page (API caller): each must be
 /// one the provider asks for, with a valid value. Missing ones are asked for later.
 pub fn check_given(p: &Provider, given: &ConnParams) -> Result<(), ParamError> {
@@ -74,7 +43,7 @@ pub fn check_given(p: &Provider, given: &ConnParams) -> Result<(), ParamError> {
         let Some(spec) = p.asked_params.iter().find(|s| &s.name == k) else {
             return Err(ParamError::Unknown(k.clone()));
         };
-        if !valid(spec, v) {
+        if !spec.accepts(v) {
             return Err(ParamError::Invalid {
                 name: k.clone(),
                 label: spec.label.clone(),
@@ -106,7 +75,7 @@ pub fn resolve(p: &Provider, given: &ConnParams) -> Result<ConnParams, ParamErro
                 name: spec.name.clone(),
                 label: spec.label.clone(),
             })?;
-        if !valid(spec, &value) {
+        if !spec.accepts(&value) {
             return Err(ParamError::Invalid {
                 name: spec.name.clone(),
                 label: spec.label.clone(),
@@ -141,7 +110,7 @@ pub fn fill(
                 .get(ph)
                 .or(spec.default.as_ref())
                 .ok_or_else(|| anyhow!("this connection has no value for {ph}"))?;
-            if !valid(spec, v) {
+            if !spec.accepts(v) {
                 return Err(anyhow!("the stored value of {ph} is not valid"));
             }
             match &spec.choices {
@@ -172,20 +141,20 @@ mod tests {
             "",
             "a b",
         ] {
-            assert!(!safe_in_url(bad), "{bad}");
+            assert!(!crate::config::catalog::safe_in_url(bad), "{bad}");
         }
         for good in [
             "acme",
             "contoso.onmicrosoft.com",
             "acme--dev.sandbox.my.salesforce.com",
         ] {
-            assert!(safe_in_url(good), "{good}");
+            assert!(crate::config::catalog::safe_in_url(good), "{good}");
         }
     }
 
     #[test]
     fn templates_are_filled_with_choices_defaults_and_client_id() {
-        let intercom = super::super::catalog::lookup("intercom").unwrap();
+        let intercom = crate::config::catalog::lookup("intercom").unwrap();
         let mut p = ConnParams::new();
         assert_eq!(
             fill("https://api{region}.intercom.io/x", intercom, &p, "c").unwrap(),
@@ -204,7 +173,7 @@ mod tests {
         );
         p.insert("region".into(), "mars".into());
         assert!(fill("https://api{region}.intercom.io/x", intercom, &p, "c").is_err());
-        let zendesk = super::super::catalog::lookup("zendesk").unwrap();
+        let zendesk = crate::config::catalog::lookup("zendesk").unwrap();
         assert!(
             fill(
                 "https://{subdomain}.zendesk.com",

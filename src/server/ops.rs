@@ -269,8 +269,8 @@ mod tests {
         let schemas = &doc["components"]["schemas"];
         for s in ["CreateElicitation", "TokenRequest"] {
             let subject = &schemas[s]["properties"]["subject"];
-            assert_eq!(subject["pattern"], crate::api::SUBJECT_PATTERN, "{s}");
-            assert_eq!(subject["maxLength"], crate::api::MAX_SUBJECT_CHARS, "{s}");
+            assert_eq!(subject["pattern"], crate::ids::SUBJECT_PATTERN, "{s}");
+            assert_eq!(subject["maxLength"], crate::ids::MAX_SUBJECT_CHARS, "{s}");
             assert_eq!(subject["minLength"], 1, "{s}");
         }
         let list = &doc["paths"]["/v1/connections"]["get"]["parameters"][1];
@@ -279,7 +279,7 @@ mod tests {
             list["required"], true,
             "documented as required: a client that names the user always works (the Subject-Token header alone is accepted too)"
         );
-        assert_eq!(list["schema"]["pattern"], crate::api::SUBJECT_PATTERN);
+        assert_eq!(list["schema"]["pattern"], crate::ids::SUBJECT_PATTERN);
         let named = json!([
             {"required": ["subject"], "properties": {"subject": {"type": "string"}}},
             {"required": ["subject_token"], "properties": {"subject_token": {"type": "string", "minLength": 1}}}

@@ -112,7 +112,7 @@ pub struct Hub {
 impl Hub {
     /// Fails (stopping start-up) if the webhook client cannot be built.
     /// Webhooks go through the SSRF guard like every configured URL.
-    pub fn new(policy: crate::outbound::Policy) -> Result<Self, reqwest::Error> {
+    pub fn new(policy: crate::config::ssrf::Policy) -> Result<Self, reqwest::Error> {
         let (tx, _) = broadcast::channel(1024);
         let http = crate::outbound::Http::build(policy, SEND_TIMEOUT)?;
         Ok(Self {

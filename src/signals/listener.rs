@@ -41,14 +41,14 @@ pub fn process_tag() -> String {
 /// Starts the feed for the state's database; stops on shutdown.
 pub fn spawn(state: Signals) -> Vec<tokio::task::JoinHandle<()>> {
     match state.db.engine {
-        crate::db::Engine::Postgres => {
+        crate::config::Engine::Postgres => {
             let sent: Arc<Mutex<VecDeque<(u64, Instant)>>> = Arc::default();
             vec![
                 tokio::spawn(listen(state.clone(), sent.clone())),
                 tokio::spawn(heartbeat(state, sent)),
             ]
         }
-        crate::db::Engine::Sqlite => vec![tokio::spawn(poll_sqlite(state))],
+        crate::config::Engine::Sqlite => vec![tokio::spawn(poll_sqlite(state))],
     }
 }
 

@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
+use crate::db::Db;
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
-use crate::db::{Db, now};
 use crate::error::Result;
+use crate::time::now;
 
 /// How often the sweep looks up the elicitations being waited on.
 const SWEEP_EVERY: Duration = Duration::from_secs(2);

@@ -17,10 +17,10 @@ use crate::connect::consent::ConsentAsk;
 use crate::connect::elicitations::is_valid_id;
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
+use crate::db::connections::ConnParams;
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
-use crate::providers::ConnParams;
 use crate::time::now;
 use crate::web::extract::{CsrfForm, CsrfProtected, RequestId};
 

@@ -101,7 +101,7 @@ pub async fn insert_bulk(
     status: &str,
 ) {
     let issuer = app.state.identity.issuer().to_owned();
-    let now = mcp_connect::db::now();
+    let now = mcp_connect::time::now();
     let mut tx = app.db().pool.begin().await.unwrap();
     for i in 0..n {
         let id = mcp_connect::crypto::random_token(16);
@@ -403,13 +403,13 @@ on_both_databases!(
         let e = app.elicit("alice").await;
         let id = e["id"].as_str().unwrap();
         sqlx::query("UPDATE elicitations SET expires_at = $1 WHERE id = $2")
-            .bind(mcp_connect::db::now() - 1)
+            .bind(mcp_connect::time::now() - 1)
             .bind(id)
             .execute(&app.db().pool)
             .await
             .unwrap();
         sqlx::query("INSERT INTO audit_events (at, event) VALUES ($1, 'ancient.event')")
-            .bind(mcp_connect::db::now() - 366 * 86_400)
+            .bind(mcp_connect::time::now() - 366 * 86_400)
             .execute(&app.db().pool)
             .await
             .unwrap();

@@ -3,7 +3,7 @@
 //! entry says the real provider does (tests/it/catalog_stub.rs), configured as an operator
 //! would: `kind = "..."` with the override keys pointing at the stub.
 
-use mcp_connect::providers::catalog;
+use mcp_connect::config::catalog;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

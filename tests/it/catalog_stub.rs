@@ -15,7 +15,7 @@ use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use mcp_connect::providers::catalog::{Entry, RefreshBehaviour, WhenMissing};
+use mcp_connect::config::catalog::{Entry, RefreshBehaviour, WhenMissing};
 use serde_json::{Value, json};
 
 /// The code the stub's authorization endpoint hands out.
@@ -366,7 +366,7 @@ pub async fn start(entry: &'static Entry) -> Shared {
 /// authorization and token endpoints, the userinfo endpoint on its catalog path, the issuer for
 /// discovery entries, and the revocation endpoint where no overridden endpoint shares its host.
 pub fn override_toml(entry: &Entry, base: &str) -> String {
-    use mcp_connect::providers::catalog::{AuthKind, RevocationMethod};
+    use mcp_connect::config::catalog::{AuthKind, RevocationMethod};
     let ep = &entry.endpoints;
     let mut t = String::new();
     if entry.auth == AuthKind::Oidc {

@@ -5,10 +5,11 @@
 //! metadata), what is learned after it (label, metadata), a refresh per the entry's refresh
 //! behaviour, and revocation per its method. No database: the provider code against HTTP.
 
-use mcp_connect::providers::catalog::{
+use mcp_connect::config::catalog::TokenAuth;
+use mcp_connect::config::catalog::{
     self, BodyFormat, Entry, RefreshBehaviour, RevocationAuth, RevocationMethod, WhenMissing,
 };
-use mcp_connect::providers::{Provider, TokenAuth};
+use mcp_connect::providers::Provider;
 use secrecy::ExposeSecret;
 
 use crate::catalog_stub::{self, CODE, meta_value};
@@ -28,14 +29,14 @@ async fn exercise(entry: &'static Entry) -> Result<(), String> {
     let pc: mcp_connect::config::ProviderConfig =
         toml::from_str(&toml).map_err(|e| format!("{e}\n{toml}"))?;
     let p = Provider::from_config("p", &pc);
-    let http = mcp_connect::outbound::http::build(mcp_connect::outbound::Policy::new(vec![
+    let http = mcp_connect::outbound::http::build(mcp_connect::config::ssrf::Policy::new(vec![
         mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
     ]))
     .unwrap();
     let fail = |m: String| Err::<(), String>(format!("{}: {m}", entry.name));
 
     // Per-connection parameters: an example (or default, or first choice) for each.
-    let given: mcp_connect::providers::ConnParams = p
+    let given: mcp_connect::db::connections::ConnParams = p
         .asked_params
         .iter()
         .map(|s| {
@@ -352,7 +353,7 @@ async fn an_overridden_provider_never_calls_catalog_hosts_that_were_not_moved() 
     )
     .unwrap();
     let p = Provider::from_config("xero", &pc);
-    let http = mcp_connect::outbound::http::build(mcp_connect::outbound::Policy::new(vec![
+    let http = mcp_connect::outbound::http::build(mcp_connect::config::ssrf::Policy::new(vec![
         mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
     ]))
     .unwrap();

@@ -126,7 +126,7 @@ fn no_redirects() -> reqwest::Client {
 
 /// The metadata document as served, found the way the service looks for it.
 async fn metadata(issuer: &str) -> Value {
-    let http = mcp_connect::outbound::http::build(mcp_connect::outbound::Policy::new(vec![
+    let http = mcp_connect::outbound::http::build(mcp_connect::config::ssrf::Policy::new(vec![
         mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
     ]))
     .unwrap();
@@ -445,7 +445,7 @@ on_both_peers!(
                 scopes: vec!["openid".into()],
                 access_token_typ: None,
             },
-            mcp_connect::outbound::http::build(mcp_connect::outbound::Policy::new(vec![
+            mcp_connect::outbound::http::build(mcp_connect::config::ssrf::Policy::new(vec![
                 mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),
             ]))
             .unwrap(),

@@ -400,7 +400,7 @@ on_both_databases!(
                         access_token: &at,
                         refresh_token: None,
                         token_type: "Bearer",
-                        expires_at: Some(mcp_connect::db::now() + 3600),
+                        expires_at: Some(mcp_connect::time::now() + 3600),
                         scopes: &["api".to_owned()],
                         account_label: None,
                     },
@@ -413,7 +413,7 @@ on_both_databases!(
         let alice_id = store("alice").await;
         let bob_id = store("bob").await;
         // alice's elicitation, completed, in the previous release's columns.
-        let now = mcp_connect::db::now();
+        let now = mcp_connect::time::now();
         sqlx::query(
             "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, \
              connection_id, created_at, expires_at, finished_at) \

@@ -342,8 +342,8 @@ pub struct SecretSources {
 
 /// Fails (with what it found, never the value) if any audit row holds a secret: an API key, a
 /// client secret, the encryption key, or any code or token the peers issued.
-pub async fn audit_log_secret_check(
-    pool: &mcp_connect::db::Pool,
+pub async fn audit_log_secret_check<'p>(
+    pool: impl sqlx::Executor<'p, Database = sqlx::Any>,
     sources: &SecretSources,
 ) -> Result<(), String> {
     use sqlx::Row;
@@ -443,11 +443,7 @@ impl Drop for TestApp {
             rt.block_on(async move {
                 let checked = match sqlx::AnyPool::connect(&db_url).await {
                     Ok(pool) => {
-                        let r = audit_log_secret_check(
-                            &mcp_connect::db::Pool::sqlx(pool.clone()),
-                            &sources,
-                        )
-                        .await;
+                        let r = audit_log_secret_check(&pool, &sources).await;
                         pool.close().await;
                         r
                     }

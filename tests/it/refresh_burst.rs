@@ -119,7 +119,7 @@ async fn seed_steady(app: &TestApp) {
             access_token: &at,
             refresh_token: None,
             token_type: "Bearer",
-            expires_at: Some(mcp_connect::db::now() + 3600),
+            expires_at: Some(mcp_connect::time::now() + 3600),
             scopes: &["read".to_owned()],
             account_label: None,
         },
@@ -198,7 +198,7 @@ on_both_databases!(
         sqlx::query(
             "UPDATE connections SET last_refresh_at = last_refresh_at - 600, expires_at = $1",
         )
-        .bind(mcp_connect::db::now() + 30)
+        .bind(mcp_connect::time::now() + 30)
         .execute(&app.db().pool)
         .await
         .unwrap();
@@ -289,7 +289,7 @@ async fn a_database_outage_mid_burst_loses_no_redeemed_grant() {
     }
     // Every stored refresh token is the provider's current one: all refresh again.
     sqlx::query("UPDATE connections SET last_refresh_at = last_refresh_at - 600, expires_at = $1")
-        .bind(mcp_connect::db::now() + 30)
+        .bind(mcp_connect::time::now() + 30)
         .execute(&app.db().pool)
         .await
         .unwrap();

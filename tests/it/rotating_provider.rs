@@ -106,7 +106,7 @@ pub async fn seed_due_grant(
             access_token: &at,
             refresh_token: Some(&rt),
             token_type: "Bearer",
-            expires_at: Some(mcp_connect::db::now() + 30),
+            expires_at: Some(mcp_connect::time::now() + 30),
             scopes: &["read".to_owned()],
             account_label: None,
         },

@@ -161,7 +161,7 @@ on_both_databases!(
             .await
             .unwrap()
             .unwrap();
-        row.expires_at = mcp_connect::db::now() - 1;
+        row.expires_at = mcp_connect::time::now() - 1;
         let expired =
             mcp_connect::connect::request_state::seal(&app.state.config.keys, &row).unwrap();
         let (s, v) = app.post("/v1/tokens", body("bob", &expired)).await;

@@ -336,7 +336,7 @@ on_both_databases!(
         // The rest is written (with its count) once the minute has passed.
         app.state
             .refusals
-            .flush(app.db(), mcp_connect::db::now() + 61)
+            .flush(app.db(), mcp_connect::time::now() + 61)
             .await;
         let rows = audited_counts(&app, "state.unknown_refused").await;
         assert_eq!(rows.len(), 4, "{rows:?}");
@@ -344,7 +344,7 @@ on_both_databases!(
         // Nothing more is pending.
         app.state
             .refusals
-            .flush(app.db(), mcp_connect::db::now() + 200)
+            .flush(app.db(), mcp_connect::time::now() + 200)
             .await;
         assert_eq!(audited_counts(&app, "state.unknown_refused").await.len(), 4);
         app.shutdown().await;
@@ -624,7 +624,7 @@ on_both_databases!(
         // The rest is written with its count once the minute has passed: nothing is lost.
         app.state
             .refusals
-            .flush(app.db(), mcp_connect::db::now() + 61)
+            .flush(app.db(), mcp_connect::time::now() + 61)
             .await;
         let counted = audited_counts(&app, mismatch).await;
         assert_eq!(counted.len(), 4, "{counted:?}");

@@ -183,7 +183,7 @@ on_both_databases!(
                 .bind(&id)
                 .bind(&at)
                 .bind(&rt)
-                .bind(mcp_connect::db::now() + 3000)
+                .bind(mcp_connect::time::now() + 3000)
                 .execute(&a.db().pool)
                 .await
                 .unwrap();
@@ -236,7 +236,7 @@ async fn grant_other_app(a: &TestApp, id: &str) {
         "INSERT INTO connection_clients (connection_id, client_id, granted_at) VALUES ($1, 'other-mcp', $2)",
     )
     .bind(id)
-    .bind(mcp_connect::db::now())
+    .bind(mcp_connect::time::now())
     .execute(&a.db().pool)
     .await
     .unwrap();

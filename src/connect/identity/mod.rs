@@ -31,6 +31,12 @@ pub struct SignedInUser {
     pub claims: Map<String, Value>,
 }
 
+impl SignedInUser {
+    pub fn user_ref(&self) -> crate::ids::UserRef {
+        crate::ids::UserRef::new(self.issuer.as_str(), self.subject.as_str())
+    }
+}
+
 /// Don't refetch the JWKS for an unknown `kid` more often than this (a forged token must not
 /// make us hammer the issuer).
 const JWKS_REFETCH_MIN: Duration = Duration::from_secs(30);

@@ -161,7 +161,7 @@ impl Identity {
             }
         }
         if let Some(exp) = v.get("exp").and_then(Value::as_i64) {
-            if exp < crate::db::now() {
+            if exp < crate::time::now() {
                 return Err(refused("expired", "the subject_token has expired"));
             }
         }

@@ -83,7 +83,7 @@ async fn start() -> (Arc<Stub>, Identity) {
             scopes: vec!["openid".into()],
             access_token_typ: None,
         },
-        crate::outbound::http::build(crate::outbound::Policy::new(vec![
+        crate::outbound::http::build(crate::config::ssrf::Policy::new(vec![
             crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
         ]))
         .unwrap(),

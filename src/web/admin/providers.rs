@@ -247,16 +247,16 @@ pub async fn show(State(state): State<AppState>, admin: Admin) -> Result<Respons
             providers,
             clients,
             admin_subjects: a.subjects.len(),
-            catalog: crate::providers::catalog::all()
+            catalog: crate::config::catalog::all()
                 .iter()
                 .map(|e| CatalogRow {
                     name: e.name.clone(),
                     display_name: e.display_name.clone(),
                     refresh: e.refresh.behaviour.as_str(),
                     revocation: match e.revocation.method {
-                        crate::providers::catalog::RevocationMethod::Rfc7009 => "RFC 7009",
-                        crate::providers::catalog::RevocationMethod::Custom => "custom call",
-                        crate::providers::catalog::RevocationMethod::Unsupported => "not supported",
+                        crate::config::catalog::RevocationMethod::Rfc7009 => "RFC 7009",
+                        crate::config::catalog::RevocationMethod::Custom => "custom call",
+                        crate::config::catalog::RevocationMethod::Unsupported => "not supported",
                     },
                     params: e
                         .params
@@ -301,7 +301,7 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", l.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(l, app).await });
-        let http = crate::outbound::http::build(crate::outbound::Policy::new(vec![
+        let http = crate::outbound::http::build(crate::config::ssrf::Policy::new(vec![
             crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
         ]))
         .unwrap();

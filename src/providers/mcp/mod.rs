@@ -28,11 +28,10 @@
 //! refuses) is a `Misconfigured` error, which no retry cures; the result lives for the
 //! documents' `Cache-Control: max-age`, within `TTL_MIN..TTL_MAX`.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
-use secrecy::{ExposeSecret, SecretString};
+use anyhow::{anyhow, bail};
+use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use url::Url;
@@ -40,7 +39,13 @@ use url::Url;
 use super::tokens::ClientAuth;
 use crate::crypto::KeyRing;
 use crate::db::Db;
-use crate::outbound::http::{Http, MAX_RESPONSE_BYTES, ServerMetadata, max_age, read_limited};
+use crate::outbound::http::{Http, ServerMetadata};
+
+mod discovery;
+mod registration;
+
+pub use discovery::*;
+use registration::*;
 
 /// How long a discovery result is used when its documents say nothing (`Cache-Control`).
 pub const TTL_DEFAULT: Duration = Duration::from_secs(300);
@@ -68,7 +73,10 @@ pub const AUTHORIZATION_SERVER: &str = "authorization_server";
 /// Whether a grant was issued by another authorization server than the one `endpoints` belong
 /// to (the MCP server moved): its tokens must not be sent to the new one, which has no business
 /// seeing them. Grants stored before this was recorded say nothing and are not refused.
-pub fn issued_elsewhere(metadata: &super::tokens::Metadata, endpoints: &super::Endpoints) -> bool {
+pub fn issued_elsewhere(
+    metadata: &crate::db::connections::Metadata,
+    endpoints: &super::Endpoints,
+) -> bool {
     match (
         metadata.get(AUTHORIZATION_SERVER).and_then(Value::as_str),
         endpoints.authorization_server(),
@@ -83,10 +91,8 @@ pub fn is_misconfigured(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<Misconfigured>())
 }
 
-/// The kind name in `[providers.NAME] kind = "mcp"`.
-pub const KIND: &str = "mcp";
-
-/// What discovery needs from the running service (set once the database is open).
+/// What discovery needs from the running service: where registered clients are stored, the
+/// keys that seal their secrets, and the public URL redirects go to.
 #[derive(Clone)]
 pub struct McpContext {
     pub db: Db,
@@ -97,7 +103,8 @@ pub struct McpContext {
 /// The MCP part of a provider.
 pub struct Upstream {
     pub resource: Url,
-    context: OnceLock<McpContext>,
+    /// `None` outside the service (the CLI, tests): discovery then fails.
+    context: Option<McpContext>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -196,21 +203,14 @@ enum Expect {
 }
 
 impl Upstream {
-    pub fn new(resource: Url) -> Self {
-        Self {
-            resource,
-            context: OnceLock::new(),
-        }
-    }
-
-    pub fn set_context(&self, c: McpContext) {
-        let _ = self.context.set(c);
+    pub fn new(resource: Url, context: Option<McpContext>) -> Self {
+        Self { resource, context }
     }
 
     fn context(&self) -> anyhow::Result<&McpContext> {
         self.context
-            .get()
-            .ok_or_else(|| anyhow!("the MCP provider is not attached to the service yet"))
+            .as_ref()
+            .ok_or_else(|| anyhow!("the MCP provider is not attached to the service"))
     }
 
     /// Runs discovery and registration (see the module documentation). `challenge`: the first
@@ -421,426 +421,6 @@ impl Upstream {
         )
         .await
     }
-}
-
-/// The protocol revision the probe's `initialize` names.
-const MCP_PROTOCOL_VERSION: &str = "2025-11-25";
-
-/// The stateless revision the second probe (`tools/list`) names in `MCP-Protocol-Version`.
-const MCP_STATELESS_VERSION: &str = "2026-07-28";
-
-/// What a Streamable HTTP client accepts (MCP transports: both, on every POST).
-const MCP_ACCEPT: &str = "application/json, text/event-stream";
-
-/// The Bearer challenge of a 401 answer; `None` for any other answer.
-async fn read_challenge(req: crate::outbound::Request) -> Option<Challenge> {
-    let resp = req.send().await.ok()?;
-    if resp.status() != reqwest::StatusCode::UNAUTHORIZED {
-        return None;
-    }
-    let mut c = Challenge::default();
-    for v in resp
-        .headers()
-        .get_all(reqwest::header::WWW_AUTHENTICATE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-    {
-        let found = parse_challenge(v);
-        c.resource_metadata = c.resource_metadata.or(found.resource_metadata);
-        c.scope = c.scope.or(found.scope);
-    }
-    Some(c)
-}
-
-/// `https://host[:port]` of a URL, without a trailing slash.
-fn origin_of(u: &Url) -> String {
-    u.origin().ascii_serialization()
-}
-
-/// RFC 9728 §3.3: the advertised `resource` against the identifier the metadata URL stands
-/// for (see `Expect`). Scheme and host compare as URLs; a trailing slash is not a difference.
-fn resource_matches(advertised: &str, configured: &Url, expect: Expect) -> bool {
-    let Ok(a) = Url::parse(advertised) else {
-        return false;
-    };
-    if a.fragment().is_some() || a.origin() != configured.origin() {
-        return false;
-    }
-    if a.query().is_some() || configured.query().is_some() {
-        return a.query() == configured.query() && a.path() == configured.path();
-    }
-    let a_path = a.path().trim_end_matches('/');
-    let c_path = configured.path().trim_end_matches('/');
-    match expect {
-        Expect::Exact => a_path == c_path,
-        Expect::Covering => {
-            a_path.is_empty()
-                || c_path == a_path
-                || c_path
-                    .strip_prefix(a_path)
-                    .is_some_and(|rest| rest.starts_with('/'))
-        }
-    }
-}
-
-/// The method to register with: the most preferred one the server lists (RFC 8414's default,
-/// `client_secret_basic`, when it lists none).
-fn preferred_auth(supported: Option<&[String]>) -> Option<ClientAuth> {
-    let Some(supported) = supported else {
-        return Some(ClientAuth::SecretBasic);
-    };
-    ClientAuth::PREFERENCE
-        .into_iter()
-        .find(|m| supported.iter().any(|s| s == m.as_str()))
-}
-
-/// Our Client ID Metadata Document's URL (also the `client_id` at servers that take them).
-pub fn client_metadata_url(public_url: &str, provider: &str) -> String {
-    format!(
-        "{}/.well-known/oauth-client/{provider}",
-        public_url.trim_end_matches('/')
-    )
-}
-
-/// The document served at `client_metadata_url`.
-pub fn client_metadata_document(public_url: &str, provider: &str, display: &str) -> Value {
-    json!({
-        "client_id": client_metadata_url(public_url, provider),
-        "client_name": format!("mcp-connect ({display})"),
-        "client_uri": public_url.trim_end_matches('/'),
-        "redirect_uris": [format!("{}/oauth/{provider}/callback", public_url.trim_end_matches('/'))],
-        "grant_types": ["authorization_code", "refresh_token"],
-        "response_types": ["code"],
-        "application_type": "web",
-        "token_endpoint_auth_method": "none",
-    })
-}
-
-/// The `resource_metadata` and `scope` parameters of the Bearer challenge in one
-/// `WWW-Authenticate` value (RFC 9110 §11.6.1: `scheme name=value, name="quoted", other-scheme
-/// ...`).
-fn parse_challenge(h: &str) -> Challenge {
-    let mut c = Challenge::default();
-    let mut bearer = false;
-    let mut rest = h;
-    loop {
-        rest = rest.trim_start_matches(|ch: char| ch == ',' || ch.is_ascii_whitespace());
-        if rest.is_empty() {
-            break;
-        }
-        let end = rest
-            .find(|ch: char| ch == '=' || ch == ',' || ch.is_ascii_whitespace())
-            .unwrap_or(rest.len());
-        let token = &rest[..end];
-        let after = rest[end..].trim_start_matches([' ', '\t']);
-        let Some(value_start) = after.strip_prefix('=').filter(|_| !token.is_empty()) else {
-            // A scheme name (or a token68, which no Bearer challenge has); a stray `=` is
-            // skipped (`end` is 0 only there: commas and spaces were trimmed).
-            if !token.is_empty() {
-                bearer = token.eq_ignore_ascii_case("bearer");
-            }
-            rest = &rest[end.max(1)..];
-            continue;
-        };
-        let value_start = value_start.trim_start_matches([' ', '\t']);
-        let (value, next) = if let Some(q) = value_start.strip_prefix('"') {
-            let mut v = String::new();
-            let mut chars = q.char_indices();
-            let mut close = q.len();
-            while let Some((i, ch)) = chars.next() {
-                match ch {
-                    '\\' => {
-                        if let Some((_, esc)) = chars.next() {
-                            v.push(esc);
-                        }
-                    }
-                    '"' => {
-                        close = i + 1;
-                        break;
-                    }
-                    _ => v.push(ch),
-                }
-            }
-            (v, &q[close.min(q.len())..])
-        } else {
-            let end = value_start
-                .find(|ch: char| ch == ',' || ch.is_ascii_whitespace())
-                .unwrap_or(value_start.len());
-            (value_start[..end].to_owned(), &value_start[end..])
-        };
-        rest = next;
-        if !bearer || value.is_empty() {
-            continue;
-        }
-        if token.eq_ignore_ascii_case("resource_metadata") && c.resource_metadata.is_none() {
-            c.resource_metadata = Some(value);
-        } else if token.eq_ignore_ascii_case("scope") && c.scope.is_none() {
-            let scopes: Vec<String> = value.split_ascii_whitespace().map(str::to_owned).collect();
-            c.scope = (!scopes.is_empty()).then_some(scopes);
-        }
-    }
-    c
-}
-
-/// RFC 8414 §3.1: the well-known suffix goes between the host and the issuer's path.
-fn metadata_urls(issuer: &str) -> anyhow::Result<Vec<String>> {
-    let u = Url::parse(issuer).context("the authorization server is not a URL")?;
-    let path = u.path().trim_end_matches('/').to_owned();
-    let mut origin = u.clone();
-    origin.set_path("");
-    origin.set_query(None);
-    let origin = origin.as_str().trim_end_matches('/').to_owned();
-    let mut v = vec![
-        format!("{origin}/.well-known/oauth-authorization-server{path}"),
-        format!("{origin}/.well-known/openid-configuration{path}"),
-    ];
-    if !path.is_empty() {
-        v.push(format!("{origin}{path}/.well-known/openid-configuration"));
-    }
-    Ok(v)
-}
-
-async fn authorization_server_metadata(
-    http: &Http,
-    issuer: &str,
-) -> anyhow::Result<Fetched<(ServerMetadata, McpServerExtras)>> {
-    let mut errors = Vec::new();
-    for url in metadata_urls(issuer)? {
-        match fetch_doc::<Value>(http, &url).await {
-            Ok(Some((v, ttl))) => return Ok((checked_metadata(http, v, issuer, &url)?, ttl)),
-            Ok(None) => errors.push(format!("GET {url}: HTTP 404")),
-            Err(e) => errors.push(format!("{e:#}")),
-        }
-    }
-    bail!(
-        "no authorization server metadata for {issuer}: {}",
-        errors.join("; ")
-    )
-}
-
-/// An RFC 8414 document fetched at `url` for `issuer`: it must name that issuer (a mix-up
-/// defence) and endpoints the SSRF guard lets through; both are `Misconfigured` otherwise.
-fn checked_metadata(
-    http: &Http,
-    v: Value,
-    issuer: &str,
-    url: &str,
-) -> anyhow::Result<(ServerMetadata, McpServerExtras)> {
-    let m: ServerMetadata = serde_json::from_value(v.clone())
-        .with_context(|| format!("authorization server metadata at {url}"))?;
-    m.check_fetched(issuer, "metadata", url, http.policy())
-        .map_err(|e| Misconfigured::err(format!("{e:#}")))?;
-    let extras: McpServerExtras = serde_json::from_value(v).unwrap_or_default();
-    if let Some(r) = &extras.registration_endpoint {
-        let u = Url::parse(r).context("registration_endpoint is not a URL")?;
-        http.policy()
-            .check_url(&u)
-            .map_err(|e| Misconfigured::err(format!("registration_endpoint: {e}")))?;
-    }
-    Ok((m, extras))
-}
-
-/// 2025-03-26, for a server without protected-resource metadata: RFC 8414 metadata at the
-/// server's origin (the "authorization base URL"); `None` when that answers 404 too.
-async fn legacy_metadata(
-    http: &Http,
-    origin: &str,
-) -> anyhow::Result<Option<Fetched<(ServerMetadata, McpServerExtras)>>> {
-    let url = format!("{origin}/.well-known/oauth-authorization-server");
-    let Some((v, ttl)) = fetch_doc::<Value>(http, &url).await? else {
-        return Ok(None);
-    };
-    // The issuer is the origin; written with a trailing slash by some servers.
-    let named = v.get("issuer").and_then(Value::as_str).unwrap_or_default();
-    let issuer = if named.trim_end_matches('/') == origin {
-        named.to_owned()
-    } else {
-        origin.to_owned()
-    };
-    Ok(Some((checked_metadata(http, v, &issuer, &url)?, ttl)))
-}
-
-/// 2025-03-26's default endpoints at the server's origin, when it publishes no metadata at
-/// all: dynamic registration is tried at `/register` (no method list: RFC 8414's default).
-fn default_endpoints(origin: &str) -> anyhow::Result<(ServerMetadata, McpServerExtras)> {
-    let m: ServerMetadata = serde_json::from_value(json!({
-        "issuer": origin,
-        "authorization_endpoint": format!("{origin}/authorize"),
-        "token_endpoint": format!("{origin}/token"),
-    }))
-    .context("the default endpoints")?;
-    let extras = McpServerExtras {
-        registration_endpoint: Some(format!("{origin}/register")),
-        ..McpServerExtras::default()
-    };
-    Ok((m, extras))
-}
-
-/// A JSON document, `None` when the server answers 404 (absent, not broken), with the
-/// `Cache-Control: max-age` of its answer.
-async fn fetch_doc<T: serde::de::DeserializeOwned>(
-    http: &Http,
-    url: &str,
-) -> anyhow::Result<Option<Fetched<T>>> {
-    Ok(crate::outbound::http::fetch_json_unless_absent(http, url)
-        .await?
-        .map(|(v, headers)| (v, max_age(&headers))))
-}
-
-/// The lifetime of a discovery result: the shortest `max-age` its documents gave, else
-/// `TTL_DEFAULT`, within `TTL_MIN..=TTL_MAX`.
-fn discovery_ttl(ttls: &[Option<Duration>]) -> Duration {
-    ttls.iter()
-        .flatten()
-        .min()
-        .copied()
-        .unwrap_or(TTL_DEFAULT)
-        .clamp(TTL_MIN, TTL_MAX)
-}
-
-/// One RFC 7591 registration: where, for what, and the authentication method asked for.
-struct Registration<'a> {
-    provider: &'a str,
-    issuer: &'a str,
-    endpoint: &'a str,
-    redirect_uri: &'a str,
-    auth: ClientAuth,
-}
-
-/// The client registered for (provider, issuer, redirect URI): stored, or registered now.
-async fn registered_client(
-    http: &Http,
-    ctx: &McpContext,
-    r: &Registration<'_>,
-) -> anyhow::Result<RegisteredClient> {
-    let (provider, issuer, endpoint) = (r.provider, r.issuer, r.endpoint);
-    if let Some(c) = load(ctx, provider, issuer, r.redirect_uri).await? {
-        return Ok(c);
-    }
-    // SEP-837: mcp-connect is a server-side web application (its redirect URI is its own public
-    // URL, also on loopback in development), so "web", never "native".
-    let body = json!({
-        "client_name": format!("mcp-connect ({provider})"),
-        "application_type": "web",
-        "redirect_uris": [r.redirect_uri],
-        "grant_types": ["authorization_code", "refresh_token"],
-        "response_types": ["code"],
-        "token_endpoint_auth_method": r.auth.as_str(),
-    });
-    let resp = http
-        .post(endpoint)
-        .json(&body)
-        .header(reqwest::header::ACCEPT, "application/json")
-        .send()
-        .await
-        .with_context(|| format!("dynamic registration at {endpoint}"))?;
-    let status = resp.status();
-    let bytes = read_limited(resp, MAX_RESPONSE_BYTES).await?;
-    let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    if !status.is_success() {
-        let err = v.get("error").and_then(Value::as_str).unwrap_or("unknown");
-        bail!("dynamic registration at {endpoint} answered HTTP {status} ({err})");
-    }
-    let client_id = v
-        .get("client_id")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty() && s.len() <= 1024)
-        .ok_or_else(|| anyhow!("dynamic registration at {endpoint} returned no client_id"))?
-        .to_owned();
-    let secret = v
-        .get("client_secret")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(|s| SecretString::from(s.to_owned()));
-    let auth = registered_auth(
-        v.get("token_endpoint_auth_method").and_then(Value::as_str),
-        secret.is_some(),
-    )
-    .with_context(|| format!("dynamic registration at {endpoint}"))?;
-    let sealed = secret
-        .as_ref()
-        .map(|s| {
-            ctx.keys.seal(
-                s.expose_secret().as_bytes(),
-                &crate::crypto::mcp_client_secret_aad(provider, issuer),
-            )
-        })
-        .transpose()
-        .context("sealing the registered client secret")?;
-    // Another replica may have registered meanwhile: the first stored registration wins.
-    ctx.db
-        .insert_mcp_client(&crate::db::mcp_clients::NewRegistration {
-            provider,
-            issuer,
-            redirect_uri: r.redirect_uri,
-            client_id: &client_id,
-            sealed_secret: sealed.as_deref(),
-            auth_method: auth.as_str(),
-        })
-        .await
-        .context("storing the registered client")?;
-    tracing::info!(provider, issuer, client_id = %client_id, auth = auth.as_str(), "registered at the upstream MCP authorization server");
-    load(ctx, provider, issuer, r.redirect_uri)
-        .await?
-        .ok_or_else(|| anyhow!("the registered client was not stored"))
-}
-
-/// The method a registration answer names (RFC 7591 §2: `client_secret_basic` when it names
-/// none and a secret was issued). A method that needs a secret without one, or one mcp-connect
-/// does not have, is refused by name.
-fn registered_auth(named: Option<&str>, has_secret: bool) -> anyhow::Result<ClientAuth> {
-    let auth = match named {
-        Some(m) => ClientAuth::parse(m).ok_or_else(|| {
-            anyhow!("the registration names token_endpoint_auth_method {m:?}, which mcp-connect does not support")
-        })?,
-        None if has_secret => ClientAuth::SecretBasic,
-        None => ClientAuth::None,
-    };
-    if auth.needs_secret() && !has_secret {
-        bail!(
-            "the registration names token_endpoint_auth_method {} but issued no client_secret",
-            auth.as_str()
-        );
-    }
-    Ok(auth)
-}
-
-async fn load(
-    ctx: &McpContext,
-    provider: &str,
-    issuer: &str,
-    redirect_uri: &str,
-) -> anyhow::Result<Option<RegisteredClient>> {
-    let Some(stored) = ctx
-        .db
-        .mcp_client(provider, issuer, redirect_uri)
-        .await
-        .context("reading the registered client")?
-    else {
-        return Ok(None);
-    };
-    let client_secret = stored
-        .sealed_secret
-        .map(|s| {
-            ctx.keys
-                .open_string(&s, &crate::crypto::mcp_client_secret_aad(provider, issuer))
-        })
-        .transpose()
-        .context("opening the registered client secret")?;
-    // Rows stored before the method was recorded registered as `none` and used Basic whenever
-    // the server issued a secret anyway.
-    let auth = match stored.auth_method.as_deref() {
-        Some(m) => ClientAuth::parse(m).ok_or_else(|| {
-            anyhow!("the stored registration for {provider} at {issuer} has an unknown token_endpoint_auth_method {m:?}")
-        })?,
-        None if client_secret.is_some() => ClientAuth::SecretBasic,
-        None => ClientAuth::None,
-    };
-    Ok(Some(RegisteredClient {
-        client_id: stored.client_id,
-        client_secret,
-        auth: Some(auth),
-    }))
 }
 
 #[cfg(test)]

@@ -17,6 +17,10 @@ stored_enum! {
     }
 }
 
+mod tx;
+
+pub use tx::*;
+
 /// `Row` with the clients that may use it, as a JSON array (`find_connection_with_clients`).
 #[derive(Debug, FromRow)]
 struct RowWithClients {
@@ -48,6 +52,13 @@ pub(super) struct Row {
     metadata: Option<String>,
 }
 
+/// Parameter values of one connection, by name.
+pub type ConnParams = std::collections::BTreeMap<String, String>;
+
+/// Values learned about a connection (Salesforce `instance_url`, QuickBooks `realmId`, Slack
+/// team, Atlassian `cloud_id`), by the names the catalog gives them. Never a token.
+pub type Metadata = std::collections::BTreeMap<String, serde_json::Value>;
+
 /// A connection as stored: token fields are still sealed, and stay so. No field holds a token
 /// in clear (`access_token`/`refresh_token` open one into a `SecretString` for the caller), so
 /// a `Connection` may be kept and shared (`token_cache`) without keeping a token in clear.
@@ -70,9 +81,9 @@ pub struct Connection {
     pub last_error: Option<String>,
     pub token_version: i64,
     /// Per-connection parameters (tenant, subdomain, shop, region).
-    pub params: crate::providers::ConnParams,
+    pub params: ConnParams,
     /// Values learned at the callback (instance_url, realmId, team). Never a token.
-    pub metadata: crate::providers::tokens::Metadata,
+    pub metadata: Metadata,
 }
 
 /// A row whose status does not decode is an error naming the row, never a default.
@@ -82,7 +93,7 @@ impl TryFrom<Row> for Connection {
     fn try_from(r: Row) -> Result<Self> {
         let bad = |problem: String| Error::undecodable(Self::TABLE, &r.id, problem);
         let status: ConnectionStatus = r.status.parse().map_err(bad)?;
-        let params = super::elicitations::decode_params(r.params.as_deref())
+        let params = crate::db::elicitations::decode_params(r.params.as_deref())
             .map_err(|e| bad(format!("params: {e}")))?;
         let metadata = match r.metadata.as_deref() {
             None => Default::default(),
@@ -95,7 +106,7 @@ impl TryFrom<Row> for Connection {
             subject: r.subject,
             provider: r.provider,
             status,
-            scopes: super::elicitations::split_scopes(&r.scopes),
+            scopes: crate::db::elicitations::split_scopes(&r.scopes),
             token_type: r.token_type,
             sealed_access_token: r.access_token,
             sealed_refresh_token: r.refresh_token,
@@ -113,23 +124,34 @@ impl TryFrom<Row> for Connection {
 }
 
 impl Connection {
+    /// The user whose grant this is.
+    pub fn user_ref(&self) -> crate::ids::UserRef {
+        crate::ids::UserRef::new(self.issuer.as_str(), self.subject.as_str())
+    }
+
     pub fn access_token(
         &self,
         keys: &KeyRing,
     ) -> std::result::Result<Option<SecretString>, CryptoError> {
-        self.sealed_access_token
-            .as_deref()
-            .map(|s| keys.open_string(s, &connection_aad(&self.id, "access_token")))
-            .transpose()
+        self.open(keys, self.sealed_access_token.as_deref(), "access_token")
     }
 
     pub fn refresh_token(
         &self,
         keys: &KeyRing,
     ) -> std::result::Result<Option<SecretString>, CryptoError> {
-        self.sealed_refresh_token
-            .as_deref()
-            .map(|s| keys.open_string(s, &connection_aad(&self.id, "refresh_token")))
+        self.open(keys, self.sealed_refresh_token.as_deref(), "refresh_token")
+    }
+
+    /// Opens the sealed column `field` of this row (its associated data names both).
+    fn open(
+        &self,
+        keys: &KeyRing,
+        sealed: Option<&str>,
+        field: &str,
+    ) -> std::result::Result<Option<SecretString>, CryptoError> {
+        sealed
+            .map(|s| keys.open_string(s, &connection_aad(&self.id, field)))
             .transpose()
     }
 
@@ -256,8 +278,8 @@ impl Db {
         Ok(Some((r.row.try_into()?, clients)))
     }
 
-    /// A read on the token path by `(issuer, subject, provider)`: on the hot connections when
-    /// switched to them (`super::hot`, off by default), else on the pool, repeated once on
+    /// A read on the token path by `(issuer, subject, provider)`: on Postgres on the hot reads'
+    /// own connections (`super::hot`), on SQLite on the pool; either way repeated once on
     /// another connection when the first was dropped by the server.
     async fn token_read<T>(
         &self,
@@ -297,7 +319,7 @@ impl Db {
         // A pooled connection used in the last second is not pinged before use (see
         // `Db::connect`), so one the server dropped since fails here. The failed one leaves the
         // pool; a read is safe to repeat on another.
-        Ok(super::error::retry_dropped(2, read).await?)
+        Ok(crate::db::error::retry_dropped(2, read).await?)
     }
 
     pub async fn list_connections(&self, issuer: &str, subject: &str) -> Result<Vec<Connection>> {
@@ -412,224 +434,6 @@ impl Db {
         .fetch_all(&self.pool)
         .await?)
     }
-}
-
-/// The connection `id`, read on `conn` (inside the caller's transaction or lock).
-pub async fn get_connection(conn: &mut AnyConnection, id: &str) -> Result<Option<Connection>> {
-    let row: Option<Row> = sqlx::query_as(&Connection::select("id = $1"))
-        .bind(id)
-        .fetch_optional(conn)
-        .await?;
-    row.map(TryInto::try_into).transpose()
-}
-
-/// Stores the tokens of a completed connect flow: a new connection, or the existing one for
-/// `(issuer, subject, provider)` replaced in place (same id). Returns `(id, reconnected)`.
-pub async fn save_connected_tokens(
-    conn: &mut AnyConnection,
-    keys: &KeyRing,
-    issuer: &str,
-    subject: &str,
-    provider: &str,
-    t: &NewTokens<'_>,
-) -> Result<(String, bool)> {
-    let stored = store_connected(conn, keys, issuer, subject, provider, t, None).await?;
-    Ok((stored.id, stored.before.is_some()))
-}
-
-/// What [`store_connected`] did.
-#[derive(Debug)]
-pub struct Stored {
-    pub id: String,
-    /// The status of the row that was there before (a reconnect), `None` for a new connection.
-    pub before: Option<ConnectionStatus>,
-}
-
-/// The connection's parameters and what the provider told about the account, stored with its
-/// tokens.
-pub struct Details<'a> {
-    pub params: &'a crate::providers::ConnParams,
-    pub metadata: &'a crate::providers::tokens::Metadata,
-}
-
-/// As [`save_connected_tokens`], with the connection's `details` when given (`None` keeps
-/// those stored), and the status the row had before. A new connection is one statement: the
-/// `INSERT` carries everything; a reconnect reads the row's id and status, then replaces it.
-pub async fn store_connected(
-    conn: &mut AnyConnection,
-    keys: &KeyRing,
-    issuer: &str,
-    subject: &str,
-    provider: &str,
-    t: &NewTokens<'_>,
-    details: Option<Details<'_>>,
-) -> Result<Stored> {
-    let now = now();
-    let id = random_token(16);
-    let (params, metadata) = match &details {
-        Some(d) => (
-            super::elicitations::encode_params(d.params)?,
-            encode_metadata(&id, d.metadata)?,
-        ),
-        None => (None, None),
-    };
-    // Without details the statement names only the columns every schema since 0001 has.
-    let (detail_columns, detail_values) = match details {
-        Some(_) => (", params, metadata", ", $12, $13"),
-        None => ("", ""),
-    };
-    let insert = format!(
-        "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
-         expires_at, account_label, created_at, updated_at, last_refresh_at{detail_columns}) \
-         VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11{detail_values}) \
-         ON CONFLICT (issuer, subject, provider) DO NOTHING"
-    );
-    let q = sqlx::query(&insert)
-        .bind(&id)
-        .bind(issuer)
-        .bind(subject)
-        .bind(provider)
-        .bind(t.scopes.join(" "))
-        .bind(t.token_type)
-        .bind(seal(keys, &id, "access_token", t.access_token)?)
-        .bind(seal_optional(keys, &id, "refresh_token", t.refresh_token)?)
-        .bind(t.expires_at)
-        .bind(t.account_label)
-        .bind(now);
-    let q = match details {
-        Some(_) => q.bind(params).bind(metadata),
-        None => q,
-    };
-    let inserted = q.execute(&mut *conn).await?.rows_affected();
-    if inserted == 1 {
-        return Ok(Stored { id, before: None });
-    }
-    let Some((id, before)) =
-        super::grants::existing_status(conn, issuer, subject, provider).await?
-    else {
-        // Not inserted, yet not there: deleted between the two statements.
-        return Err(Error::RowNotFound);
-    };
-    // A reconnect replaces the tokens. A provider that issues no new refresh token on
-    // re-consent usually keeps the old one valid, so it is kept (a dead one only leads back
-    // to `needs_reauth`).
-    sqlx::query(
-        "UPDATE connections SET status = 'active', scopes = $2, token_type = $3, access_token = $4, refresh_token = COALESCE($5, refresh_token), \
-         expires_at = $6, account_label = COALESCE($7, account_label), updated_at = $8, last_refresh_at = $8, \
-         last_error = NULL, refresh_failures = 0, token_version = token_version + 1 WHERE id = $1",
-    )
-    .bind(&id)
-    .bind(t.scopes.join(" "))
-    .bind(t.token_type)
-    .bind(seal(keys, &id, "access_token", t.access_token)?)
-    .bind(seal_optional(keys, &id, "refresh_token", t.refresh_token)?)
-    .bind(t.expires_at)
-    .bind(t.account_label)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
-    if let Some(d) = details {
-        set_connection_details(conn, &id, d.params, d.metadata).await?;
-    }
-    Ok(Stored {
-        id,
-        before: Some(before),
-    })
-}
-
-/// `metadata` as stored: JSON, or NULL when empty. A value that does not encode is an error,
-/// never stored as an empty one.
-fn encode_metadata(
-    id: &str,
-    metadata: &crate::providers::tokens::Metadata,
-) -> Result<Option<String>> {
-    (!metadata.is_empty())
-        .then(|| serde_json::to_string(metadata))
-        .transpose()
-        .map_err(|e| Error::encode(format!("the metadata of connection {id}"), e))
-}
-
-/// Stores refreshed tokens, only if nobody else stored newer ones since `expected_version`
-/// was read (a fencing check). Returns false when the row had moved on.
-pub async fn save_refreshed_tokens(
-    conn: &mut AnyConnection,
-    keys: &KeyRing,
-    id: &str,
-    expected_version: i64,
-    t: &NewTokens<'_>,
-) -> Result<bool> {
-    let now = now();
-    let refresh = seal_optional(keys, id, "refresh_token", t.refresh_token)?;
-    let r = sqlx::query(
-        "UPDATE connections SET status = 'active', scopes = $3, token_type = $4, access_token = $5, \
-         refresh_token = COALESCE($6, refresh_token), expires_at = $7, updated_at = $8, last_refresh_at = $8, \
-         last_error = NULL, refresh_failures = 0, token_version = token_version + 1 \
-         WHERE id = $1 AND token_version = $2",
-    )
-    .bind(id)
-    .bind(expected_version)
-    .bind(t.scopes.join(" "))
-    .bind(t.token_type)
-    .bind(seal(keys, id, "access_token", t.access_token)?)
-    .bind(refresh)
-    .bind(t.expires_at)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
-    Ok(r.rows_affected() == 1)
-}
-
-/// Records a connection's parameters and what was learned at its callback, in the transaction
-/// that stored its tokens (a reconnect replaces both).
-pub async fn set_connection_details(
-    conn: &mut AnyConnection,
-    id: &str,
-    params: &crate::providers::ConnParams,
-    metadata: &crate::providers::tokens::Metadata,
-) -> Result<()> {
-    let metadata = encode_metadata(id, metadata)?;
-    sqlx::query("UPDATE connections SET params = $2, metadata = $3 WHERE id = $1")
-        .bind(id)
-        .bind(super::elicitations::encode_params(params)?)
-        .bind(metadata)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
-/// Records a failed refresh. `needs_reauth` marks the grant dead; the identity is kept.
-pub async fn record_refresh_failure(
-    conn: &mut AnyConnection,
-    id: &str,
-    error: &str,
-    needs_reauth: bool,
-) -> Result<()> {
-    sqlx::query(
-        "UPDATE connections SET last_error = $2, refresh_failures = refresh_failures + 1, updated_at = $3, \
-         status = CASE WHEN $4 = 1 THEN 'needs_reauth' ELSE status END WHERE id = $1",
-    )
-    .bind(id)
-    .bind(error)
-    .bind(now())
-    .bind(i64::from(needs_reauth))
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-/// Removes the tokens and marks the connection revoked (the row stays for its history, listed
-/// to the apps that held it; a later connect replaces them with the apps it names).
-pub async fn mark_revoked(conn: &mut AnyConnection, id: &str, note: Option<&str>) -> Result<bool> {
-    let r = sqlx::query(
-        "UPDATE connections SET status = 'revoked', access_token = NULL, refresh_token = NULL, expires_at = NULL, \
-         updated_at = $2, last_error = $3, token_version = token_version + 1 WHERE id = $1",
-    )
-    .bind(id)
-    .bind(now())
-    .bind(note)
-    .execute(&mut *conn)
-    .await?;
-    Ok(r.rows_affected() == 1)
 }
 
 #[cfg(test)]

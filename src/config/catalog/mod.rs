@@ -5,6 +5,8 @@
 //! whether refresh tokens rotate, how revocation works) and when that was last checked against
 //! the provider's documentation. Decoding is strict: an unknown key or value is an error naming
 //! the file and the key, and `validate` checks what serde cannot (URLs, patterns, consistency).
+//! The catalog is data the config loader checks `[providers.NAME]` against; what the service
+//! does with an entry is in `providers/`.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -488,288 +490,38 @@ pub fn placeholders(template: &str) -> Vec<&str> {
     out
 }
 
-/// Checks what the types cannot: URLs, dates, patterns, consistency. `Err((key, message))`.
-pub fn validate(e: &Entry) -> Result<(), (String, String)> {
-    let fail = |k: &str, m: String| Err((k.to_owned(), m));
-    if e.name.is_empty()
-        || !e
-            .name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        return fail("name", "only lower-case letters, digits and -".into());
-    }
-    if e.display_name.trim().is_empty() {
-        return fail("display_name", "must not be empty".into());
-    }
-    if time::Date::parse(
-        &e.last_checked,
-        time::macros::format_description!("[year]-[month]-[day]"),
-    )
-    .is_err()
-    {
-        return fail(
-            "last_checked",
-            format!("{:?} is not a YYYY-MM-DD date", e.last_checked),
-        );
-    }
-    let mut names: Vec<&str> = Vec::new();
-    for (i, p) in e.params.iter().enumerate() {
-        let key = format!("params[{i}]");
-        if !is_placeholder_name(&p.name) || p.name == "client_id" {
-            return fail(
-                &format!("{key}.name"),
-                format!("{:?}: lower-case letters, digits and _", p.name),
-            );
-        }
-        if names.contains(&p.name.as_str()) {
-            return fail(&format!("{key}.name"), format!("{:?} twice", p.name));
-        }
-        names.push(&p.name);
-        match (&p.pattern, &p.choices) {
-            (Some(pat), None) => {
-                if !pat.starts_with('^') || !pat.ends_with('$') {
-                    return fail(&format!("{key}.pattern"), "must be anchored (^...$)".into());
-                }
-                let re = regex::Regex::new(pat)
-                    .map_err(|err| (format!("{key}.pattern"), err.to_string()))?;
-                for (k, v) in [("example", &p.example), ("default", &p.default)] {
-                    if let Some(v) = v {
-                        if !re.is_match(v) {
-                            return fail(
-                                &format!("{key}.{k}"),
-                                format!("{v:?} does not match the pattern"),
-                            );
-                        }
-                    }
-                }
-            }
-            (None, Some(choices)) => {
-                if choices.is_empty() {
-                    return fail(&format!("{key}.choices"), "must not be empty".into());
-                }
-                if let Some(d) = &p.default {
-                    if !choices.contains_key(d) {
-                        return fail(&format!("{key}.default"), format!("{d:?} is no choice"));
-                    }
-                }
-            }
-            _ => {
-                return fail(&key, "give exactly one of `pattern` and `choices`".into());
-            }
-        }
-    }
-    let check_template = |key: &str, url: &str, extra: &[&str]| -> Result<(), (String, String)> {
-        for ph in placeholders(url) {
-            if !names.contains(&ph) && !extra.contains(&ph) {
-                return Err((
-                    key.to_owned(),
-                    format!("{{{ph}}} is not a declared parameter"),
-                ));
-            }
-        }
-        // With every placeholder filled by a plain label, the URL must be a https URL.
-        let mut filled = url.to_owned();
-        for ph in placeholders(url) {
-            filled = filled.replace(&format!("{{{ph}}}"), "x");
-        }
-        match url::Url::parse(&filled) {
-            Ok(u) if u.scheme() == "https" && u.host_str().is_some() => Ok(()),
-            _ => Err((key.to_owned(), format!("{url:?} is not an https URL"))),
-        }
-    };
-    let ep = &e.endpoints;
-    for (k, u) in [
-        ("endpoints.authorization_url", &ep.authorization_url),
-        ("endpoints.token_url", &ep.token_url),
-        ("endpoints.refresh_url", &ep.refresh_url),
-        ("endpoints.userinfo_url", &ep.userinfo_url),
-        ("endpoints.issuer", &ep.issuer),
-    ] {
-        if let Some(u) = u {
-            check_template(k, u, &[])?;
-        }
-    }
-    if ep.authorization_url.is_some() != ep.token_url.is_some() {
-        return fail(
-            "endpoints",
-            "give both authorization_url and token_url, or neither (a generic entry)".into(),
-        );
-    }
-    if e.auth == AuthKind::Oidc && !e.is_generic() {
-        return fail(
-            "auth",
-            "an oidc entry takes its endpoints from discovery".into(),
-        );
-    }
-    for p in &e.params {
-        let used = [
-            &ep.authorization_url,
-            &ep.token_url,
-            &ep.refresh_url,
-            &ep.userinfo_url,
-            &e.revocation.url,
-        ]
-        .iter()
-        .filter_map(|u| u.as_deref())
-        .any(|u| placeholders(u).contains(&p.name.as_str()));
-        if !used {
-            return fail("params", format!("{:?} is used by no endpoint", p.name));
-        }
-    }
-    if e.scopes.separator.is_empty() || e.scopes.separator.len() > 1 {
-        return fail("scopes.separator", "one character".into());
-    }
-    for s in &e.scopes.default {
-        if s.is_empty() || s.chars().any(char::is_whitespace) {
-            return fail("scopes.default", format!("{s:?} is no scope"));
-        }
-    }
-    for k in e.authorize.params.keys() {
-        if matches!(
-            k.as_str(),
-            "client_id" | "redirect_uri" | "state" | "code_challenge" | "code_challenge_method"
-        ) || k == &e.authorize.scope_param
-        {
-            return fail(
-                &format!("authorize.params.{k}"),
-                "is set by mcp-connect itself".into(),
-            );
-        }
-    }
-    for o in &e.authorize.omit {
-        if !matches!(o.as_str(), "response_type") {
-            return fail("authorize.omit", format!("{o:?}: only response_type"));
-        }
-    }
-    if e.authorize.scope_param.is_empty() {
-        return fail("authorize.scope_param", "must not be empty".into());
-    }
-    match (e.token.expiry.when_missing, e.token.expiry.assume_seconds) {
-        (WhenMissing::Assume, Some(s)) if s > 0 => {}
-        (WhenMissing::Assume, _) => {
-            return fail(
-                "token.expiry.assume_seconds",
-                "a positive number of seconds is required with when_missing = \"assume\"".into(),
-            );
-        }
-        (WhenMissing::Never, Some(_)) => {
-            return fail(
-                "token.expiry.assume_seconds",
-                "only with when_missing = \"assume\"".into(),
-            );
-        }
-        (WhenMissing::Never, None) => {}
-    }
-    if e.token.body == BodyFormat::None {
-        return fail("token.body", "form or json".into());
-    }
-    if let Some(p) = &e.token.path {
-        if p.is_empty() {
-            return fail("token.path", "must not be empty".into());
-        }
-    }
-    let r = &e.revocation;
-    match r.method {
-        RevocationMethod::Rfc7009 => {
-            if let Some(u) = &r.url {
-                check_template("revocation.url", u, &["client_id"])?;
-            } else if !e.is_generic() {
-                return fail(
-                    "revocation.url",
-                    "required with method = \"rfc7009\"".into(),
-                );
-            }
-            if r.auth.is_some()
-                || r.token.is_some()
-                || r.body.is_some()
-                || r.token_param.is_some()
-                || r.http_method.is_some()
-                || !r.extra.is_empty()
-            {
-                return fail(
-                    "revocation",
-                    "rfc7009 takes only url, manual_url and note".into(),
-                );
-            }
-        }
-        RevocationMethod::Custom => {
-            let Some(u) = &r.url else {
-                return fail("revocation.url", "required with method = \"custom\"".into());
-            };
-            check_template("revocation.url", u, &["client_id"])?;
-            if r.auth.is_none() {
-                return fail(
-                    "revocation.auth",
-                    "required with method = \"custom\"".into(),
-                );
-            }
-            if r.token.is_none() {
-                return fail(
-                    "revocation.token",
-                    "required with method = \"custom\"".into(),
-                );
-            }
-            let body = r.body.unwrap_or_default();
-            if body == BodyFormat::None && (r.token_param.is_some() || !r.extra.is_empty()) {
-                return fail("revocation.body", "\"none\" carries no fields".into());
-            }
-            if r.token_param.is_none()
-                && r.auth != Some(RevocationAuth::Bearer)
-                && r.extra.is_empty()
-            {
-                return fail(
-                    "revocation.token_param",
-                    "required unless the token goes as a bearer token or `extra` names the grant"
-                        .into(),
-                );
-            }
-            for (k, v) in &r.extra {
-                let ok = placeholders(v).iter().all(|p| {
-                    *p == "client_id"
-                        || p.strip_prefix("metadata.").is_some_and(|m| {
-                            e.metadata.from_token.contains_key(m)
-                                || e.metadata.from_redirect.contains_key(m)
-                                || e.metadata.from_userinfo.contains_key(m)
-                        })
-                });
-                if !ok {
-                    return fail(
-                        &format!("revocation.extra.{k}"),
-                        "only {client_id} and {metadata.NAME} of a declared metadata field".into(),
-                    );
-                }
-            }
-        }
-        RevocationMethod::Unsupported => {
-            if r.url.is_some() || r.auth.is_some() || r.token.is_some() {
-                return fail(
-                    "revocation",
-                    "unsupported takes only manual_url and note".into(),
-                );
-            }
-        }
-    }
-    if let Some(u) = &r.manual_url {
-        check_template("revocation.manual_url", u, &[])?;
-    }
-    for (i, f) in e.metadata.fetch.iter().enumerate() {
-        check_template(&format!("metadata.fetch[{i}].url"), &f.url, &[])?;
-        if f.fields.is_empty() {
-            return fail(
-                &format!("metadata.fetch[{i}].fields"),
-                "must not be empty".into(),
-            );
-        }
-    }
-    for (i, d) in e.docs.iter().enumerate() {
-        check_template(&format!("docs[{i}].url"), &d.url, &[])?;
-    }
-    if let Some(u) = &e.setup.console_url {
-        check_template("setup.console_url", u, &[])?;
-    }
-    Ok(())
+/// The longest value a parameter may have.
+pub const MAX_PARAM_LEN: usize = 100;
+
+/// Whether a value is safe to put into a URL's host or path, whatever the catalog's pattern
+/// says: letters, digits, `.`, `-` and `_` only (no `/`, `@`, `:`, `?`, `#`, `%`).
+pub(crate) fn safe_in_url(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= MAX_PARAM_LEN
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        && !v.starts_with('.')
+        && !v.contains("..")
 }
+
+impl ParamSpec {
+    /// Whether `value` is acceptable for this parameter.
+    pub fn accepts(&self, value: &str) -> bool {
+        if let Some(choices) = &self.choices {
+            return choices.contains_key(value);
+        }
+        safe_in_url(value)
+            && self
+                .pattern
+                .as_deref()
+                .and_then(|p| regex::Regex::new(p).ok())
+                .is_some_and(|re| re.is_match(value))
+    }
+}
+
+mod validate;
+
+pub use validate::validate;
 
 /// The decoded catalog. A broken file is a build defect: `all()` panics naming it, and the
 /// catalog test proves every file decodes.
@@ -804,134 +556,4 @@ pub fn names() -> Vec<&'static str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_catalog_file_decodes_and_validates() {
-        let entries = load().unwrap();
-        assert!(entries.len() >= 40, "{} entries", entries.len());
-        for must in [
-            "github",
-            "google",
-            "microsoft",
-            "microsoft-tenant",
-            "slack",
-            "notion",
-            "linear",
-            "atlassian",
-            "asana",
-            "hubspot",
-            "salesforce",
-            "salesforce-sandbox",
-            "zoom",
-            "dropbox",
-            "box",
-            "figma",
-            "gitlab",
-            "bitbucket",
-            "discord",
-            "spotify",
-            "x",
-            "linkedin",
-            "airtable",
-            "intercom",
-            "zendesk",
-            "stripe",
-            "shopify",
-            "monday",
-            "clickup",
-            "todoist",
-            "reddit",
-            "twitch",
-            "calendly",
-            "docusign",
-            "xero",
-            "quickbooks",
-            "oauth2",
-            "oidc",
-            "strava",
-        ] {
-            assert!(lookup(must).is_some(), "{must} is missing");
-        }
-        assert!(
-            lookup("strava")
-                .and_then(|e| e.policy_note.as_deref())
-                .is_some_and(|n| n.contains("AI")),
-            "Strava carries its AI-use policy note"
-        );
-    }
-
-    #[test]
-    fn an_unknown_key_or_value_names_the_file_and_the_key() {
-        let base = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/providers/github.toml"
-        ))
-        .unwrap();
-        let e = parse("github.toml", &format!("{base}\nsurprise = 1\n")).unwrap_err();
-        assert!(
-            e.contains("providers/github.toml") && e.contains("surprise"),
-            "{e}"
-        );
-        let bad = base.replace("behaviour = \"none\"", "behaviour = \"sometimes\"");
-        assert_ne!(bad, base);
-        let e = parse("github.toml", &bad).unwrap_err();
-        assert!(
-            e.contains("providers/github.toml") && e.contains("refresh.behaviour"),
-            "{e}"
-        );
-        assert!(e.contains("sometimes"), "{e}");
-        let e = parse("gitlab.toml", &base).unwrap_err();
-        assert!(e.contains("`name`"), "{e}");
-    }
-
-    #[test]
-    fn validation_refuses_inconsistent_entries() {
-        let base = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/providers/zendesk.toml"
-        ))
-        .unwrap();
-        for (from, to, key) in [
-            (
-                "https://{subdomain}.zendesk.com/oauth/tokens",
-                "https://{sub}.zendesk.com/oauth/tokens",
-                "endpoints.token_url",
-            ),
-            ("pattern = \"^", "pattern = \"", "params[0].pattern"),
-            (
-                "last_checked = \"2026-12-03\"",
-                "last_checked = \"Dec 3\"",
-                "last_checked",
-            ),
-            (
-                "when_missing = \"assume\"\nassume_seconds = 1800",
-                "when_missing = \"assume\"",
-                "token.expiry.assume_seconds",
-            ),
-        ] {
-            let bad = base.replace(from, to);
-            assert_ne!(bad, base, "{from}");
-            let e = parse("zendesk.toml", &bad).unwrap_err();
-            assert!(e.contains(&format!("`{key}`")), "{key}: {e}");
-        }
-    }
-
-    /// `providers/schema.json` is the JSON Schema of these types (editors validate the TOML
-    /// files with it). `UPDATE_DOCS=1` rewrites it.
-    #[test]
-    fn the_json_schema_file_is_current() {
-        let schema = schemars::schema_for!(Entry);
-        let text = serde_json::to_string_pretty(&schema).unwrap() + "\n";
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/providers/schema.json");
-        if std::env::var_os("UPDATE_DOCS").is_some() {
-            std::fs::write(path, &text).unwrap();
-        }
-        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(
-            on_disk == text,
-            "providers/schema.json is stale: run UPDATE_DOCS=1 cargo nextest run -E 'test(/catalog/)'"
-        );
-    }
-}
+mod tests;
