@@ -14,10 +14,11 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::db::Db;
 use crate::grants::refresh_ahead;
+use crate::server::edge::Edge;
 use crate::server::serve::serve;
 use crate::server::{middleware, ops};
 use crate::signals::{events, listener};
-use crate::{AppState, api, grants, server, web};
+use crate::{AppState, api, grants, web};
 
 /// A built application: listening, not yet serving.
 pub struct Application {
@@ -159,20 +160,25 @@ impl Application {
 /// The whole HTTP surface: API, browser pages, ops routes, with shared middleware.
 pub fn router(state: AppState) -> Router {
     let https = state.config.is_https();
-    let timeout = Duration::from_secs(state.config.limits.request_timeout_seconds);
     let csp = axum::http::HeaderValue::from_str(&state.config.branding.content_security_policy())
         .unwrap_or_else(|_| {
             axum::http::HeaderValue::from_static(
                 "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'",
             )
         });
+    // The browser routes and the fallback: the edge with the per-address browser limit, and
+    // outside it the page renderer of the edge's answers.
+    let browser = web::router(state.clone())
+        .fallback(web::fallback_with(state.clone()))
+        .layer(Edge::new(&state).browser())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            web::pages::render_edge_pages,
+        ));
     Router::new()
         .merge(api::router(state.clone()))
-        .merge(web::router(state.clone()))
         .merge(ops::router(state.clone()))
-        .fallback(web::fallback_with(state.clone()))
-        .layer(middleware::Guard::new(timeout, Some(state.clone())))
-        .layer(server::metrics::Track(state.metrics.clone()))
+        .merge(browser)
         .layer(middleware::response_headers(csp, https))
         .layer(middleware::trace_layer())
         .layer(middleware::request_id_layers(

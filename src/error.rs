@@ -62,12 +62,6 @@ pub enum Error {
         title: Text,
         message: Text,
     },
-    /// Too many requests from this caller; try again after `retry_after` seconds.
-    #[error("Too many requests. Try again in {retry_after} seconds.")]
-    RateLimited {
-        retry_after: u64,
-        limit: crate::server::limits::Limit,
-    },
     #[error("a dependency is unavailable")]
     Unavailable(#[source] anyhow::Error),
     #[error("the provider failed")]
@@ -222,7 +216,6 @@ impl Error {
             Self::AuthorizationRequired { .. } => "authorization_required",
             Self::ReauthorizationRequired { .. } => "reauthorization_required",
             Self::Refused { refusal, .. } => refusal.code(),
-            Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable(_) => "unavailable",
             Self::Upstream(_) | Self::AuthorizationFailed { .. } => "upstream_error",
             Self::Internal(_) => "internal",
@@ -241,9 +234,6 @@ impl Error {
             Self::Unavailable(_) => Msg::new("error-unavailable-lead").into(),
             Self::Upstream(_) => Msg::new("error-upstream-lead").into(),
             Self::Internal(_) => Msg::new("error-internal-lead").into(),
-            Self::RateLimited { retry_after, .. } => Msg::new("error-rate-limited-lead")
-                .arg("seconds", retry_after.to_string())
-                .into(),
             Self::Refused { message, .. } => message.clone(),
             other => Text::Raw(other.to_string()),
         }
@@ -255,7 +245,6 @@ impl Error {
             Self::Refused { title, .. } => return title.clone(),
             Self::NotFound(_) => "error-title-not-found",
             Self::InvalidRequest(_) => "error-title-invalid",
-            Self::RateLimited { .. } => "error-title-too-many",
             Self::Unavailable(_) => "error-title-unavailable",
             Self::Upstream(_) => "error-title-upstream",
             _ => "error-title-generic",

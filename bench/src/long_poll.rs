@@ -208,6 +208,7 @@ async fn one_run(
         let connection_id = ConnectionId::new(format!("bench-{}", e.id));
         let t0 = Instant::now();
         a.state
+            .connect
             .finish_elicitation(
                 &e,
                 Ending::Completed {

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::{ApiClient, ApiJson, ApiLang, ApiQuery};
 use crate::AppState;
+use crate::api::error::ApiError;
 use crate::connect::elicitations::ElicitationView;
 use crate::error::{Error, Result};
 use crate::server::middleware::RequestId;
@@ -149,13 +150,13 @@ pub async fn show(
     ApiLang(lang): ApiLang,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ShowQuery>,
-) -> Result<Json<ElicitationView>> {
+) -> std::result::Result<Json<ElicitationView>, ApiError> {
     let e = state.connect.client_elicitation(&client.0, &id).await?;
     let e = match q.wait {
         Some(w) if w > MAX_WAIT_SECONDS => {
-            return Err(Error::invalid(format!(
-                "wait must be at most {MAX_WAIT_SECONDS} seconds"
-            )));
+            return Err(
+                Error::invalid(format!("wait must be at most {MAX_WAIT_SECONDS} seconds")).into(),
+            );
         }
         Some(w) if w > 0 => {
             // Nothing of the request is kept while waiting (see `ApiLang`), nor this first

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::error::{Error, Refusal};
+use crate::server::limits::TooMany;
 use crate::server::rendered::RenderedError;
 
 /// Every API error body. Stable codes: `unauthorized`, `invalid_subject_token`,
@@ -46,7 +47,6 @@ pub fn status(e: &Error) -> StatusCode {
         | Error::ReauthorizationRequired { .. }
         | Error::AuthorizationDeclined { .. } => StatusCode::CONFLICT,
         Error::Refused { refusal, .. } => refusal_status(*refusal),
-        Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         Error::Upstream(_) | Error::AuthorizationFailed { .. } => StatusCode::BAD_GATEWAY,
         Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -111,15 +111,39 @@ impl IntoResponse for Error {
             code: self.code(),
             title: self.title(),
             message: self.message_text(),
+            next: None,
         };
         let mut resp = (status, Json(body)).into_response();
-        if let Self::RateLimited { retry_after, limit } = &self {
-            resp.headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, (*retry_after).into());
-            // For the metrics layer, which counts refusals by limit.
-            resp.extensions_mut().insert(*limit);
-        }
         resp.extensions_mut().insert(rendered);
         resp
+    }
+}
+
+/// What an API handler answers instead of its result: the domain's error, or a refusal by one
+/// of the edge's limits (a rate limit, the cap on long polls or streams), which answers itself.
+#[derive(Debug)]
+pub enum ApiError {
+    Domain(Error),
+    Limited(TooMany),
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        Self::Domain(e)
+    }
+}
+
+impl From<TooMany> for ApiError {
+    fn from(r: TooMany) -> Self {
+        Self::Limited(r)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Domain(e) => e.into_response(),
+            Self::Limited(r) => r.into_response(),
+        }
     }
 }

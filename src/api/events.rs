@@ -15,8 +15,9 @@ use tokio::sync::{broadcast, watch};
 
 use super::ApiClient;
 use crate::AppState;
+use crate::api::error::ApiError;
 use crate::db::events::EventRow;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A comment line this often keeps proxies from closing an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -54,7 +55,7 @@ pub async fn stream(
     State(state): State<AppState>,
     client: ApiClient,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+) -> std::result::Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let slot = state.limits.sse_stream(&client.0.id)?;
     // Subscribe before reading the position, so nothing recorded in between is missed.
     let rx = state.events.subscribe();
@@ -65,7 +66,11 @@ pub async fn stream(
         .filter(|n| *n >= 0);
     let floor = match resume {
         Some(n) => n,
-        None => state.db.last_event_seq(&client.0.id).await?,
+        None => state
+            .db
+            .last_event_seq(&client.0.id)
+            .await
+            .map_err(Error::from)?,
     };
     let cursor = Cursor {
         shutdown: state.shutdown.clone(),

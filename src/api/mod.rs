@@ -4,9 +4,11 @@ pub mod connections;
 pub mod elicitations;
 pub mod error;
 pub mod events;
+pub mod openapi;
 pub mod tokens;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -17,21 +19,39 @@ use axum::routing::{delete, get, post};
 use serde::de::DeserializeOwned;
 
 use crate::AppState;
+use crate::api::error::ApiError;
 use crate::config::ClientConfig;
 use crate::crypto::sha256;
 use crate::error::{Error, Refusal};
+use crate::server::edge::Edge;
 
 /// API request bodies are small; anything bigger is refused before parsing.
 const MAX_BODY: usize = 16 * 1024;
 
+/// The API's routes, each group behind the edge with its deadline: the request timeout, the
+/// longest wait on top of it for the routes that may long-poll, none for the event stream (it
+/// ends with the service).
 pub fn router(state: AppState) -> Router {
+    let edge = Edge::new(&state);
+    let base = Duration::from_secs(state.config.limits.request_timeout_seconds);
+    let long_poll = base + Duration::from_secs(elicitations::MAX_WAIT_SECONDS);
     Router::new()
         .route("/v1/elicitations", post(elicitations::create))
-        .route("/v1/elicitations/{id}", get(elicitations::show))
-        .route("/v1/tokens", post(tokens::fetch))
         .route("/v1/connections", get(connections::list))
         .route("/v1/connections/{id}", delete(connections::revoke))
-        .route("/v1/events", get(events::stream))
+        .route("/openapi.json", get(openapi::document))
+        .layer(edge.clone())
+        .merge(
+            Router::new()
+                .route("/v1/elicitations/{id}", get(elicitations::show))
+                .route("/v1/tokens", post(tokens::fetch))
+                .layer(edge.clone().deadline(Some(long_poll))),
+        )
+        .merge(
+            Router::new()
+                .route("/v1/events", get(events::stream))
+                .layer(edge.deadline(None)),
+        )
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -41,9 +61,9 @@ pub fn router(state: AppState) -> Router {
 pub struct ApiClient(pub Arc<ClientConfig>);
 
 impl FromRequestParts<AppState> for ApiClient {
-    type Rejection = Error;
+    type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let client = Self::authenticate(parts, state);
         match &client {
             // A valid key is never refused by the failed-authentication limit: others failing
@@ -62,7 +82,7 @@ impl FromRequestParts<AppState> for ApiClient {
             }
             Err(_) => {}
         }
-        client
+        Ok(client?)
     }
 }
 

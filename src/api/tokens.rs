@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiClient, ApiJson, ApiLang};
 use crate::AppState;
+use crate::api::error::ApiError;
 use crate::connect::token_request::{Awaited, TokenAsk};
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::ids::ProviderName;
 use crate::server::middleware::RequestId;
 use crate::time::rfc3339;
@@ -164,7 +165,7 @@ pub async fn fetch(
     rid: RequestId,
     ApiLang(lang): ApiLang,
     ApiJson(req): ApiJson<TokenRequest>,
-) -> Result<Json<TokenResponse>> {
+) -> std::result::Result<Json<TokenResponse>, ApiError> {
     super::elicitations::validate_scopes(&req.scopes)?;
     let ask = TokenAsk {
         client: &client.0,
@@ -177,9 +178,9 @@ pub async fn fetch(
         elicit: req.elicit,
         awaited: match (req.elicitation_id, req.request_state) {
             (Some(_), Some(_)) => {
-                return Err(Error::invalid(
-                    "give elicitation_id or request_state, not both",
-                ));
+                return Err(
+                    Error::invalid("give elicitation_id or request_state, not both").into(),
+                );
             }
             (Some(id), None) => Some(Awaited::Id(id)),
             (None, Some(sealed)) => Some(Awaited::RequestState(sealed)),
@@ -192,6 +193,6 @@ pub async fn fetch(
     let (token, provider) = state
         .connect
         .token_for(ask, || state.limits.long_poll(&client.0.id))
-        .await?;
+        .await??;
     Ok(Json(TokenResponse::new(token, &provider)))
 }

@@ -73,12 +73,13 @@ impl AwaitedEnd {
 impl Connect {
     /// A fresh token for `ask`, or the error that tells the caller what to do instead.
     /// `long_poll_slot` is taken only while waiting for an elicitation (the surface bounds how
-    /// many requests of one client wait at once); its guard is held for the wait.
-    pub async fn token_for<G>(
+    /// many requests of one client wait at once); its guard is held for the wait, and its
+    /// refusal (`Ok(Err(_))`) is the surface's own answer, passed back untouched.
+    pub async fn token_for<G, R>(
         &self,
         ask: TokenAsk<'_>,
-        long_poll_slot: impl FnOnce() -> Result<G>,
-    ) -> Result<(FreshToken, Arc<Provider>)> {
+        long_poll_slot: impl FnOnce() -> std::result::Result<G, R>,
+    ) -> Result<std::result::Result<(FreshToken, Arc<Provider>), R>> {
         let rid = ask.request_id.as_deref();
         let subject = self
             .resolve_subject(ask.client, ask.subject, ask.subject_token, rid)
@@ -90,9 +91,13 @@ impl Connect {
                 "min_ttl_seconds must be between 0 and 86400",
             ));
         }
-        let mut end = self
+        let mut end = match self
             .await_elicitation(&ask, &subject, &provider, long_poll_slot)
-            .await?;
+            .await?
+        {
+            Ok(end) => end,
+            Err(refused) => return Ok(Err(refused)),
+        };
 
         let Some(connection) = self
             .usable_connection(ask.client, &subject, ask.provider)
@@ -135,7 +140,7 @@ impl Connect {
                 });
             }
         }
-        match self
+        let answer = match self
             .grants
             .fresh_token(
                 connection,
@@ -169,7 +174,8 @@ impl Connect {
                 })
             }
             Err(e) => Err(e),
-        }
+        };
+        answer.map(Ok)
     }
 
     /// The provider `name`, if `client` may use it.
@@ -188,13 +194,13 @@ impl Connect {
 
     /// Checks the awaited elicitation (if any) belongs to this request, waits for it if asked,
     /// and tells how it ended where that decides the answer.
-    async fn await_elicitation<G>(
+    async fn await_elicitation<G, R>(
         &self,
         ask: &TokenAsk<'_>,
         subject: &str,
         provider: &Provider,
-        long_poll_slot: impl FnOnce() -> Result<G>,
-    ) -> Result<AwaitedEnd> {
+        long_poll_slot: impl FnOnce() -> std::result::Result<G, R>,
+    ) -> Result<std::result::Result<AwaitedEnd, R>> {
         let user = || UserRef::new(self.identity.issuer(), subject.to_owned());
         let eid = match &ask.awaited {
             None if ask.wait_seconds.is_some() => {
@@ -202,7 +208,7 @@ impl Connect {
                     "wait_seconds needs elicitation_id or request_state",
                 ));
             }
-            None => return Ok(AwaitedEnd::default()),
+            None => return Ok(Ok(AwaitedEnd::default())),
             Some(Awaited::Id(id)) => id.clone(),
             Some(Awaited::RequestState(sealed)) => {
                 crate::connect::request_state::open(
@@ -231,7 +237,10 @@ impl Connect {
                 )));
             }
             Some(w) if w > 0 => {
-                let _slot = long_poll_slot()?;
+                let _slot = match long_poll_slot() {
+                    Ok(slot) => slot,
+                    Err(refused) => return Ok(Err(refused)),
+                };
                 if let Some(done) = self
                     .waiters
                     .wait(&self.db, &e.id, Duration::from_secs(w))
@@ -260,7 +269,7 @@ impl Connect {
             }
             _ => {}
         }
-        Ok(end)
+        Ok(Ok(end))
     }
 
     /// The user's live connection at `provider`, if `client` may use it. Another app's grant

@@ -15,12 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::Response;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 use crate::config::{IpNet, Limits as LimitsConfig};
-use crate::error::Error;
+use crate::i18n::{Msg, Text};
+use crate::server::rendered::{RenderedError, edge_answer};
 
 /// A keyed rate limiter (GCRA) with a bound on the keys it remembers.
 pub struct RateLimiter<K> {
@@ -185,6 +186,38 @@ impl Limit {
     }
 }
 
+/// A refusal by one of the limits: 429 `rate_limited` with `Retry-After`, counted in metrics by
+/// `limit`; on browser routes the browser layer answers it as a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooMany {
+    /// Whole seconds, at least one.
+    pub retry_after: u64,
+    pub limit: Limit,
+}
+
+impl IntoResponse for TooMany {
+    fn into_response(self) -> Response {
+        let message = Text::from(
+            Msg::new("error-rate-limited-lead").arg("seconds", self.retry_after.to_string()),
+        );
+        let mut resp = edge_answer(
+            &message.to_string(),
+            RenderedError {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                code: "rate_limited",
+                title: Msg::new("error-title-too-many").into(),
+                message: Msg::new("too-many-lead").into(),
+                next: Some(Msg::new("too-many-next").into()),
+            },
+        );
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, self.retry_after.into());
+        // For the metrics layer, which counts refusals by limit.
+        resp.extensions_mut().insert(self.limit);
+        resp
+    }
+}
+
 /// The application's limits and their state.
 pub struct Limits {
     browser: Option<RateLimiter<AddrKey>>,
@@ -242,15 +275,15 @@ impl Limits {
         }
     }
 
-    fn refuse(&self, limit: Limit, retry_after: Duration) -> Error {
-        Error::RateLimited {
+    fn refuse(&self, limit: Limit, retry_after: Duration) -> TooMany {
+        TooMany {
             retry_after: retry_secs(retry_after).max(1),
             limit,
         }
     }
 
     /// Before checking an API key: refuses an address that failed too often lately.
-    pub fn check_auth_allowed(&self, ip: Option<IpAddr>) -> Result<(), Error> {
+    pub fn check_auth_allowed(&self, ip: Option<IpAddr>) -> Result<(), TooMany> {
         match (&self.failed_auth, ip) {
             (Some(l), Some(ip)) => l
                 .peek(&ip.into())
@@ -267,7 +300,7 @@ impl Limits {
     }
 
     /// One API request by `client_id`.
-    pub fn check_api(&self, client_id: &str) -> Result<(), Error> {
+    pub fn check_api(&self, client_id: &str) -> Result<(), TooMany> {
         match &self.api {
             Some(l) => l
                 .check(&client_id.to_owned())
@@ -277,14 +310,14 @@ impl Limits {
     }
 
     /// A slot for one more SSE stream of `client_id`, held for the stream's life.
-    pub fn sse_stream(&self, client_id: &str) -> Result<Slot, Error> {
+    pub fn sse_stream(&self, client_id: &str) -> Result<Slot, TooMany> {
         self.sse
             .acquire(client_id)
             .ok_or_else(|| self.refuse(Limit::SseStreams, Duration::from_secs(5)))
     }
 
     /// A slot for one more long poll of `client_id`, held while it waits.
-    pub fn long_poll(&self, client_id: &str) -> Result<Slot, Error> {
+    pub fn long_poll(&self, client_id: &str) -> Result<Slot, TooMany> {
         self.long_polls
             .acquire(client_id)
             .ok_or_else(|| self.refuse(Limit::LongPolls, Duration::from_secs(1)))
@@ -314,7 +347,7 @@ impl Limits {
         &self,
         peer: Option<IpAddr>,
         headers: &HeaderMap,
-    ) -> Result<Option<Slot>, Error> {
+    ) -> Result<Option<Slot>, TooMany> {
         let Some(peer) = peer.filter(|p| self.is_trusted_proxy(*p)) else {
             return Ok(None);
         };
@@ -375,10 +408,9 @@ fn exempt(path: &str) -> bool {
         || matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
 }
 
-/// Per-address rate limit on browser routes (and anything unmatched outside `/v1`): the page to
-/// answer with when `req`'s address is over it. Called by `middleware::Guard` for every request;
-/// API and probe paths return at once.
-pub fn browser_refusal(state: &AppState, req: &Request) -> Option<Response> {
+/// Per-address rate limit on browser routes (and anything unmatched outside `/v1`): the
+/// refusal when `req`'s address is over it. API and probe paths return at once.
+pub fn browser_refusal(state: &AppState, req: &Request) -> Option<TooMany> {
     let l = state.limits.browser.as_ref()?;
     if exempt(req.uri().path()) {
         return None;
@@ -387,51 +419,18 @@ pub fn browser_refusal(state: &AppState, req: &Request) -> Option<Response> {
         .limits
         .client_ip(peer_ip(req.extensions()), req.headers())?;
     let d = l.check(&ip.into()).err()?;
-    let ui = crate::web::ui::Ui::for_request(&state.config, req.method(), req.uri(), req.headers());
-    Some(too_many_page(&ui, retry_secs(d).max(1), Limit::Browser))
+    Some(TooMany {
+        retry_after: retry_secs(d).max(1),
+        limit: Limit::Browser,
+    })
 }
 
 /// The per-address cap on requests in flight for a client behind a trusted proxy
-/// (`Limits::forwarded_request_slot`): the slot to hold until answered, or the refusal (a page
-/// on browser routes). Called by `middleware::Guard` for every request.
-pub fn forwarded_request_slot(
-    state: &AppState,
-    req: &Request,
-) -> Result<Option<Slot>, Box<Response>> {
-    use axum::response::IntoResponse;
-    match state
+/// (`Limits::forwarded_request_slot`): the slot to hold until answered, or the refusal.
+pub fn forwarded_request_slot(state: &AppState, req: &Request) -> Result<Option<Slot>, TooMany> {
+    state
         .limits
         .forwarded_request_slot(peer_ip(req.extensions()), req.headers())
-    {
-        Ok(slot) => Ok(slot),
-        Err(_) if !exempt(req.uri().path()) => {
-            let ui = crate::web::ui::Ui::for_request(
-                &state.config,
-                req.method(),
-                req.uri(),
-                req.headers(),
-            );
-            Err(Box::new(too_many_page(&ui, 1, Limit::PerAddress)))
-        }
-        Err(e) => Err(Box::new(e.into_response())),
-    }
-}
-
-fn too_many_page(ui: &crate::web::ui::Ui, retry_after: u64, limit: Limit) -> Response {
-    use crate::i18n::Msg;
-    let mut resp = crate::web::pages::MessagePage::new(
-        ui,
-        "error",
-        Msg::new("error-title-too-many"),
-        Msg::new("too-many-lead"),
-    )
-    .next(Msg::new("too-many-next"))
-    .response(StatusCode::TOO_MANY_REQUESTS);
-    if let Ok(v) = HeaderValue::from_str(&retry_after.to_string()) {
-        resp.headers_mut().insert(header::RETRY_AFTER, v);
-    }
-    resp.extensions_mut().insert(limit);
-    resp
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
-//! The HTTP server's plumbing: the accept loop (`serve`), middleware (request ids, timeouts, security headers), rate limits
-//! and caps, Prometheus metrics, tracing set-up, and the operations routes (health, readiness,
-//! metrics, the OpenAPI document).
+//! The HTTP server's plumbing: the accept loop (`serve`), the per-route edge (metrics, limits,
+//! deadlines), shared middleware (request ids, tracing, security headers), rate limits and
+//! caps, tracing set-up, and the operations routes (health, readiness, metrics).
 
+pub mod edge;
 pub mod limits;
-pub mod metrics;
 pub mod middleware;
 pub mod ops;
 pub mod rendered;

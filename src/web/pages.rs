@@ -13,7 +13,7 @@ use crate::AppState;
 use crate::connect::consent::ParamView;
 use crate::connect::scopes::ScopeView;
 use crate::i18n::Msg;
-use crate::server::rendered::RenderedError;
+use crate::server::rendered::{FromEdge, RenderedError};
 
 #[derive(Template)]
 #[template(path = "consent.html")]
@@ -152,4 +152,43 @@ pub async fn render_error_pages(
         account_link: false,
     }
     .response(err.status)
+}
+
+/// Answers of the edge (`FromEdge`: a limit's refusal, a request past its deadline) as pages,
+/// for the browser routes and the fallback: the edge sits outside `render_error_pages`, and the
+/// fallback has no page renderer of its own. `Retry-After` is kept.
+pub async fn render_edge_pages(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    // Unmatched requests under `/v1` are the API's (see `web::fallback`): JSON, as they are.
+    let path = req.uri().path();
+    if path.starts_with("/v1/") || path == "/v1" {
+        return next.run(req).await;
+    }
+    let ui = Ui::for_request(&state.config, req.method(), req.uri(), req.headers());
+    let resp = next.run(req).await;
+    if resp.extensions().get::<FromEdge>().is_none() {
+        return resp;
+    }
+    let Some(err) = resp.extensions().get::<RenderedError>() else {
+        return resp;
+    };
+    let mut page = MessagePage {
+        ui: &ui,
+        signed_in_as: None,
+        tone: "error",
+        title: ui.text(&err.title),
+        lead: ui.text(&err.message),
+        next: err.next.as_ref().map(|n| ui.text(n)),
+        sign_out: None,
+        account_link: false,
+    }
+    .response(err.status);
+    if let Some(v) = resp.headers().get(axum::http::header::RETRY_AFTER) {
+        page.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, v.clone());
+    }
+    page
 }

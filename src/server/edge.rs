@@ -1,0 +1,331 @@
+//! The per-route edge layer: counts and times every request by its matched route, applies the
+//! per-address limits (the browser rate limit, the in-flight cap per client behind a trusted
+//! proxy) and the route's deadline. Each router adds it with the bound its routes need
+//! (`Edge::deadline`): ordinary routes the configured request timeout, long polls their
+//! longest wait on top, the event stream none.
+//!
+//! One hand-written `tower` layer rather than `from_fn` layers: no boxed future, no clone of
+//! the inner service per request, and a timer only for requests not answered at their first
+//! poll (most API answers from memory are).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+use crate::i18n::Msg;
+use crate::server::limits::{self, Limit, Slot};
+use crate::server::rendered::{RenderedError, edge_answer};
+
+/// The edge of one group of routes. Added with `Router::layer`, it runs after routing, so the
+/// request carries its `MatchedPath`.
+#[derive(Clone)]
+pub struct Edge {
+    metrics: crate::metrics::Metrics,
+    /// The limits' state; `None` in tests that drive routes without a service.
+    state: Option<AppState>,
+    deadline: Option<Duration>,
+    browser: bool,
+}
+
+impl Edge {
+    /// The edge with the configured request timeout as the deadline, no browser rate limit.
+    pub fn new(state: &AppState) -> Self {
+        Self {
+            metrics: state.metrics.clone(),
+            deadline: Some(Duration::from_secs(
+                state.config.limits.request_timeout_seconds,
+            )),
+            state: Some(state.clone()),
+            browser: false,
+        }
+    }
+
+    /// Metrics and a deadline only (for tests of routes without the service's state).
+    pub fn without_limits(metrics: crate::metrics::Metrics, deadline: Duration) -> Self {
+        Self {
+            metrics,
+            state: None,
+            deadline: Some(deadline),
+            browser: false,
+        }
+    }
+
+    /// How long a request may take before it is answered 503 `unavailable`; `None` for no
+    /// deadline (a stream that ends with the service).
+    pub fn deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Applies the per-address browser rate limit (`limits::browser_refusal`).
+    pub fn browser(mut self) -> Self {
+        self.browser = true;
+        self
+    }
+}
+
+impl<S> tower::Layer<S> for Edge {
+    type Service = EdgeService<S>;
+    fn layer(&self, inner: S) -> EdgeService<S> {
+        EdgeService {
+            inner,
+            edge: self.clone(),
+            route: Arc::default(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct EdgeService<S> {
+    inner: S,
+    edge: Edge,
+    /// The route pattern this service answers, kept from its first request. `Router::layer`
+    /// wraps each route on its own, so it is one pattern (the fallback sees none); a request
+    /// with another pattern still gets its own label, only not the shared copy.
+    route: Arc<std::sync::OnceLock<Arc<str>>>,
+}
+
+impl<S> EdgeService<S> {
+    fn route_label(&self, m: &MatchedPath) -> Arc<str> {
+        let shared = self.route.get_or_init(|| Arc::from(m.as_str()));
+        if &**shared == m.as_str() {
+            shared.clone()
+        } else {
+            Arc::from(m.as_str())
+        }
+    }
+}
+
+thread_local! {
+    static UNMATCHED: Arc<str> = Arc::from("unmatched");
+}
+
+fn method_label(m: &axum::http::Method) -> &'static str {
+    match m.as_str() {
+        "GET" => "GET",
+        "POST" => "POST",
+        "DELETE" => "DELETE",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    }
+}
+
+impl<S> tower::Service<Request> for EdgeService<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
+    S::Future: Unpin,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = EdgeFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let started = Instant::now();
+        let method = method_label(req.method());
+        let route = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map(|m| self.route_label(m));
+        let guarded = match &self.edge.state {
+            None => Ok(None),
+            Some(state) => match self
+                .edge
+                .browser
+                .then(|| limits::browser_refusal(state, &req))
+                .flatten()
+            {
+                Some(refused) => Err(refused),
+                None => limits::forwarded_request_slot(state, &req),
+            },
+        };
+        let answer = match guarded {
+            Ok(slot) => Answer::Inner {
+                inner: self.inner.call(req),
+                timer: None,
+                _slot: slot,
+            },
+            Err(refused) => Answer::Refused(Some(refused)),
+        };
+        EdgeFuture {
+            answer,
+            deadline: self.edge.deadline,
+            started,
+            method,
+            route,
+            metrics: self.edge.metrics.clone(),
+        }
+    }
+}
+
+pub struct EdgeFuture<F> {
+    answer: Answer<F>,
+    deadline: Option<Duration>,
+    started: Instant,
+    method: &'static str,
+    route: Option<Arc<str>>,
+    metrics: crate::metrics::Metrics,
+}
+
+enum Answer<F> {
+    /// Refused by a limit before the route saw it.
+    Refused(Option<limits::TooMany>),
+    Inner {
+        inner: F,
+        /// Armed at the first poll that finds the answer not ready.
+        timer: Option<Pin<Box<tokio::time::Sleep>>>,
+        /// The forwarded client's slot (`limits::forwarded_request_slot`), held until answered.
+        _slot: Option<Slot>,
+    },
+}
+
+impl<F> Future for EdgeFuture<F>
+where
+    F: Future<Output = Result<Response, std::convert::Infallible>> + Unpin,
+{
+    type Output = Result<Response, std::convert::Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let me = self.get_mut();
+        let resp = match &mut me.answer {
+            Answer::Refused(r) => r.take().map_or_else(
+                || StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                IntoResponse::into_response,
+            ),
+            Answer::Inner { inner, timer, .. } => match Pin::new(inner).poll(cx) {
+                Poll::Ready(Ok(resp)) => resp,
+                Poll::Pending => {
+                    let Some(limit) = me.deadline else {
+                        return Poll::Pending;
+                    };
+                    let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                    if timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    tracing::warn!(
+                        seconds = limit.as_secs(),
+                        "request timed out before it was answered"
+                    );
+                    timed_out()
+                }
+            },
+        };
+        if let Some(limit) = resp.extensions().get::<Limit>() {
+            me.metrics.rate_limited(limit.label());
+        }
+        let route = match me.route.take() {
+            Some(r) => r,
+            None => match resp.extensions().get::<MatchedPath>() {
+                Some(m) => Arc::from(m.as_str()),
+                None => UNMATCHED.with(Clone::clone),
+            },
+        };
+        me.metrics.record_request(
+            me.method,
+            route,
+            resp.status().as_u16(),
+            me.started.elapsed().as_secs_f64(),
+        );
+        Poll::Ready(Ok(resp))
+    }
+}
+
+/// 503 `unavailable`: JSON on API routes, a page (in the reader's language) on browser routes.
+fn timed_out() -> Response {
+    edge_answer(
+        "The request took too long to answer. Try again shortly.",
+        RenderedError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "unavailable",
+            title: Msg::new("timeout-title").into(),
+            message: Msg::new("timeout-lead").into(),
+            next: Some(Msg::new("timeout-next").into()),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::http::header;
+    use axum::routing::{get, post};
+    use tower::ServiceExt;
+
+    async fn slow() -> &'static str {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        "done"
+    }
+
+    /// Grouped as `api::router` and `app::router` group them: ordinary routes get the request
+    /// timeout, the routes that may long-poll a minute on top, the event stream no deadline.
+    #[tokio::test]
+    async fn slow_requests_time_out_except_streams_and_long_polls() {
+        let edge = Edge::without_limits(crate::metrics::Metrics::new(), Duration::from_secs(1));
+        let app = Router::new()
+            .route("/v1/connections", get(slow))
+            .route("/account", get(slow))
+            .layer(edge.clone())
+            .merge(
+                Router::new()
+                    .route("/v1/tokens", post(slow))
+                    .route("/v1/elicitations/{id}", get(slow))
+                    .layer(edge.clone().deadline(Some(Duration::from_secs(61)))),
+            )
+            .merge(
+                Router::new()
+                    .route("/v1/events", get(slow))
+                    .layer(edge.deadline(None)),
+            );
+        let call = |method: &str, path: &str| {
+            let req = axum::http::Request::builder()
+                .method(method)
+                .uri(path)
+                .body(Body::empty())
+                .unwrap();
+            app.clone().oneshot(req)
+        };
+        let r = call("GET", "/v1/connections").await.unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            r.headers()[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json")
+        );
+        let r = call("GET", "/account").await.unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // The browser layer (`web::pages::render_edge_pages`) makes this a page.
+        assert!(
+            r.extensions()
+                .get::<crate::server::rendered::FromEdge>()
+                .is_some()
+        );
+        assert_eq!(
+            r.extensions().get::<RenderedError>().unwrap().code,
+            "unavailable"
+        );
+        for (m, p) in [
+            ("GET", "/v1/events"),
+            ("POST", "/v1/tokens"),
+            ("GET", "/v1/elicitations/x"),
+        ] {
+            let r = call(m, p).await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{m} {p}");
+        }
+    }
+}
