@@ -130,7 +130,7 @@ impl TokenResponse {
         let settings = provider
             .credential
             .as_ref()
-            .filter(|_| crate::connect::credentials::is_credential_type(&t.token_type));
+            .filter(|_| crate::config::AuthKind::is_credential_type(&t.token_type));
         if let Some(s) = settings {
             let (name, value) = s.header_for(&secret);
             r.header_name = Some(name);

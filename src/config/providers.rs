@@ -31,6 +31,12 @@ impl AuthKind {
             Self::Basic => "basic",
         }
     }
+
+    /// Whether a stored connection's `token_type` is a typed credential (`api_key`, `basic`:
+    /// never refreshed, revoked only here).
+    pub fn is_credential_type(token_type: &str) -> bool {
+        token_type == Self::ApiKey.as_str() || token_type == Self::Basic.as_str()
+    }
 }
 
 /// `kind`: an upstream MCP server (`"mcp"`), or the name of a built-in catalog entry.
@@ -171,7 +177,7 @@ pub(super) fn read(
         let credential = p.auth.unwrap_or_default() != AuthKind::Oauth2;
         if credential {
             if let Some(h) = &p.api_key_header {
-                if axum::http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                if reqwest::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
                     r.err(
                         format!("{key}.api_key_header"),
                         format!("{h:?} is not a header name"),

@@ -10,11 +10,6 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::config::AuthKind;
 use crate::providers::credential::CredentialSettings;
 
-/// Whether a stored connection's `token_type` is a non-OAuth credential (never refreshed).
-pub fn is_credential_type(token_type: &str) -> bool {
-    token_type == "api_key" || token_type == "basic"
-}
-
 /// The longest key, username or password accepted.
 pub const MAX_LEN: usize = 4096;
 

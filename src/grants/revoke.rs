@@ -30,7 +30,7 @@ impl Grants {
             message: String::new(),
         };
         let mut problems = Vec::new();
-        let credential = crate::connect::credentials::is_credential_type(&c.token_type);
+        let credential = crate::config::AuthKind::is_credential_type(&c.token_type);
         if credential {
             // A typed key has no revocation call: it is deleted here (the message says so).
             report.access_token = "not_supported";

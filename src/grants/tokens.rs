@@ -114,7 +114,7 @@ impl Grants {
         }
         // An API key or password is handed back as stored: there is nothing to refresh.
         if (!force && !expires_within(&c, min_ttl))
-            || crate::connect::credentials::is_credential_type(&c.token_type)
+            || crate::config::AuthKind::is_credential_type(&c.token_type)
         {
             return self.token_of(&c);
         }

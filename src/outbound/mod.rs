@@ -172,9 +172,9 @@ impl Request {
     pub fn header<K, V>(self, key: K, value: V) -> Self
     where
         reqwest::header::HeaderName: TryFrom<K>,
-        <reqwest::header::HeaderName as TryFrom<K>>::Error: Into<axum::http::Error>,
+        <reqwest::header::HeaderName as TryFrom<K>>::Error: Into<::http::Error>,
         reqwest::header::HeaderValue: TryFrom<V>,
-        <reqwest::header::HeaderValue as TryFrom<V>>::Error: Into<axum::http::Error>,
+        <reqwest::header::HeaderValue as TryFrom<V>>::Error: Into<::http::Error>,
     {
         self.map(|r| r.header(key, value))
     }

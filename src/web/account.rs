@@ -93,7 +93,7 @@ pub async fn show(
         .zip(apps)
         .map(|(c, apps)| {
             let p = state.providers.get(&c.provider);
-            let is_credential = crate::connect::credentials::is_credential_type(&c.token_type);
+            let is_credential = crate::config::AuthKind::is_credential_type(&c.token_type);
             let first_of_provider = explained.insert(c.provider.clone());
             Row {
                 apps,
@@ -179,7 +179,7 @@ pub async fn reconnect(
     let (user, c) = (own.user, own.connection);
     // An active connection is only "reconnected" to replace its typed credential.
     if c.status == ConnectionStatus::Active
-        && !crate::connect::credentials::is_credential_type(&c.token_type)
+        && !crate::config::AuthKind::is_credential_type(&c.token_type)
     {
         return Ok(Redirect::to("/account").into_response());
     }

@@ -129,7 +129,9 @@ fn read(src: &Path) -> Findings {
         let from_layer =
             layer_of(&from).unwrap_or_else(|| panic!("module {from} is in no layer: add it"));
         let text = std::fs::read_to_string(file).unwrap();
-        let mut in_tests = false;
+        // A `tests.rs` file, or a `tests/` folder, is a module of unit tests.
+        let mut in_tests = file.file_stem().is_some_and(|s| s == "tests")
+            || file.components().any(|c| c.as_os_str() == "tests");
         for (n, line) in code_lines(&text) {
             if line.trim_start().starts_with("mod tests") {
                 in_tests = true;
