@@ -42,8 +42,8 @@ fuzz_target!(|data: &[u8]| {
     };
     match open(keys(), &sealed, &want) {
         Ok(rs) => assert!(rs.expires_at > want.now),
-        Err(Error::InvalidRequestState { reason, .. }) => {
-            assert!(matches!(reason, "invalid" | "foreign" | "expired"))
+        Err(Error::InvalidRequestState(r)) => {
+            assert!(matches!(r.reason(), "invalid" | "foreign" | "expired"))
         }
         Err(other) => panic!("unexpected error kind: {other:?}"),
     }
