@@ -7,6 +7,7 @@ use mcp_connect::connect::complete::ProviderAnswer;
 use mcp_connect::connect::consent::ConsentAsk;
 use mcp_connect::connect::identity::SignedInUser;
 use mcp_connect::connect::token_request::{Awaited, TokenAsk};
+use mcp_connect::db::elicitations::Elicitation;
 use mcp_connect::error::Error;
 use mcp_connect::i18n::Lang;
 use mcp_connect::ids::ProviderName;
@@ -39,6 +40,40 @@ fn ask<'a>(
 /// Waiting is never asked for here, so the long-poll slot is never taken.
 fn no_wait() -> Result<(), Error> {
     Err(Error::invalid("no wait was asked for"))
+}
+
+/// Finishes a provider callback for `e` as alice, the way the callback page does; answers what
+/// the use case returned and whether it claimed the state.
+async fn callback(
+    app: &TestApp,
+    e: &Elicitation,
+    answer: ProviderAnswer<'_>,
+) -> (Result<(), Error>, bool) {
+    let user = SignedInUser {
+        issuer: e.issuer.clone(),
+        subject: "alice".into(),
+        display_name: None,
+        claims: Default::default(),
+    };
+    let provider = app.state.providers.get("acme").unwrap().clone();
+    let mut claimed = false;
+    let r = app
+        .state
+        .connect
+        .finish_provider_callback(
+            &user,
+            e,
+            None,
+            &provider,
+            answer,
+            async || {
+                claimed = true;
+                Ok(None)
+            },
+            None,
+        )
+        .await;
+    (r, claimed)
 }
 
 on_both_databases!(
@@ -77,36 +112,16 @@ on_both_databases!(
         }
 
         // The provider answers access_denied: the state is claimed, the elicitation declined.
-        let user = SignedInUser {
-            issuer: e.issuer.clone(),
-            subject: "alice".into(),
-            display_name: None,
-            claims: Default::default(),
-        };
         let provider = app.state.providers.get("acme").unwrap().clone();
         let endpoints = provider.endpoints(&app.state.http).await.unwrap();
-        let mut claimed = false;
         let answer = ProviderAnswer {
             code: None,
             error: Some("access_denied"),
             iss: endpoints.issuer.as_deref(),
             raw_query: None,
         };
-        connect
-            .finish_provider_callback(
-                &user,
-                &e,
-                None,
-                &provider,
-                answer,
-                async || {
-                    claimed = true;
-                    Ok(None)
-                },
-                None,
-            )
-            .await
-            .unwrap();
+        let (r, claimed) = callback(&app, &e, answer).await;
+        r.unwrap();
         assert!(claimed, "the state is spent before the answer is acted on");
 
         // The token request that waited for it learns that the user said no.
@@ -138,36 +153,13 @@ on_both_databases!(
             .await
             .unwrap()
             .unwrap();
-        let user = SignedInUser {
-            issuer: e.issuer.clone(),
-            subject: "alice".into(),
-            display_name: None,
-            claims: Default::default(),
-        };
-        let provider = app.state.providers.get("acme").unwrap().clone();
-        let mut claimed = false;
         let answer = ProviderAnswer {
             code: Some("a-code"),
             error: None,
             iss: Some("https://elsewhere.example"),
             raw_query: None,
         };
-        let r = app
-            .state
-            .connect
-            .finish_provider_callback(
-                &user,
-                &e,
-                None,
-                &provider,
-                answer,
-                async || {
-                    claimed = true;
-                    Ok(None)
-                },
-                None,
-            )
-            .await;
+        let (r, claimed) = callback(&app, &e, answer).await;
         assert!(matches!(r, Err(Error::Refused { .. })), "{r:?}");
         assert!(
             !claimed,
