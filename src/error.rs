@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use crate::i18n::{Msg, Text};
+use crate::ids::ElicitationId;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -44,14 +45,14 @@ pub enum Error {
     #[error("the user declined to connect {provider}")]
     AuthorizationDeclined {
         provider: String,
-        elicitation_id: String,
+        elicitation_id: ElicitationId,
     },
     /// The elicitation the caller waited for failed (`reason` as `ElicitationView::reason`
     /// says), and nothing is connected.
     #[error("{}", failed_message(provider, reason))]
     AuthorizationFailed {
         provider: String,
-        elicitation_id: String,
+        elicitation_id: ElicitationId,
         reason: &'static str,
     },
     /// A refusal with its own title and advice (catalog messages, so a page speaks the reader's

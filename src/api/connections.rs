@@ -11,13 +11,15 @@ use crate::connect::elicitations::is_valid_id;
 use crate::db::connections::{Connection, ConnectionStatus};
 use crate::error::{Error, Result};
 use crate::grants::revoke::RevocationReport;
+use crate::ids::ConnectionId;
 use crate::server::middleware::request_id;
 use crate::time::rfc3339;
 
 /// A connection's metadata. Never carries a token.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ConnectionView {
-    pub id: String,
+    #[schema(value_type = String)]
+    pub id: ConnectionId,
     pub subject: String,
     pub provider: String,
     pub status: ConnectionStatus,

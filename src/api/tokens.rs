@@ -10,7 +10,7 @@ use crate::AppState;
 use crate::api::error::ApiError;
 use crate::connect::token_request::{Awaited, TokenAsk};
 use crate::error::Error;
-use crate::ids::ProviderName;
+use crate::ids::{ConnectionId, ProviderName};
 use crate::server::middleware::RequestId;
 use crate::time::rfc3339;
 
@@ -80,7 +80,8 @@ pub struct TokenResponse {
     /// RFC 3339; absent when the provider's token does not expire.
     pub expires_at: Option<String>,
     pub scopes: Vec<String>,
-    pub connection_id: String,
+    #[schema(value_type = String)]
+    pub connection_id: ConnectionId,
     /// What was learned about the connection when it was made, by the names the provider's
     /// catalog entry gives them: Salesforce `instance_url`, QuickBooks `realm_id`, Slack
     /// `team_id`, Atlassian `cloud_id`, ... Empty for providers without any. Upstream MCP

@@ -124,7 +124,7 @@ pub async fn connections_show(
     }
     let v = ConnectionView::from(&c);
     for (k, val) in [
-        ("id", v.id.clone()),
+        ("id", v.id.to_string()),
         ("subject", format!("{} (issuer {})", v.subject, c.issuer)),
         ("provider", v.provider.clone()),
         ("status", c.status.as_str().to_owned()),

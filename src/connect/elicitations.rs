@@ -14,6 +14,7 @@ use crate::db::connections::ConnParams;
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::{Error, Result};
 use crate::i18n::{Lang, tr};
+use crate::ids::{ConnectionId, ElicitationId};
 use crate::providers::Provider;
 use crate::time::now;
 
@@ -35,7 +36,8 @@ pub use crate::time::rfc3339;
 /// The elicitation as the API returns it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ElicitationView {
-    pub id: String,
+    #[schema(value_type = String)]
+    pub id: ElicitationId,
     /// The connect URL to hand to the MCP client. Carries no personal data.
     pub url: String,
     /// What the MCP client shows the user, in the language the API request's `Accept-Language`
@@ -49,7 +51,8 @@ pub struct ElicitationView {
     /// RFC 3339.
     pub expires_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub connection_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub connection_id: Option<ConnectionId>,
     /// `failed` only: why. `provider_misconfigured`: what the provider publishes failed a
     /// security check (an upstream MCP server's metadata names another resource or issuer);
     /// an operator must fix the provider, and a new elicitation will fail the same way.
@@ -222,7 +225,7 @@ impl Connect {
         }
         let now = now();
         let e = Elicitation {
-            id: random_token(ID_BYTES),
+            id: ElicitationId::new(random_token(ID_BYTES)),
             client_id: client.id.clone(),
             issuer: issuer.to_owned(),
             subject: subject.to_owned(),
@@ -283,11 +286,7 @@ impl Connect {
         request_id: Option<&str>,
     ) -> Result<bool> {
         let changed = db::elicitations::finish_elicitation(change.conn(), &e.id, end).await?;
-        let (status, connection_id, failure) = (
-            end.status(),
-            end.connection_id().map(|c| c.as_str()),
-            end.failure(),
-        );
+        let (status, connection_id, failure) = (end.status(), end.connection_id(), end.failure());
         if !changed {
             return Ok(false);
         }
@@ -299,7 +298,7 @@ impl Connect {
                 subject: Some(&e.subject),
                 provider: Some(&e.provider),
                 client_id: Some(&e.client_id),
-                connection_id,
+                connection_id: connection_id.map(|c| c.as_str()),
                 elicitation_id: Some(&e.id),
                 request_id,
                 detail: failure,
@@ -307,7 +306,7 @@ impl Connect {
             .await?;
         let finished = Elicitation {
             status,
-            connection_id: connection_id.map(str::to_owned),
+            connection_id: connection_id.cloned(),
             failure: failure.map(str::to_owned),
             ..e.clone()
         };

@@ -46,7 +46,7 @@ pub fn seal(keys: &KeyRing, e: &Elicitation) -> Result<String, crate::error::Err
         iss: e.issuer.clone(),
         sub: e.subject.clone(),
         prv: e.provider.clone(),
-        eid: e.id.clone(),
+        eid: e.id.to_string(),
         exp: e.expires_at,
     };
     let json = serde_json::to_vec(&claims)?;
@@ -101,7 +101,7 @@ mod tests {
 
     fn elicitation() -> Elicitation {
         Elicitation {
-            id: "e".repeat(24),
+            id: "e".repeat(24).into(),
             client_id: "demo".into(),
             issuer: "https://id.example".into(),
             subject: "alice".into(),

@@ -14,7 +14,7 @@ use crate::db::elicitations::{ElicitationStatus, PROVIDER_MISCONFIGURED};
 use crate::error::{Error, Result};
 use crate::grants::tokens::FreshToken;
 use crate::i18n::Lang;
-use crate::ids::{ProviderName, UserRef};
+use crate::ids::{ElicitationId, ProviderName, UserRef};
 use crate::providers::Provider;
 
 /// The longest a request may wait for an elicitation to finish (a token request, a long poll of
@@ -52,7 +52,7 @@ pub struct TokenAsk<'a> {
 #[derive(Default)]
 struct AwaitedEnd {
     /// The user declined it: its id.
-    declined: Option<String>,
+    declined: Option<ElicitationId>,
     /// It failed because the provider is misconfigured: the error to answer with.
     failed: Option<Error>,
 }

@@ -3,7 +3,7 @@
 use sqlx::{AnyConnection, FromRow};
 
 use super::{Db, Error, Result, Table, now};
-use crate::ids::ConnectionId;
+use crate::ids::{ConnectionId, ElicitationId};
 
 stored_enum! {
     #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -58,14 +58,14 @@ impl<'a> Ending<'a> {
 #[derive(Debug, Clone, FromRow)]
 #[cfg_attr(test, derive(Default))]
 pub(super) struct Row {
-    id: String,
+    id: ElicitationId,
     client_id: String,
     issuer: String,
     subject: String,
     provider: String,
     scopes: String,
     status: String,
-    connection_id: Option<String>,
+    connection_id: Option<ConnectionId>,
     failure: Option<String>,
     created_at: i64,
     expires_at: i64,
@@ -74,14 +74,14 @@ pub(super) struct Row {
 
 #[derive(Debug, Clone)]
 pub struct Elicitation {
-    pub id: String,
+    pub id: ElicitationId,
     pub client_id: String,
     pub issuer: String,
     pub subject: String,
     pub provider: String,
     pub scopes: Vec<String>,
     pub status: ElicitationStatus,
-    pub connection_id: Option<String>,
+    pub connection_id: Option<ConnectionId>,
     pub failure: Option<String>,
     pub created_at: i64,
     pub expires_at: i64,

@@ -7,6 +7,7 @@ use sqlx::AnyConnection;
 use super::connections::ConnectionStatus;
 use super::error::retry_dropped;
 use super::{Db, Error, Result, now};
+use crate::ids::ConnectionId;
 
 /// Lets `clients` use connection `id` (recording the elicitation that the user approved).
 pub async fn grant_clients(
@@ -68,8 +69,8 @@ pub async fn existing_status(
     issuer: &str,
     subject: &str,
     provider: &str,
-) -> Result<Option<(String, ConnectionStatus)>> {
-    let row: Option<(String, String)> = sqlx::query_as(
+) -> Result<Option<(ConnectionId, ConnectionStatus)>> {
+    let row: Option<(ConnectionId, String)> = sqlx::query_as(
         "SELECT id, status FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3",
     )
     .bind(issuer)

@@ -10,6 +10,7 @@ use crate::db::change::Change;
 use crate::db::connections::{Connection, mark_revoked};
 use crate::error::Result;
 use crate::grants::Grants;
+use crate::ids::ConnectionId;
 use crate::signals::events::EventType;
 
 impl Grants {
@@ -150,7 +151,8 @@ impl Grants {
 /// What `DELETE /v1/connections/{id}` did.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RevocationReport {
-    pub connection_id: String,
+    #[schema(value_type = String)]
+    pub connection_id: ConnectionId,
     /// `revoked`, `not_supported` (no revocation endpoint), `failed`, `none` (nothing stored),
     /// or `kept` (other apps the user approved still use the grant).
     pub refresh_token: &'static str,

@@ -16,6 +16,7 @@ use crate::db::connections::{
 use crate::db::refresh_lock::RefreshLock;
 use crate::error::{Error, Result};
 use crate::grants::Grants;
+use crate::ids::ConnectionId;
 use crate::providers::{Provider, TokenError};
 use crate::signals::events::EventType;
 use crate::time::now;
@@ -31,7 +32,7 @@ pub struct FreshToken {
     pub token_type: String,
     pub expires_at: Option<i64>,
     pub scopes: Vec<String>,
-    pub connection_id: String,
+    pub connection_id: ConnectionId,
     /// The connection's parameters and what was learned at its callback (never a token).
     pub params: crate::db::connections::ConnParams,
     pub metadata: crate::db::connections::Metadata,

@@ -26,6 +26,7 @@ use crate::db::change::{Announce, Change};
 use crate::db::connections::Connection;
 use crate::db::elicitations::{Elicitation, ElicitationStatus};
 use crate::db::events::{DueDelivery, NewEvent};
+use crate::ids::{ConnectionId, ElicitationId};
 use crate::signals::Signals;
 use crate::time::now;
 use crate::time::{now_ms, rfc3339};
@@ -92,9 +93,11 @@ pub struct EventData {
     /// The elicitation the event is about, if any: a 2025-11-25 server sends
     /// `notifications/elicitation/complete` with it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub elicitation_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub elicitation_id: Option<ElicitationId>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub connection_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub connection_id: Option<ConnectionId>,
     /// Elicitation events: the final status (`completed`, `declined`, `failed`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,

@@ -21,10 +21,11 @@ use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::connections::ConnectionStatus;
 use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
+use crate::ids::ConnectionId;
 use crate::web::extract::{CsrfForm, CsrfProtected, RequestId};
 
 pub struct Row {
-    pub id: String,
+    pub id: ConnectionId,
     pub provider: String,
     /// The upstream account, as the provider names it (when it says).
     pub account: Option<String>,

@@ -217,7 +217,7 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
             .unwrap();
         if let Some(i) = subject.strip_prefix("bulk-") {
             let i: usize = i.parse().unwrap();
-            let expected = if rewritten.contains_key(id) {
+            let expected = if rewritten.contains_key(id.as_str()) {
                 format!("bulk-at-{i}-v2")
             } else {
                 format!("bulk-at-{i}")

@@ -6,6 +6,7 @@ use sqlx::{AnyConnection, FromRow};
 
 use super::{Db, Error, Result, Table, now};
 use crate::crypto::{CryptoError, KeyRing, connection_aad, random_token};
+use crate::ids::ConnectionId;
 
 stored_enum! {
     #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -32,7 +33,7 @@ struct RowWithClients {
 #[derive(Debug, Clone, FromRow)]
 #[cfg_attr(test, derive(Default))]
 pub(super) struct Row {
-    id: String,
+    id: ConnectionId,
     issuer: String,
     subject: String,
     provider: String,
@@ -64,7 +65,7 @@ pub type Metadata = std::collections::BTreeMap<String, serde_json::Value>;
 /// a `Connection` may be kept and shared (`token_cache`) without keeping a token in clear.
 #[derive(Debug, Clone)]
 pub struct Connection {
-    pub id: String,
+    pub id: ConnectionId,
     pub issuer: String,
     pub subject: String,
     pub provider: String,

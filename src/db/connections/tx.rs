@@ -22,7 +22,7 @@ pub async fn save_connected_tokens(
     subject: &str,
     provider: &str,
     t: &NewTokens<'_>,
-) -> Result<(String, bool)> {
+) -> Result<(ConnectionId, bool)> {
     let stored = store_connected(conn, keys, issuer, subject, provider, t, None).await?;
     Ok((stored.id, stored.before.is_some()))
 }
@@ -30,7 +30,7 @@ pub async fn save_connected_tokens(
 /// What [`store_connected`] did.
 #[derive(Debug)]
 pub struct Stored {
-    pub id: String,
+    pub id: ConnectionId,
     /// The status of the row that was there before (a reconnect), `None` for a new connection.
     pub before: Option<ConnectionStatus>,
 }
@@ -55,7 +55,7 @@ pub async fn store_connected(
     details: Option<Details<'_>>,
 ) -> Result<Stored> {
     let now = now();
-    let id = random_token(16);
+    let id = ConnectionId::new(random_token(16));
     let (params, metadata) = match &details {
         Some(d) => (
             crate::db::elicitations::encode_params(d.params)?,

@@ -46,7 +46,7 @@ pub struct Row {
 impl Row {
     fn of(state: &AppState, c: &Connection) -> Self {
         Self {
-            id: c.id.clone(),
+            id: c.id.to_string(),
             subject: c.subject.clone(),
             provider: provider_name(state, &c.provider),
             status: c.status.as_str(),

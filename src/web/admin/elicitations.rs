@@ -29,7 +29,7 @@ pub struct Row {
 impl Row {
     fn of(state: &AppState, e: &Elicitation) -> Self {
         Self {
-            id: e.id.clone(),
+            id: e.id.to_string(),
             subject: e.subject.clone(),
             provider: provider_name(state, &e.provider),
             client: state.connect.client_name(&e.client_id).to_owned(),
@@ -38,7 +38,7 @@ impl Row {
             expires: when(e.expires_at),
             outcome: e.effective_status(now()).as_str(),
             failure: e.failure.clone().unwrap_or_default(),
-            connection_id: e.connection_id.clone(),
+            connection_id: e.connection_id.as_ref().map(ToString::to_string),
         }
     }
 }
