@@ -309,7 +309,8 @@ mod tests {
         );
         let r = call("GET", "/account").await.unwrap();
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-        // The browser layer (`web::pages::render_edge_pages`) makes this a page.
+        // Marked as the edge's answer, which the browser layer (`web::pages::render_edge_pages`)
+        // turns into a page: `tests/it/edges.rs` checks that page through the whole app.
         assert!(
             r.extensions()
                 .get::<crate::server::rendered::FromEdge>()

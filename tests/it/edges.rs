@@ -634,6 +634,42 @@ async fn browser_routes_are_limited_per_address_with_a_page() {
     app.stop().await;
 }
 
+/// A browser route past its deadline is answered with the timeout page, in HTML: the edge's
+/// answer as the browser layer (`web::pages::render_edge_pages`) renders it, never the edge's
+/// JSON. `/account` signs the reader in first, which asks the identity issuer for its
+/// metadata; this issuer accepts connections and never answers, so the request outlives the
+/// one-second request timeout (the outbound call would wait five, then answer 502).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_route_past_its_deadline_is_answered_with_a_page() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let issuer = format!("http://{}", silent.local_addr().unwrap());
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let app = Bare::spawn_patched(|t| {
+        t.replace(
+            "issuer = \"http://127.0.0.1:9\"",
+            &format!("issuer = \"{issuer}\""),
+        ) + "\n[limits]\nrequest_timeout_seconds = 1\n"
+    })
+    .await;
+    let r = client_from("127.0.0.6")
+        .get(format!("{}/account", app.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let content_type = r.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(content_type.starts_with("text/html"), "{content_type}");
+    let page = r.text().await.unwrap();
+    assert!(page.contains("This took too long"), "{page}");
+    app.stop().await;
+    holder.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hsts_is_sent_only_when_public_url_is_https() {
     let https = Bare::spawn("", Some("https://connect.example.com")).await;
