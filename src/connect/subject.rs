@@ -26,7 +26,7 @@ impl Connect {
         subject: Option<&str>,
         token: Option<&str>,
         request_id: Option<&str>,
-    ) -> Result<String> {
+    ) -> Result<Subject> {
         let Some(token) = token else {
             if client.require_subject_token {
                 return Err(self
@@ -40,8 +40,7 @@ impl Connect {
                     .await);
             }
             let subject = subject.ok_or_else(|| Error::invalid("give subject or subject_token"))?;
-            Subject::parse(subject).map_err(|e| Error::invalid(e.to_string()))?;
-            return Ok(subject.to_owned());
+            return Subject::parse(subject).map_err(|e| Error::invalid(e.to_string()));
         };
         if let Some(s) = subject {
             Subject::parse(s).map_err(|e| Error::invalid(e.to_string()))?;
@@ -89,11 +88,11 @@ impl Connect {
                 return Err(Error::Unavailable(e));
             }
         };
-        Subject::parse(&proven).map_err(|_| {
+        let proven = Subject::parse(&proven).map_err(|_| {
             Error::InvalidSubjectToken("the subject_token's sub is not a usable subject".into())
         })?;
         if let Some(s) = subject {
-            if s != proven {
+            if proven != s {
                 return Err(self
                     .refuse_subject_token(
                         client,

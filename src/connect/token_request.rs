@@ -14,7 +14,7 @@ use crate::db::elicitations::{ElicitationStatus, PROVIDER_MISCONFIGURED};
 use crate::error::{Error, Result};
 use crate::grants::tokens::FreshToken;
 use crate::i18n::Lang;
-use crate::ids::{ElicitationId, ProviderName, UserRef};
+use crate::ids::{ElicitationId, ProviderName, Subject, UserRef};
 use crate::providers::Provider;
 
 /// The longest a request may wait for an elicitation to finish (a token request, a long poll of
@@ -118,7 +118,7 @@ impl Connect {
                 });
             }
             return Err(Error::NotConnected {
-                subject,
+                subject: subject.into_string(),
                 provider: ask.provider.to_string(),
             });
         };
@@ -197,11 +197,11 @@ impl Connect {
     async fn await_elicitation<G, R>(
         &self,
         ask: &TokenAsk<'_>,
-        subject: &str,
+        subject: &Subject,
         provider: &Provider,
         long_poll_slot: impl FnOnce() -> std::result::Result<G, R>,
     ) -> Result<std::result::Result<AwaitedEnd, R>> {
-        let user = || UserRef::new(self.identity.issuer(), subject.to_owned());
+        let user = || UserRef::new(self.identity.issuer(), subject.clone());
         let eid = match &ask.awaited {
             None if ask.wait_seconds.is_some() => {
                 return Err(Error::invalid(
@@ -277,7 +277,7 @@ impl Connect {
     async fn usable_connection(
         &self,
         client: &ClientConfig,
-        subject: &str,
+        subject: &Subject,
         provider: &ProviderName,
     ) -> Result<Option<Arc<Connection>>> {
         let Some(g) = self
@@ -298,7 +298,7 @@ impl Connect {
     async fn offer(
         &self,
         ask: &TokenAsk<'_>,
-        subject: &str,
+        subject: &Subject,
         provider: &Provider,
         scopes: Option<Vec<String>>,
     ) -> Result<serde_json::Value> {
