@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use crate::db::elicitations::FailureReason;
 use crate::i18n::{Msg, Text};
 use crate::ids::ElicitationId;
 
@@ -53,7 +54,7 @@ pub enum Error {
     AuthorizationFailed {
         provider: String,
         elicitation_id: ElicitationId,
-        reason: &'static str,
+        reason: FailureReason,
     },
     /// A refusal with its own title and advice (catalog messages, so a page speaks the reader's
     /// language; the API gets the English).
@@ -171,13 +172,16 @@ impl RequestStateRefusal {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-fn failed_message(provider: &str, reason: &str) -> String {
-    if reason == crate::db::elicitations::PROVIDER_MISCONFIGURED {
-        format!(
+fn failed_message(provider: &str, reason: &FailureReason) -> String {
+    match reason {
+        FailureReason::ProviderMisconfigured => format!(
             "connecting {provider} failed: the provider is misconfigured (a security check refused it); an operator must fix it, trying again will not help"
-        )
-    } else {
-        format!("connecting {provider} failed: the provider refused or failed the authorization")
+        ),
+        FailureReason::ProviderError => {
+            format!(
+                "connecting {provider} failed: the provider refused or failed the authorization"
+            )
+        }
     }
 }
 

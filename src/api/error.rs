@@ -102,7 +102,7 @@ impl IntoResponse for Error {
                 ..
             } => {
                 body["elicitation_id"] = json!(elicitation_id);
-                body["reason"] = json!(reason);
+                body["reason"] = json!(reason.as_str());
             }
             _ => {}
         }

@@ -11,7 +11,7 @@ use crate::db;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::ConnParams;
-use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
+use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending, FailureReason};
 use crate::error::{Error, Result};
 use crate::i18n::{Lang, tr};
 use crate::ids::{ConnectionId, ElicitationId};
@@ -156,7 +156,7 @@ impl Connect {
             scopes: e.scopes.clone(),
             expires_at: rfc3339(e.expires_at),
             connection_id: e.connection_id.clone(),
-            reason: e.failure_reason(),
+            reason: e.failure_reason().map(FailureReason::as_str),
             params: e.params.clone(),
             mcp,
             request_state: crate::connect::request_state::seal(&self.config.keys, e)?,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::config::ClientConfig;
 use crate::connect::Connect;
 use crate::db::connections::{Connection, ConnectionStatus};
-use crate::db::elicitations::{ElicitationStatus, PROVIDER_MISCONFIGURED};
+use crate::db::elicitations::{ElicitationStatus, FailureReason};
 use crate::error::{Error, Result};
 use crate::grants::tokens::FreshToken;
 use crate::i18n::Lang;
@@ -260,7 +260,7 @@ impl Connect {
             ElicitationStatus::Failed => {
                 end.failed = e
                     .failure_reason()
-                    .filter(|r| *r == PROVIDER_MISCONFIGURED)
+                    .filter(|r| *r == FailureReason::ProviderMisconfigured)
                     .map(|r| Error::AuthorizationFailed {
                         provider: provider.name.clone(),
                         elicitation_id: e.id.clone(),

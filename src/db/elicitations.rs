@@ -93,16 +93,36 @@ pub struct Elicitation {
 /// what was refused); the API's `reason` for it, too.
 pub const PROVIDER_MISCONFIGURED: &str = "provider_misconfigured";
 
+/// Why a `failed` elicitation failed, as the API names it (`ElicitationView::reason`, the
+/// `reason` of an `upstream_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    /// A security check refused what the provider publishes; an operator must fix it, a retry
+    /// will not help.
+    ProviderMisconfigured,
+    /// The provider or the code exchange failed.
+    ProviderError,
+}
+
+impl FailureReason {
+    /// The name API bodies carry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ProviderMisconfigured => PROVIDER_MISCONFIGURED,
+            Self::ProviderError => "provider_error",
+        }
+    }
+}
+
 impl Elicitation {
     /// The user the elicitation was made for.
     pub fn user_ref(&self) -> crate::ids::UserRef {
         crate::ids::UserRef::new(self.issuer.as_str(), self.subject.as_str())
     }
 
-    /// Why a `failed` elicitation failed, as the API names it: `provider_misconfigured` (a
-    /// security check refused what the provider publishes; an operator must fix it, a retry
-    /// will not help) or `provider_error` (the provider or the code exchange failed).
-    pub fn failure_reason(&self) -> Option<&'static str> {
+    /// Why a `failed` elicitation failed: misconfigured when its `failure` begins with
+    /// `provider_misconfigured:`, else a provider error.
+    pub fn failure_reason(&self) -> Option<FailureReason> {
         if self.status != ElicitationStatus::Failed {
             return None;
         }
@@ -112,9 +132,9 @@ impl Elicitation {
             .and_then(|f| f.strip_prefix(PROVIDER_MISCONFIGURED))
             .is_some_and(|rest| rest.starts_with(':'));
         Some(if misconfigured {
-            PROVIDER_MISCONFIGURED
+            FailureReason::ProviderMisconfigured
         } else {
-            "provider_error"
+            FailureReason::ProviderError
         })
     }
 
@@ -409,5 +429,34 @@ mod tests {
         assert_eq!(decode_params(stored.as_deref()), Ok(p));
         assert_eq!(encode_params(&Default::default()).unwrap(), None);
         assert!(decode_params(Some("[1]")).is_err());
+    }
+
+    /// The reasons are API values: each stays the string it is documented as.
+    #[test]
+    fn a_failed_elicitation_names_its_reason_as_the_api_does() {
+        let failed = |failure: Option<&str>| {
+            Elicitation::try_from(Row {
+                id: "e1".into(),
+                status: "failed".into(),
+                failure: failure.map(str::to_owned),
+                ..Row::default()
+            })
+            .unwrap()
+            .failure_reason()
+            .map(FailureReason::as_str)
+        };
+        assert_eq!(
+            failed(Some("provider_misconfigured: the issuer differs")),
+            Some("provider_misconfigured")
+        );
+        assert_eq!(
+            failed(Some("provider_misconfigured")),
+            Some("provider_error")
+        );
+        assert_eq!(
+            failed(Some("token exchange failed")),
+            Some("provider_error")
+        );
+        assert_eq!(failed(None), Some("provider_error"));
     }
 }
