@@ -3,7 +3,7 @@
 
 use crate::config::ClientConfig;
 use crate::connect::Connect;
-use crate::connect::identity::SubjectTokenError;
+use crate::connect::identity::{SubjectTokenError, SubjectTokenRefusal};
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::error::{Error, Result};
 use crate::ids::Subject;
@@ -33,7 +33,7 @@ impl Connect {
                     .refuse_subject_token(
                         client,
                         subject,
-                        "missing",
+                        SubjectTokenRefusal::Missing,
                         "this API client must prove the subject with subject_token (the user's MCP access token)",
                         request_id,
                     )
@@ -50,7 +50,7 @@ impl Connect {
                 .refuse_subject_token(
                     client,
                     subject,
-                    "malformed",
+                    SubjectTokenRefusal::Malformed,
                     "the subject_token must be 1 to 8192 ASCII characters",
                     request_id,
                 )
@@ -97,7 +97,7 @@ impl Connect {
                     .refuse_subject_token(
                         client,
                         subject,
-                        "other_subject",
+                        SubjectTokenRefusal::OtherSubject,
                         "the subject_token belongs to another subject than the one asked for",
                         request_id,
                     )
@@ -111,11 +111,11 @@ impl Connect {
         &self,
         client: &ClientConfig,
         subject: Option<&str>,
-        reason: &str,
+        reason: SubjectTokenRefusal,
         message: &str,
         request_id: Option<&str>,
     ) -> Error {
-        tracing::warn!(target: "security", client_id = %client.id, reason, "subject_token refused");
+        tracing::warn!(target: "security", client_id = %client.id, reason = reason.as_str(), "subject_token refused");
         self.db
             .audit(AuditEvent {
                 actor: Some(&client.id),
@@ -123,7 +123,7 @@ impl Connect {
                 subject,
                 client_id: Some(&client.id),
                 request_id,
-                detail: Some(reason),
+                detail: Some(reason.as_str()),
                 ..AuditEvent::new(AuditAction::SubjectTokenRefused)
             })
             .await;

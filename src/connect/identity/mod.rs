@@ -65,12 +65,60 @@ const ALLOWED_ALGS: &[Algorithm] = &[
     Algorithm::EdDSA,
 ];
 
+/// Why a `subject_token` was refused, as the audit row's detail and the security log name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubjectTokenRefusal {
+    /// None was sent, and the API client must send one.
+    Missing,
+    /// Not a JWT, unreadable, naming critical header extensions, too long or not ASCII.
+    Malformed,
+    /// Signed with an algorithm that is not accepted.
+    Algorithm,
+    /// Its `typ` header is not the identity issuer's access-token type.
+    Type,
+    /// Not signed by the identity issuer.
+    Signature,
+    Expired,
+    /// Issued for another audience than the API client's.
+    Audience,
+    /// Issued by another issuer than the identity issuer.
+    Issuer,
+    /// Not valid yet (`nbf`).
+    NotYetValid,
+    /// Lacking one of `exp`, `iss`, `aud` or `sub`.
+    Claims,
+    /// Introspection says it is not active.
+    Inactive,
+    /// It proves another subject than the request names.
+    OtherSubject,
+}
+
+impl SubjectTokenRefusal {
+    /// The reason as audit rows and logs carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Malformed => "malformed",
+            Self::Algorithm => "algorithm",
+            Self::Type => "type",
+            Self::Signature => "signature",
+            Self::Expired => "expired",
+            Self::Audience => "audience",
+            Self::Issuer => "issuer",
+            Self::NotYetValid => "not_yet_valid",
+            Self::Claims => "claims",
+            Self::Inactive => "inactive",
+            Self::OtherSubject => "other_subject",
+        }
+    }
+}
+
 /// Why a `subject_token` was not accepted.
 #[derive(Debug)]
 pub enum SubjectTokenError {
-    /// Refused: a reason code (for the audit row) and a sentence for the caller. Neither holds
-    /// any part of the token.
-    Refused(&'static str, &'static str),
+    /// Refused: the reason (for the audit row) and a sentence for the caller. Neither holds any
+    /// part of the token.
+    Refused(SubjectTokenRefusal, &'static str),
     /// The identity issuer could not be asked (discovery, JWKS or introspection failed).
     Unavailable(anyhow::Error),
 }

@@ -13,24 +13,28 @@ impl Identity {
     ) -> Result<String, SubjectTokenError> {
         use jsonwebtoken::errors::ErrorKind;
         let refused = SubjectTokenError::Refused;
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|_| refused("malformed", "the subject_token is not a JWT"))?;
+        let header = jsonwebtoken::decode_header(token).map_err(|_| {
+            refused(
+                SubjectTokenRefusal::Malformed,
+                "the subject_token is not a JWT",
+            )
+        })?;
         if !ALLOWED_ALGS.contains(&header.alg) {
             return Err(refused(
-                "algorithm",
+                SubjectTokenRefusal::Algorithm,
                 "the subject_token is signed with an algorithm that is not accepted",
             ));
         }
         if has_critical_extensions(token) {
             return Err(refused(
-                "malformed",
+                SubjectTokenRefusal::Malformed,
                 "the subject_token names critical header extensions (crit) that are not understood",
             ));
         }
         if let Some(want) = &self.config.access_token_typ {
             if !header.typ.as_deref().is_some_and(|t| typ_is(t, want)) {
                 return Err(refused(
-                    "type",
+                    SubjectTokenRefusal::Type,
                     "the subject_token is not an access token of the identity issuer (its typ header differs)",
                 ));
             }
@@ -39,7 +43,7 @@ impl Identity {
             Ok(k) => k,
             Err(e) if format!("{e:#}").contains("no key") => {
                 return Err(refused(
-                    "signature",
+                    SubjectTokenRefusal::Signature,
                     "the subject_token is not signed by the identity issuer",
                 ));
             }
@@ -54,29 +58,34 @@ impl Identity {
         let data =
             jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| {
                 match e.kind() {
-                    ErrorKind::ExpiredSignature => {
-                        refused("expired", "the subject_token has expired")
-                    }
+                    ErrorKind::ExpiredSignature => refused(
+                        SubjectTokenRefusal::Expired,
+                        "the subject_token has expired",
+                    ),
                     ErrorKind::InvalidAudience => refused(
-                        "audience",
+                        SubjectTokenRefusal::Audience,
                         "the subject_token was issued for another audience than this API client's",
                     ),
                     ErrorKind::InvalidIssuer => refused(
-                        "issuer",
+                        SubjectTokenRefusal::Issuer,
                         "the subject_token was issued by another issuer than the identity issuer",
                     ),
                     ErrorKind::InvalidSignature => refused(
-                        "signature",
+                        SubjectTokenRefusal::Signature,
                         "the subject_token is not signed by the identity issuer",
                     ),
-                    ErrorKind::ImmatureSignature => {
-                        refused("not_yet_valid", "the subject_token is not valid yet")
-                    }
+                    ErrorKind::ImmatureSignature => refused(
+                        SubjectTokenRefusal::NotYetValid,
+                        "the subject_token is not valid yet",
+                    ),
                     ErrorKind::MissingRequiredClaim(_) => refused(
-                        "claims",
+                        SubjectTokenRefusal::Claims,
                         "the subject_token lacks one of exp, iss, aud or sub",
                     ),
-                    _ => refused("malformed", "the subject_token could not be read"),
+                    _ => refused(
+                        SubjectTokenRefusal::Malformed,
+                        "the subject_token could not be read",
+                    ),
                 }
             })?;
         data.claims
@@ -84,7 +93,10 @@ impl Identity {
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
-            .ok_or(refused("claims", "the subject_token has no sub"))
+            .ok_or(refused(
+                SubjectTokenRefusal::Claims,
+                "the subject_token has no sub",
+            ))
     }
 
     /// Checks a `subject_token` by RFC 7662 introspection at the identity issuer, authenticated
@@ -148,21 +160,24 @@ impl Identity {
             .map_err(SubjectTokenError::Unavailable)?;
         if v.get("active") != Some(&Value::Bool(true)) {
             return Err(refused(
-                "inactive",
+                SubjectTokenRefusal::Inactive,
                 "the subject_token is not active (expired, revoked or unknown to the identity issuer)",
             ));
         }
         if let Some(iss) = v.get("iss").and_then(Value::as_str) {
             if iss != self.config.issuer {
                 return Err(refused(
-                    "issuer",
+                    SubjectTokenRefusal::Issuer,
                     "the subject_token was issued by another issuer than the identity issuer",
                 ));
             }
         }
         if let Some(exp) = v.get("exp").and_then(Value::as_i64) {
             if exp < crate::time::now() {
-                return Err(refused("expired", "the subject_token has expired"));
+                return Err(refused(
+                    SubjectTokenRefusal::Expired,
+                    "the subject_token has expired",
+                ));
             }
         }
         if let Some(want) = audience {
@@ -173,7 +188,7 @@ impl Identity {
             };
             if !ok {
                 return Err(refused(
-                    "audience",
+                    SubjectTokenRefusal::Audience,
                     "the subject_token was issued for another audience than this API client's",
                 ));
             }
@@ -182,6 +197,9 @@ impl Identity {
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
-            .ok_or(refused("claims", "the subject_token has no sub"))
+            .ok_or(refused(
+                SubjectTokenRefusal::Claims,
+                "the subject_token has no sub",
+            ))
     }
 }

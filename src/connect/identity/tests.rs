@@ -219,7 +219,10 @@ async fn tokens_not_yet_valid_or_with_critical_extensions_are_refused() {
     );
     assert!(matches!(
         id.verify_access_token(&later, "https://mcp").await,
-        Err(SubjectTokenError::Refused("not_yet_valid", _))
+        Err(SubjectTokenError::Refused(
+            SubjectTokenRefusal::NotYetValid,
+            _
+        ))
     ));
 
     let crit = json!({"crit": ["exp-unknown"], "exp-unknown": true});
@@ -234,7 +237,10 @@ async fn tokens_not_yet_valid_or_with_critical_extensions_are_refused() {
             "https://mcp"
         )
         .await,
-        Err(SubjectTokenError::Refused("malformed", _))
+        Err(SubjectTokenError::Refused(
+            SubjectTokenRefusal::Malformed,
+            _
+        ))
     ));
 
     // An access token is never taken for an ID token.
@@ -271,7 +277,7 @@ async fn the_access_token_typ_is_required_where_the_issuer_sets_it() {
     for t in [&plain, &jwt] {
         assert!(matches!(
             id.verify_access_token(t, "https://mcp").await,
-            Err(SubjectTokenError::Refused("type", _))
+            Err(SubjectTokenError::Refused(SubjectTokenRefusal::Type, _))
         ));
     }
     for t in [&at, &long] {
@@ -294,4 +300,42 @@ async fn an_oversized_jwks_is_refused() {
     assert!(format!("{e:#}").contains("larger than"), "{e:#}");
     *stub.padding.lock().unwrap() = 0;
     id.verify_id_token(&id_token(&id, &k), "n").await.unwrap();
+}
+
+/// The reasons are what audit rows and the security log say: each keeps its name.
+#[test]
+fn subject_token_refusals_keep_their_audit_names() {
+    use SubjectTokenRefusal::*;
+    let names = [
+        Missing,
+        Malformed,
+        Algorithm,
+        Type,
+        Signature,
+        Expired,
+        Audience,
+        Issuer,
+        NotYetValid,
+        Claims,
+        Inactive,
+        OtherSubject,
+    ]
+    .map(SubjectTokenRefusal::as_str);
+    assert_eq!(
+        names,
+        [
+            "missing",
+            "malformed",
+            "algorithm",
+            "type",
+            "signature",
+            "expired",
+            "audience",
+            "issuer",
+            "not_yet_valid",
+            "claims",
+            "inactive",
+            "other_subject",
+        ]
+    );
 }
