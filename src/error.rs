@@ -72,6 +72,76 @@ pub enum Error {
     Internal(#[source] anyhow::Error),
 }
 
+/// The stable code of every error answer: the `error` of a JSON body, whether the domain, the
+/// edge or the operations routes answer. One variant per code, so no answer can carry a code
+/// that is not listed here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// A missing or invalid API key, metrics token or the like.
+    Unauthorized,
+    /// A route this caller may not use from where it is (`/metrics` off loopback).
+    Forbidden,
+    ForbiddenProvider,
+    InvalidSubjectToken,
+    InvalidRequest,
+    InvalidRequestState,
+    NotFound,
+    NotConnected,
+    AuthorizationRequired,
+    ReauthorizationRequired,
+    AuthorizationDeclined,
+    /// A limit of the edge (`server::limits`).
+    RateLimited,
+    Unavailable,
+    UpstreamError,
+    Internal,
+    AlreadyRevoked,
+    NotPending,
+    CsrfFailed,
+    ProviderRemoved,
+    ConnectFailed,
+    IdentityUnavailable,
+    ProviderUnavailable,
+    ProviderMisconfigured,
+    InvalidState,
+    NotSignedIn,
+    SignInFailed,
+}
+
+impl ErrorCode {
+    /// The code as answers carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unauthorized => "unauthorized",
+            Self::Forbidden => "forbidden",
+            Self::ForbiddenProvider => "forbidden_provider",
+            Self::InvalidSubjectToken => "invalid_subject_token",
+            Self::InvalidRequest => "invalid_request",
+            Self::InvalidRequestState => "invalid_request_state",
+            Self::NotFound => "not_found",
+            Self::NotConnected => "not_connected",
+            Self::AuthorizationRequired => "authorization_required",
+            Self::ReauthorizationRequired => "reauthorization_required",
+            Self::AuthorizationDeclined => "authorization_declined",
+            Self::RateLimited => "rate_limited",
+            Self::Unavailable => "unavailable",
+            Self::UpstreamError => "upstream_error",
+            Self::Internal => "internal",
+            Self::AlreadyRevoked => "already_revoked",
+            Self::NotPending => "not_pending",
+            Self::CsrfFailed => "csrf_failed",
+            Self::ProviderRemoved => "provider_removed",
+            Self::ConnectFailed => "connect_failed",
+            Self::IdentityUnavailable => "identity_unavailable",
+            Self::ProviderUnavailable => "provider_unavailable",
+            Self::ProviderMisconfigured => "provider_misconfigured",
+            Self::InvalidState => "invalid_state",
+            Self::NotSignedIn => "not_signed_in",
+            Self::SignInFailed => "sign_in_failed",
+        }
+    }
+}
+
 /// Why a request is refused, beyond the API's own codes: each variant is one code and one
 /// answer (`api::error::status` gives its HTTP status).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,24 +184,24 @@ pub enum Refusal {
 
 impl Refusal {
     /// The stable code, as API bodies and the audit log carry it.
-    pub fn code(self) -> &'static str {
+    pub fn code(self) -> ErrorCode {
         match self {
-            Self::NotFound => "not_found",
-            Self::InvalidRequest | Self::TooLarge => "invalid_request",
-            Self::AlreadyRevoked => "already_revoked",
-            Self::NotPending => "not_pending",
-            Self::CsrfFailed => "csrf_failed",
-            Self::ProviderRemoved => "provider_removed",
+            Self::NotFound => ErrorCode::NotFound,
+            Self::InvalidRequest | Self::TooLarge => ErrorCode::InvalidRequest,
+            Self::AlreadyRevoked => ErrorCode::AlreadyRevoked,
+            Self::NotPending => ErrorCode::NotPending,
+            Self::CsrfFailed => ErrorCode::CsrfFailed,
+            Self::ProviderRemoved => ErrorCode::ProviderRemoved,
             Self::ConnectFailed
             | Self::ConnectConflict
             | Self::ConnectUpstreamFailed
-            | Self::SignedOutDuringFlow => "connect_failed",
-            Self::IdentityUnavailable => "identity_unavailable",
-            Self::ProviderUnavailable => "provider_unavailable",
-            Self::ProviderMisconfigured => "provider_misconfigured",
-            Self::InvalidState => "invalid_state",
-            Self::NotSignedIn => "not_signed_in",
-            Self::SignInFailed => "sign_in_failed",
+            | Self::SignedOutDuringFlow => ErrorCode::ConnectFailed,
+            Self::IdentityUnavailable => ErrorCode::IdentityUnavailable,
+            Self::ProviderUnavailable => ErrorCode::ProviderUnavailable,
+            Self::ProviderMisconfigured => ErrorCode::ProviderMisconfigured,
+            Self::InvalidState => ErrorCode::InvalidState,
+            Self::NotSignedIn => ErrorCode::NotSignedIn,
+            Self::SignInFailed => ErrorCode::SignInFailed,
         }
     }
 }
@@ -208,22 +278,22 @@ impl Error {
         Self::Internal(e.into())
     }
 
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::Unauthorized => "unauthorized",
-            Self::ForbiddenProvider(_) => "forbidden_provider",
-            Self::InvalidSubjectToken(_) => "invalid_subject_token",
-            Self::InvalidRequest(_) => "invalid_request",
-            Self::InvalidRequestState(_) => "invalid_request_state",
-            Self::AuthorizationDeclined { .. } => "authorization_declined",
-            Self::NotFound(_) => "not_found",
-            Self::NotConnected { .. } => "not_connected",
-            Self::AuthorizationRequired { .. } => "authorization_required",
-            Self::ReauthorizationRequired { .. } => "reauthorization_required",
+            Self::Unauthorized => ErrorCode::Unauthorized,
+            Self::ForbiddenProvider(_) => ErrorCode::ForbiddenProvider,
+            Self::InvalidSubjectToken(_) => ErrorCode::InvalidSubjectToken,
+            Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            Self::InvalidRequestState(_) => ErrorCode::InvalidRequestState,
+            Self::AuthorizationDeclined { .. } => ErrorCode::AuthorizationDeclined,
+            Self::NotFound(_) => ErrorCode::NotFound,
+            Self::NotConnected { .. } => ErrorCode::NotConnected,
+            Self::AuthorizationRequired { .. } => ErrorCode::AuthorizationRequired,
+            Self::ReauthorizationRequired { .. } => ErrorCode::ReauthorizationRequired,
             Self::Refused { refusal, .. } => refusal.code(),
-            Self::Unavailable(_) => "unavailable",
-            Self::Upstream(_) | Self::AuthorizationFailed { .. } => "upstream_error",
-            Self::Internal(_) => "internal",
+            Self::Unavailable(_) => ErrorCode::Unavailable,
+            Self::Upstream(_) | Self::AuthorizationFailed { .. } => ErrorCode::UpstreamError,
+            Self::Internal(_) => ErrorCode::Internal,
         }
     }
 
@@ -280,5 +350,76 @@ impl From<crate::crypto::CryptoError> for Error {
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
         Self::Internal(e.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The codes are the API's: each keeps the string it is documented as.
+    #[test]
+    fn error_codes_keep_their_wire_names() {
+        use ErrorCode::*;
+        let names = [
+            Unauthorized,
+            Forbidden,
+            ForbiddenProvider,
+            InvalidSubjectToken,
+            InvalidRequest,
+            InvalidRequestState,
+            NotFound,
+            NotConnected,
+            AuthorizationRequired,
+            ReauthorizationRequired,
+            AuthorizationDeclined,
+            RateLimited,
+            Unavailable,
+            UpstreamError,
+            Internal,
+            AlreadyRevoked,
+            NotPending,
+            CsrfFailed,
+            ProviderRemoved,
+            ConnectFailed,
+            IdentityUnavailable,
+            ProviderUnavailable,
+            ProviderMisconfigured,
+            InvalidState,
+            NotSignedIn,
+            SignInFailed,
+        ]
+        .map(ErrorCode::as_str);
+        assert_eq!(
+            names,
+            [
+                "unauthorized",
+                "forbidden",
+                "forbidden_provider",
+                "invalid_subject_token",
+                "invalid_request",
+                "invalid_request_state",
+                "not_found",
+                "not_connected",
+                "authorization_required",
+                "reauthorization_required",
+                "authorization_declined",
+                "rate_limited",
+                "unavailable",
+                "upstream_error",
+                "internal",
+                "already_revoked",
+                "not_pending",
+                "csrf_failed",
+                "provider_removed",
+                "connect_failed",
+                "identity_unavailable",
+                "provider_unavailable",
+                "provider_misconfigured",
+                "invalid_state",
+                "not_signed_in",
+                "sign_in_failed",
+            ]
+        );
     }
 }

@@ -83,7 +83,7 @@ impl IntoResponse for Error {
             Self::Internal(e) => tracing::error!(error = format!("{e:#}"), "internal error"),
             _ => {}
         }
-        let mut body = json!({ "error": self.code(), "message": self.message() });
+        let mut body = json!({ "error": self.code().as_str(), "message": self.message() });
         match &self {
             Self::AuthorizationRequired { elicitation, .. } => {
                 body["elicitation"] = (**elicitation).clone()

@@ -19,6 +19,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
+use crate::error::ErrorCode;
 use crate::i18n::Msg;
 use crate::server::limits::{self, Limit, Slot};
 use crate::server::rendered::{RenderedError, edge_answer};
@@ -249,7 +250,7 @@ fn timed_out() -> Response {
         "The request took too long to answer. Try again shortly.",
         RenderedError {
             status: StatusCode::SERVICE_UNAVAILABLE,
-            code: "unavailable",
+            code: ErrorCode::Unavailable,
             title: Msg::new("timeout-title").into(),
             message: Msg::new("timeout-lead").into(),
             next: Some(Msg::new("timeout-next").into()),
@@ -318,7 +319,7 @@ mod tests {
         );
         assert_eq!(
             r.extensions().get::<RenderedError>().unwrap().code,
-            "unavailable"
+            ErrorCode::Unavailable
         );
         for (m, p) in [
             ("GET", "/v1/events"),

@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 use crate::config::{IpNet, Limits as LimitsConfig};
+use crate::error::ErrorCode;
 use crate::i18n::{Msg, Text};
 use crate::server::rendered::{RenderedError, edge_answer};
 
@@ -204,7 +205,7 @@ impl IntoResponse for TooMany {
             &message.to_string(),
             RenderedError {
                 status: StatusCode::TOO_MANY_REQUESTS,
-                code: "rate_limited",
+                code: ErrorCode::RateLimited,
                 title: Msg::new("error-title-too-many").into(),
                 message: Msg::new("too-many-lead").into(),
                 next: Some(Msg::new("too-many-next").into()),

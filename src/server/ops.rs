@@ -8,6 +8,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::AppState;
+use crate::error::ErrorCode;
 use crate::server::edge::Edge;
 
 pub fn router(state: AppState) -> Router {
@@ -35,7 +36,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     if state.draining.load(std::sync::atomic::Ordering::SeqCst) {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "draining", "error": "unavailable", "message": "this replica is shutting down"})),
+            Json(json!({"status": "draining", "error": ErrorCode::Unavailable.as_str(), "message": "this replica is shutting down"})),
         )
             .into_response();
     }
@@ -43,7 +44,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
         Ok(()) => Json(json!({"status": "ready"})).into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "not ready: database unreachable");
-            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unavailable", "error": "unavailable", "message": "the database is unreachable"}))).into_response()
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unavailable", "error": ErrorCode::Unavailable.as_str(), "message": "the database is unreachable"}))).into_response()
         }
     }
 }
@@ -65,7 +66,7 @@ async fn guarded_metrics(State(state): State<AppState>, req: axum::extract::Requ
             if !crate::crypto::ct_eq(&crate::crypto::sha256(presented.trim().as_bytes()), &want) {
                 let mut r = crate::server::rendered::edge_refusal(
                     axum::http::StatusCode::UNAUTHORIZED,
-                    "unauthorized",
+                    ErrorCode::Unauthorized,
                     "Unauthorized",
                     "/metrics needs `Authorization: Bearer <metrics_token>`",
                 )
@@ -84,7 +85,7 @@ async fn guarded_metrics(State(state): State<AppState>, req: axum::extract::Requ
             if !local || forwarded {
                 return crate::server::rendered::edge_refusal(
                     axum::http::StatusCode::FORBIDDEN,
-                    "forbidden",
+                    ErrorCode::Forbidden,
                     "Forbidden",
                     "/metrics answers loopback only; set metrics_token or metrics_listen to scrape it from elsewhere",
                 )

@@ -5,12 +5,13 @@
 
 use axum::http::StatusCode;
 
+use crate::error::ErrorCode;
 use crate::i18n::Text;
 
 #[derive(Debug, Clone)]
 pub struct RenderedError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub title: Text,
     pub message: Text,
     /// What the reader can do next, when the page says more than the status implies.
@@ -27,7 +28,7 @@ pub struct FromEdge;
 /// JSON error body, and the page the browser layer renders from it on browser routes.
 pub fn edge_refusal(
     status: StatusCode,
-    code: &'static str,
+    code: ErrorCode,
     title: impl Into<Text>,
     message: impl Into<Text>,
 ) -> axum::response::Response {
@@ -45,7 +46,7 @@ pub fn edge_refusal(
 /// An answer of the edge whose JSON `message` (always English) differs from what its page says.
 pub fn edge_answer(message: &str, page: RenderedError) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let body = serde_json::json!({ "error": page.code, "message": message });
+    let body = serde_json::json!({ "error": page.code.as_str(), "message": message });
     let mut resp = (page.status, axum::Json(body)).into_response();
     resp.extensions_mut().insert(page);
     resp.extensions_mut().insert(FromEdge);

@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::AppState;
+use crate::error::ErrorCode;
 use crate::providers::mcp::client_metadata_document;
 
 pub async fn document(State(state): State<AppState>, Path(provider): Path<String>) -> Response {
@@ -24,7 +25,7 @@ pub async fn document(State(state): State<AppState>, Path(provider): Path<String
             .into_response(),
         None => (
             StatusCode::NOT_FOUND,
-            Json(json!({"error": "not_found", "message": "no upstream MCP provider by this name"})),
+            Json(json!({"error": ErrorCode::NotFound.as_str(), "message": "no upstream MCP provider by this name"})),
         )
             .into_response(),
     }
