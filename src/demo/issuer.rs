@@ -22,8 +22,8 @@ use serde_json::{Value, json};
 
 use super::oauth::{
     AuthRequest, AuthorizePolicy, AuthorizeQuery, CODE_TTL, ClientRequest, DevServer, Expiring,
-    OAuthError, REQUEST_TTL, RegisteredClient, SignInForm, form_body, redirect_back, token_json,
-    valid_login,
+    OAuthError, OAuthErrorCode, REQUEST_TTL, RegisteredClient, SignInForm, form_body,
+    redirect_back, token_json, valid_login,
 };
 use crate::crypto::random_token;
 use crate::time::now;
@@ -267,7 +267,7 @@ async fn sign_in(
         return redirect_back(
             &req.redirect_uri,
             &[
-                ("error", "access_denied"),
+                ("error", OAuthErrorCode::AccessDenied.as_str()),
                 ("error_description", "the user cancelled the sign-in"),
             ],
             req.state.as_deref(),
@@ -324,7 +324,7 @@ fn signing_failed(what: &'static str) -> impl FnOnce(anyhow::Error) -> OAuthErro
         );
         OAuthError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
-            error: "server_error",
+            error: OAuthErrorCode::ServerError,
             description: format!("could not sign the {what}"),
         }
     }
@@ -338,20 +338,21 @@ async fn token(
     let f = s.server.client.authenticated(&headers, form)?;
     if f.grant_type.as_deref() != Some("authorization_code") {
         return Err(OAuthError::new(
-            "unsupported_grant_type",
+            OAuthErrorCode::UnsupportedGrantType,
             "only authorization_code is supported",
         ));
     }
     let code = f
         .code
         .as_deref()
-        .ok_or_else(|| OAuthError::new("invalid_request", "code is required"))?;
+        .ok_or_else(|| OAuthError::new(OAuthErrorCode::InvalidRequest, "code is required"))?;
     // Taken whatever happens next: a code gets one attempt.
-    let issued = s
-        .pending()
-        .codes
-        .take(code, now())
-        .ok_or_else(|| OAuthError::new("invalid_grant", "unknown, used or expired code"))?;
+    let issued = s.pending().codes.take(code, now()).ok_or_else(|| {
+        OAuthError::new(
+            OAuthErrorCode::InvalidGrant,
+            "unknown, used or expired code",
+        )
+    })?;
     issued
         .request
         .check_redemption(f.redirect_uri.as_deref(), f.code_verifier.as_deref())?;
@@ -384,14 +385,14 @@ async fn mcp_token(
     let f = form_body(form)?;
     let user = f.user.as_deref().and_then(valid_login).ok_or_else(|| {
         OAuthError::new(
-            "invalid_request",
+            OAuthErrorCode::InvalidRequest,
             "user=NAME is required (1 to 64 characters)",
         )
     })?;
     let resource = f.resource.as_deref().unwrap_or(MCP_RESOURCE);
     if url::Url::parse(resource).is_err() || resource.contains('#') {
         return Err(OAuthError::new(
-            "invalid_target",
+            OAuthErrorCode::InvalidTarget,
             "resource must be an absolute URL without a fragment",
         ));
     }

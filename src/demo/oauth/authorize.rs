@@ -37,14 +37,21 @@ impl AuthRequest {
     ) -> Result<(), OAuthError> {
         if redirect_uri != Some(self.redirect_uri.as_str()) {
             return Err(OAuthError::new(
-                "invalid_grant",
+                OAuthErrorCode::InvalidGrant,
                 "redirect_uri does not match the authorization request",
             ));
         }
-        let verifier = code_verifier
-            .ok_or_else(|| OAuthError::new("invalid_grant", "code_verifier is required (PKCE)"))?;
+        let verifier = code_verifier.ok_or_else(|| {
+            OAuthError::new(
+                OAuthErrorCode::InvalidGrant,
+                "code_verifier is required (PKCE)",
+            )
+        })?;
         if !pkce_matches(verifier, &self.code_challenge) {
-            return Err(OAuthError::new("invalid_grant", "PKCE verification failed"));
+            return Err(OAuthError::new(
+                OAuthErrorCode::InvalidGrant,
+                "PKCE verification failed",
+            ));
         }
         Ok(())
     }
@@ -95,17 +102,20 @@ impl AuthorizePolicy<'_> {
                 "The redirect_uri is not the one registered for this client (it must match exactly).",
             ));
         }
-        let back = |error: &str, description: &str| {
+        let back = |error: OAuthErrorCode, description: &str| {
             Box::new(redirect_back(
                 &redirect_uri,
-                &[("error", error), ("error_description", description)],
+                &[
+                    ("error", error.as_str()),
+                    ("error_description", description),
+                ],
                 q.state.as_deref(),
                 &self.server.issuer,
             ))
         };
         if q.response_type.as_deref() != Some("code") {
             return Err(back(
-                "unsupported_response_type",
+                OAuthErrorCode::UnsupportedResponseType,
                 "only response_type=code is supported",
             ));
         }
@@ -115,17 +125,20 @@ impl AuthorizePolicy<'_> {
             .as_deref()
             .is_some_and(|p| p.split(' ').any(|x| x == "none"))
         {
-            return Err(back("login_required", "this server always asks the user"));
+            return Err(back(
+                OAuthErrorCode::LoginRequired,
+                "this server always asks the user",
+            ));
         }
         let Some(code_challenge) = q.code_challenge.clone().filter(|c| !c.is_empty()) else {
             return Err(back(
-                "invalid_request",
+                OAuthErrorCode::InvalidRequest,
                 "PKCE is required: send code_challenge with code_challenge_method=S256",
             ));
         };
         if q.code_challenge_method.as_deref() != Some("S256") {
             return Err(back(
-                "invalid_request",
+                OAuthErrorCode::InvalidRequest,
                 "code_challenge_method must be S256",
             ));
         }
@@ -135,7 +148,7 @@ impl AuthorizePolicy<'_> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         {
             return Err(back(
-                "invalid_request",
+                OAuthErrorCode::InvalidRequest,
                 "code_challenge must be a base64url SHA-256",
             ));
         }
@@ -155,10 +168,16 @@ impl AuthorizePolicy<'_> {
             .iter()
             .find(|s| !self.scopes_supported.contains(&s.as_str()))
         {
-            return Err(back("invalid_scope", &format!("unknown scope {bad}")));
+            return Err(back(
+                OAuthErrorCode::InvalidScope,
+                &format!("unknown scope {bad}"),
+            ));
         }
         if self.require_openid && !scopes.iter().any(|s| s == "openid") {
-            return Err(back("invalid_scope", "the openid scope is required"));
+            return Err(back(
+                OAuthErrorCode::InvalidScope,
+                "the openid scope is required",
+            ));
         }
         Ok(AuthRequest {
             redirect_uri,

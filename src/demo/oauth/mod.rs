@@ -129,19 +129,57 @@ impl DevServer {
     }
 }
 
+/// The OAuth error codes the development servers answer with: at the token, revocation and
+/// resource endpoints (RFC 6749 §5.2, RFC 6750 §3.1, RFC 8707 §2) and back at the client after
+/// an authorization request (RFC 6749 §4.1.2.1, OpenID Connect Core §3.1.2.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OAuthErrorCode {
+    InvalidRequest,
+    InvalidClient,
+    InvalidGrant,
+    UnsupportedGrantType,
+    InvalidScope,
+    InvalidTarget,
+    InvalidToken,
+    ServerError,
+    UnsupportedResponseType,
+    LoginRequired,
+    AccessDenied,
+}
+
+impl OAuthErrorCode {
+    /// The code as the `error` parameter carries it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidRequest => "invalid_request",
+            Self::InvalidClient => "invalid_client",
+            Self::InvalidGrant => "invalid_grant",
+            Self::UnsupportedGrantType => "unsupported_grant_type",
+            Self::InvalidScope => "invalid_scope",
+            Self::InvalidTarget => "invalid_target",
+            Self::InvalidToken => "invalid_token",
+            Self::ServerError => "server_error",
+            Self::UnsupportedResponseType => "unsupported_response_type",
+            Self::LoginRequired => "login_required",
+            Self::AccessDenied => "access_denied",
+        }
+    }
+}
+
 /// An error answered by a token, revocation or resource endpoint: JSON, never cached.
 #[derive(Debug)]
 pub struct OAuthError {
     pub status: StatusCode,
-    pub error: &'static str,
+    pub error: OAuthErrorCode,
     pub description: String,
 }
 
 impl OAuthError {
-    pub fn new(error: &'static str, description: impl Into<String>) -> Self {
+    pub fn new(error: OAuthErrorCode, description: impl Into<String>) -> Self {
         let status = match error {
-            "invalid_client" => StatusCode::UNAUTHORIZED,
-            "invalid_token" => StatusCode::UNAUTHORIZED,
+            OAuthErrorCode::InvalidClient | OAuthErrorCode::InvalidToken => {
+                StatusCode::UNAUTHORIZED
+            }
             _ => StatusCode::BAD_REQUEST,
         };
         Self {
@@ -156,13 +194,13 @@ impl IntoResponse for OAuthError {
     fn into_response(self) -> Response {
         let mut r = (
             self.status,
-            Json(json!({"error": self.error, "error_description": self.description})),
+            Json(json!({"error": self.error.as_str(), "error_description": self.description})),
         )
             .into_response();
         let h = r.headers_mut();
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
-        if self.error == "invalid_client" {
+        if self.error == OAuthErrorCode::InvalidClient {
             h.insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Basic realm=\"development only\""),
@@ -187,7 +225,7 @@ pub fn form_body<T>(
 ) -> Result<T, OAuthError> {
     form.map(|axum::Form(f)| f).map_err(|_| {
         OAuthError::new(
-            "invalid_request",
+            OAuthErrorCode::InvalidRequest,
             "send an application/x-www-form-urlencoded body",
         )
     })
@@ -245,7 +283,7 @@ pub fn authenticate_client(
     let (id, secret) = match (basic, form_secret) {
         (Some(_), Some(_)) => {
             return Err(OAuthError::new(
-                "invalid_request",
+                OAuthErrorCode::InvalidRequest,
                 "use one client authentication method, not two",
             ));
         }
@@ -254,17 +292,19 @@ pub fn authenticate_client(
                 .decode(b64)
                 .ok()
                 .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(|| OAuthError::new("invalid_client", "malformed Basic credentials"))?;
-            let (id, secret) = decoded
-                .split_once(':')
-                .ok_or_else(|| OAuthError::new("invalid_client", "malformed Basic credentials"))?;
+                .ok_or_else(|| {
+                    OAuthError::new(OAuthErrorCode::InvalidClient, "malformed Basic credentials")
+                })?;
+            let (id, secret) = decoded.split_once(':').ok_or_else(|| {
+                OAuthError::new(OAuthErrorCode::InvalidClient, "malformed Basic credentials")
+            })?;
             // Both parts are form-url-encoded before Basic encoding (RFC 6749 §2.3.1).
             (form_decode(id), form_decode(secret))
         }
         (None, Some(secret)) => (form_id.unwrap_or_default().to_owned(), secret.to_owned()),
         (None, None) => {
             return Err(OAuthError::new(
-                "invalid_client",
+                OAuthErrorCode::InvalidClient,
                 "client authentication is required",
             ));
         }
@@ -272,7 +312,7 @@ pub fn authenticate_client(
     if let Some(fid) = form_id {
         if fid != id {
             return Err(OAuthError::new(
-                "invalid_request",
+                OAuthErrorCode::InvalidRequest,
                 "client_id does not match the authenticated client",
             ));
         }
@@ -286,7 +326,7 @@ pub fn authenticate_client(
         Ok(())
     } else {
         Err(OAuthError::new(
-            "invalid_client",
+            OAuthErrorCode::InvalidClient,
             "unknown client or wrong secret",
         ))
     }
@@ -403,11 +443,11 @@ mod tests {
         );
         let e = authenticate_client(&c, &HeaderMap::new(), Some("mcp-connect"), Some("nope"))
             .unwrap_err();
-        assert_eq!(e.error, "invalid_client");
+        assert_eq!(e.error, OAuthErrorCode::InvalidClient);
         let e = authenticate_client(&c, &h, None, Some("s3cret&x")).unwrap_err();
-        assert_eq!(e.error, "invalid_request");
+        assert_eq!(e.error, OAuthErrorCode::InvalidRequest);
         let e = authenticate_client(&c, &HeaderMap::new(), Some("mcp-connect"), None).unwrap_err();
-        assert_eq!(e.error, "invalid_client");
+        assert_eq!(e.error, OAuthErrorCode::InvalidClient);
     }
 
     #[test]

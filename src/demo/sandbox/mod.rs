@@ -22,8 +22,8 @@ use serde_json::json;
 
 use super::oauth::{
     AuthRequest, AuthorizePolicy, AuthorizeQuery, CODE_TTL, ClientRequest, DevServer, Expiring,
-    OAuthError, REQUEST_TTL, RegisteredClient, SignInForm, authorization, redirect_back,
-    token_json, valid_login,
+    OAuthError, OAuthErrorCode, REQUEST_TTL, RegisteredClient, SignInForm, authorization,
+    redirect_back, token_json, valid_login,
 };
 use super::pages::{ConsentPage, render_page};
 use crate::crypto::{random_token, sha256_b64};
@@ -366,7 +366,7 @@ fn deny(s: &Sandbox, request: &AuthRequest) -> Response {
     redirect_back(
         &request.redirect_uri,
         &[
-            ("error", "access_denied"),
+            ("error", OAuthErrorCode::AccessDenied.as_str()),
             ("error_description", "the user denied the request"),
         ],
         request.state.as_deref(),
@@ -420,7 +420,7 @@ async fn decide(
 }
 
 fn invalid_token(why: &'static str) -> Response {
-    let mut r = OAuthError::new("invalid_token", why).into_response();
+    let mut r = OAuthError::new(OAuthErrorCode::InvalidToken, why).into_response();
     r.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"sandbox\", error=\"invalid_token\""),
@@ -434,7 +434,7 @@ async fn whoami(State(s): State<Arc<Sandbox>>, headers: HeaderMap) -> Response {
     let Some(token) = token else {
         let mut r = (
             StatusCode::UNAUTHORIZED,
-            Json(json!({"error": "invalid_request", "error_description": "send Authorization: Bearer <access token>"})),
+            Json(json!({"error": OAuthErrorCode::InvalidRequest.as_str(), "error_description": "send Authorization: Bearer <access token>"})),
         )
             .into_response();
         r.headers_mut().insert(

@@ -23,7 +23,7 @@ pub(super) async fn token(
         Some("authorization_code") => redeem_code(&s, &f),
         Some("refresh_token") => refresh(&s, &f),
         _ => Err(OAuthError::new(
-            "unsupported_grant_type",
+            OAuthErrorCode::UnsupportedGrantType,
             "use authorization_code or refresh_token",
         )),
     }
@@ -43,7 +43,7 @@ pub(super) fn redeem_code(s: &Sandbox, f: &TokenForm) -> Result<Response, OAuthE
     let code = f
         .code
         .as_deref()
-        .ok_or_else(|| OAuthError::new("invalid_request", "code is required"))?;
+        .ok_or_else(|| OAuthError::new(OAuthErrorCode::InvalidRequest, "code is required"))?;
     let now = now();
     let code_hash = sha256_b64(code.as_bytes());
     let mut st = s.state();
@@ -55,7 +55,7 @@ pub(super) fn redeem_code(s: &Sandbox, f: &TokenForm) -> Result<Response, OAuthE
             s.save(&mut st.tokens);
         }
         return Err(OAuthError::new(
-            "invalid_grant",
+            OAuthErrorCode::InvalidGrant,
             "unknown, used or expired code",
         ));
     };
@@ -89,37 +89,42 @@ pub(super) fn redeem_code(s: &Sandbox, f: &TokenForm) -> Result<Response, OAuthE
 }
 
 pub(super) fn refresh(s: &Sandbox, f: &TokenForm) -> Result<Response, OAuthError> {
-    let presented = f
-        .refresh_token
-        .as_deref()
-        .ok_or_else(|| OAuthError::new("invalid_request", "refresh_token is required"))?;
+    let presented = f.refresh_token.as_deref().ok_or_else(|| {
+        OAuthError::new(OAuthErrorCode::InvalidRequest, "refresh_token is required")
+    })?;
     let now = now();
     let hash = sha256_b64(presented.as_bytes());
     let mut st = s.state();
     let Some(rt) = st.tokens.refresh.get(&hash).cloned() else {
         return Err(OAuthError::new(
-            "invalid_grant",
+            OAuthErrorCode::InvalidGrant,
             "unknown, revoked or expired refresh token",
         ));
     };
     if rt.expires_at <= now {
-        return Err(OAuthError::new("invalid_grant", "refresh token expired"));
+        return Err(OAuthError::new(
+            OAuthErrorCode::InvalidGrant,
+            "refresh token expired",
+        ));
     }
     if rt.used {
         // Reuse of a rotated refresh token: someone holds a copy. End the whole grant.
         st.tokens.revoke_grant(&rt.grant);
         s.save(&mut st.tokens);
         return Err(OAuthError::new(
-            "invalid_grant",
+            OAuthErrorCode::InvalidGrant,
             "refresh token was already used (rotated); the grant is revoked",
         ));
     }
     let Some(grant) = st.tokens.grants.get(&rt.grant).cloned() else {
-        return Err(OAuthError::new("invalid_grant", "the grant is revoked"));
+        return Err(OAuthError::new(
+            OAuthErrorCode::InvalidGrant,
+            "the grant is revoked",
+        ));
     };
     if grant.client_id != s.server.client.client_id {
         return Err(OAuthError::new(
-            "invalid_grant",
+            OAuthErrorCode::InvalidGrant,
             "refresh token was issued to another client",
         ));
     }
@@ -132,7 +137,7 @@ pub(super) fn refresh(s: &Sandbox, f: &TokenForm) -> Result<Response, OAuthError
                 .any(|x| !x.is_empty() && !granted.contains(&x))
             {
                 return Err(OAuthError::new(
-                    "invalid_scope",
+                    OAuthErrorCode::InvalidScope,
                     "a refresh cannot widen the granted scope",
                 ));
             }
@@ -164,7 +169,7 @@ pub(super) async fn revoke(
         .token
         .as_deref()
         .filter(|t| !t.is_empty())
-        .ok_or_else(|| OAuthError::new("invalid_request", "token is required"))?;
+        .ok_or_else(|| OAuthError::new(OAuthErrorCode::InvalidRequest, "token is required"))?;
     let hash = sha256_b64(token.as_bytes());
     let mut st = s.state();
     let grant_of =
@@ -172,7 +177,7 @@ pub(super) async fn revoke(
     if let Some(rt) = st.tokens.refresh.get(&hash).cloned() {
         if grant_of(&rt.grant, &st).is_some_and(|c| c != s.server.client.client_id) {
             return Err(OAuthError::new(
-                "invalid_request",
+                OAuthErrorCode::InvalidRequest,
                 "the token was issued to another client",
             ));
         }
@@ -181,7 +186,7 @@ pub(super) async fn revoke(
     } else if let Some(at) = st.tokens.access.get(&hash).cloned() {
         if grant_of(&at.grant, &st).is_some_and(|c| c != s.server.client.client_id) {
             return Err(OAuthError::new(
-                "invalid_request",
+                OAuthErrorCode::InvalidRequest,
                 "the token was issued to another client",
             ));
         }
