@@ -159,7 +159,7 @@ pub async fn disconnect(
     rid: RequestId,
     own: OwnConnection<CsrfForm<ActionForm>>,
 ) -> Result<Response> {
-    let (user, c) = (own.user, own.connection);
+    let (user, c) = (own.user, own.item);
     if c.status != ConnectionStatus::Revoked {
         state
             .grants
@@ -177,7 +177,7 @@ pub async fn reconnect(
     rid: RequestId,
     own: OwnConnection<CsrfForm<ActionForm>>,
 ) -> Result<Response> {
-    let (user, c) = (own.user, own.connection);
+    let (user, c) = (own.user, own.item);
     // An active connection is only "reconnected" to replace its typed credential.
     if c.status == ConnectionStatus::Active
         && !crate::config::AuthKind::is_credential_type(&c.token_type)

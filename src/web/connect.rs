@@ -193,7 +193,7 @@ async fn refuse_other_user(
 pub async fn show(State(state): State<AppState>, own: OwnElicitation) -> Result<Response> {
     let OwnElicitation {
         user,
-        elicitation: e,
+        item: e,
         session,
         ui,
         ..
@@ -320,7 +320,7 @@ pub async fn answer(
 ) -> Result<Response> {
     let OwnElicitation {
         user,
-        elicitation: e,
+        item: e,
         form: CsrfForm(form),
         session,
         ui,

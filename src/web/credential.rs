@@ -99,7 +99,7 @@ pub async fn submit(
     rid: RequestId,
     own: OwnElicitation<CsrfForm<CredentialForm>>,
 ) -> Result<Response> {
-    let (e, CsrfForm(form)) = (&own.elicitation, &own.form);
+    let (e, CsrfForm(form)) = (&own.item, &own.form);
     let provider = configured_provider(&state, e)?;
     let typed = TypedCredential {
         api_key: form.api_key.as_ref(),

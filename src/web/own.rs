@@ -42,9 +42,9 @@ where
     }
 }
 
-/// The parts of a request both extractors read before the body: the session, the page's `Ui`,
-/// the `{id}` of the path, and (for a sign-in redirect) the headers.
-struct Head {
+/// The parts of a request an `Own` extractor reads before the body: the session, the page's
+/// `Ui`, the `{id}` of the path, and (for a sign-in redirect) the headers.
+pub struct Head {
     session: BrowserSession,
     ui: Ui,
     id: String,
@@ -76,22 +76,53 @@ async fn split<F: Posted>(req: Request, state: &AppState) -> Result<(Head, F), R
     Ok((head, form))
 }
 
-/// The signed-in user's own pending elicitation `{id}`, and the form `F` they posted. Signed
-/// out: the sign-in redirect; another user's (or no such) elicitation: the refusal page; a
-/// finished one: the page saying how it ended (see `connect::visit`).
-pub struct OwnElicitation<F = ()> {
+/// The signed-in user's own `T` (the `{id}` of the path), and the form `F` they posted, with
+/// the page's session and `Ui`. What "own" means, and what is answered instead, is `T`'s
+/// [`Owned::find`].
+pub struct Own<T, F = ()> {
     pub user: SignedInUser,
-    pub elicitation: Elicitation,
+    pub item: T,
     pub form: F,
     pub session: BrowserSession,
     pub ui: Ui,
 }
 
-impl<F: Posted + Send> FromRequest<AppState> for OwnElicitation<F> {
+/// The signed-in user's own pending elicitation `{id}`. Signed out: the sign-in redirect;
+/// another user's (or no such) elicitation: the refusal page; a finished one: the page saying
+/// how it ended (see `connect::visit`).
+pub type OwnElicitation<F = ()> = Own<Elicitation, F>;
+
+/// The signed-in user's own connection `{id}`; anyone else's (or none) is the same "no such
+/// connection" page.
+pub type OwnConnection<F = ()> = Own<Connection, F>;
+
+/// What an `Own` extractor looks up: the row `head.id` names, when it is the signed-in user's.
+pub trait Owned: Sized {
+    /// The signed-in user and the row, or the response to send instead.
+    fn find(
+        head: &Head,
+        state: &AppState,
+    ) -> impl Future<Output = Result<(SignedInUser, Self), Response>> + Send;
+}
+
+impl<T: Owned + Send, F: Posted + Send> FromRequest<AppState> for Own<T, F> {
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Response> {
         let (head, form) = split::<F>(req, state).await?;
+        let (user, item) = T::find(&head, state).await?;
+        Ok(Self {
+            user,
+            item,
+            form,
+            session: head.session,
+            ui: head.ui,
+        })
+    }
+}
+
+impl Owned for Elicitation {
+    async fn find(head: &Head, state: &AppState) -> Result<(SignedInUser, Self), Response> {
         // The step, as the log and the audit name it.
         let stage = if head.path.ends_with("/credential") {
             "credential"
@@ -110,39 +141,18 @@ impl<F: Posted + Send> FromRequest<AppState> for OwnElicitation<F> {
         )
         .await
         {
-            Ok(Visit::Own(user, e)) => Ok(Self {
-                user,
-                elicitation: *e,
-                form,
-                session: head.session,
-                ui: head.ui,
-            }),
+            Ok(Visit::Own(user, e)) => Ok((user, *e)),
             Ok(Visit::Respond(r)) => Err(r),
             Err(e) => Err(e.into_response()),
         }
     }
 }
 
-/// The signed-in user's own connection `{id}`, and the form `F` they posted; anyone else's (or
-/// none) is the same "no such connection" page.
-pub struct OwnConnection<F = ()> {
-    pub user: SignedInUser,
-    pub connection: Connection,
-    pub form: F,
-}
-
-impl<F: Posted + Send> FromRequest<AppState> for OwnConnection<F> {
-    type Rejection = Response;
-
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Response> {
-        let (head, form) = split::<F>(req, state).await?;
-        let found = own_connection(state, &head.session, &head.id).await;
-        let (user, connection) = found.map_err(IntoResponse::into_response)?;
-        Ok(Self {
-            user,
-            connection,
-            form,
-        })
+impl Owned for Connection {
+    async fn find(head: &Head, state: &AppState) -> Result<(SignedInUser, Self), Response> {
+        own_connection(state, &head.session, &head.id)
+            .await
+            .map_err(IntoResponse::into_response)
     }
 }
 

@@ -76,12 +76,21 @@ pub struct MessagePage<'a> {
 impl<'a> MessagePage<'a> {
     /// A page of catalog messages in the reader's language.
     pub fn new(ui: &'a Ui, tone: &'a str, title: Msg, lead: Msg) -> Self {
+        Self::of_text(ui, tone, ui.msg(&title), ui.msg(&lead))
+    }
+
+    /// The page of an error that reached the browser routes as a `RenderedError`.
+    fn of_error(ui: &'a Ui, err: &RenderedError) -> Self {
+        Self::of_text(ui, "error", ui.text(&err.title), ui.text(&err.message))
+    }
+
+    fn of_text(ui: &'a Ui, tone: &'a str, title: String, lead: String) -> Self {
         Self {
             ui,
             signed_in_as: None,
             tone,
-            title: ui.msg(&title),
-            lead: ui.msg(&lead),
+            title,
+            lead,
             next: None,
             sign_out: None,
             account_link: false,
@@ -142,14 +151,8 @@ pub async fn render_error_pages(
         _ => None,
     };
     MessagePage {
-        ui: &ui,
-        signed_in_as: None,
-        tone: "error",
-        title: ui.text(&err.title),
-        lead: ui.text(&err.message),
         next: next_step,
-        sign_out: None,
-        account_link: false,
+        ..MessagePage::of_error(&ui, &err)
     }
     .response(err.status)
 }
@@ -176,14 +179,8 @@ pub async fn render_edge_pages(
         return resp;
     };
     let mut page = MessagePage {
-        ui: &ui,
-        signed_in_as: None,
-        tone: "error",
-        title: ui.text(&err.title),
-        lead: ui.text(&err.message),
         next: err.next.as_ref().map(|n| ui.text(n)),
-        sign_out: None,
-        account_link: false,
+        ..MessagePage::of_error(&ui, err)
     }
     .response(err.status);
     if let Some(v) = resp.headers().get(axum::http::header::RETRY_AFTER) {

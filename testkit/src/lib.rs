@@ -22,6 +22,11 @@ pub use browser::{Browser, Page};
 pub use db::DbKind;
 pub use peers::Peers;
 
+/// The keys every deployment sets (`public_url`, `encryption_keys`, `[identity]`), for a test
+/// that writes a configuration: its `[[clients]]` and `[providers.*]` follow. The crate's own
+/// configuration tests read the same file.
+pub const DEPLOYMENT_CONFIG: &str = include_str!("../fixtures/deployment.toml");
+
 /// A random lowercase name (letters and digits) for databases, folders and files.
 pub fn random_name() -> String {
     mcp_connect::crypto::random_token(9)

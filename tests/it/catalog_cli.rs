@@ -3,18 +3,10 @@
 
 use mcp_connect::config::Config;
 
-const KEY: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
-
 fn config_text(providers: &str) -> String {
+    let deployment = testkit::DEPLOYMENT_CONFIG;
     format!(
-        r#"
-public_url = "https://connect.example.com"
-encryption_keys = ["{KEY}"]
-[identity]
-issuer = "https://auth.example.com"
-client_id = "mcp-connect"
-client_secret = "identity-super-secret"
-[[clients]]
+        r#"{deployment}[[clients]]
 id = "c"
 api_key = "abcdefghijklmnopqrstuvwxyz0123"
 providers = []

@@ -338,7 +338,7 @@ on_both_databases!(
 on_both_databases!(
     rows_from_before_the_migration_stay_usable_by_their_client,
     |kind| async move {
-        use mcp_connect::db::connections::{NewTokens, save_connected_tokens};
+        use mcp_connect::db::connections::{NewTokens, store_connected};
         use secrecy::SecretString;
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -390,7 +390,7 @@ on_both_databases!(
             async move {
                 let at = SecretString::from(format!("at-{subject}"));
                 let mut conn = pool.acquire().await.unwrap();
-                save_connected_tokens(
+                store_connected(
                     &mut conn,
                     &keys,
                     &issuer,
@@ -404,10 +404,11 @@ on_both_databases!(
                         scopes: &["api".to_owned()],
                         account_label: None,
                     },
+                    None,
                 )
                 .await
                 .unwrap()
-                .0
+                .id
             }
         };
         let alice_id = store("alice").await;
@@ -434,7 +435,7 @@ on_both_databases!(
         let app = TestApp::spawn_on(listener, peers, db_url, &opts).await;
         let carol = {
             let mut conn = app.db().pool.acquire().await.unwrap();
-            save_connected_tokens(
+            store_connected(
                 &mut conn,
                 &config.keys,
                 &issuer,
@@ -448,10 +449,11 @@ on_both_databases!(
                     scopes: &["api".to_owned()],
                     account_label: None,
                 },
+                None,
             )
             .await
             .unwrap()
-            .0
+            .id
         };
         let granted = app.db().connection_clients(&alice_id).await.unwrap();
         assert_eq!(

@@ -175,16 +175,10 @@ crate::on_both_databases!(
             let detail = format!("row {i}");
             change
                 .audit(AuditEvent {
-                    event: AuditAction::KeysRotated,
                     actor: Some("change-test"),
-                    issuer: None,
                     subject: Some(if i % 2 == 0 { "even" } else { "odd" }),
-                    provider: None,
-                    client_id: None,
-                    connection_id: None,
-                    elicitation_id: None,
-                    request_id: None,
                     detail: Some(&detail),
+                    ..AuditEvent::new(AuditAction::KeysRotated)
                 })
                 .await
                 .unwrap();
@@ -237,16 +231,8 @@ crate::on_both_databases!(
         let mut change = Change::begin(&db).await.unwrap();
         change
             .audit(AuditEvent {
-                event: AuditAction::KeysRotated,
                 actor: Some("dropped-change"),
-                issuer: None,
-                subject: None,
-                provider: None,
-                client_id: None,
-                connection_id: None,
-                elicitation_id: None,
-                request_id: None,
-                detail: None,
+                ..AuditEvent::new(AuditAction::KeysRotated)
             })
             .await
             .unwrap();

@@ -109,7 +109,7 @@ fn bystanders(
 async fn seed_steady(app: &TestApp) {
     let issuer = app.state.config.identity.issuer.to_string();
     let at = SecretString::from("at-steady");
-    mcp_connect::db::connections::save_connected_tokens(
+    mcp_connect::db::connections::store_connected(
         &mut app.db().pool.acquire().await.unwrap(),
         &app.state.config.keys,
         &issuer,
@@ -123,6 +123,7 @@ async fn seed_steady(app: &TestApp) {
             scopes: &["read".to_owned()],
             account_label: None,
         },
+        None,
     )
     .await
     .unwrap();

@@ -96,7 +96,7 @@ pub async fn seed_due_grant(
     let at = secrecy::SecretString::from(format!("at-{grant}-0"));
     let rt = secrecy::SecretString::from(format!("rt-{grant}-0"));
     let mut conn = db.pool.acquire().await.unwrap();
-    mcp_connect::db::connections::save_connected_tokens(
+    mcp_connect::db::connections::store_connected(
         &mut conn,
         keys,
         issuer,
@@ -110,6 +110,7 @@ pub async fn seed_due_grant(
             scopes: &["read".to_owned()],
             account_label: None,
         },
+        None,
     )
     .await
     .unwrap();

@@ -11,16 +11,13 @@ use super::*;
 
 pub(super) const KEY: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
+/// The keys every deployment sets (`KEY` sealing), shared with the integration tests that write
+/// a configuration (`testkit::DEPLOYMENT_CONFIG`).
+pub(super) const DEPLOYMENT: &str = include_str!("../../../testkit/fixtures/deployment.toml");
+
 pub(super) fn base() -> String {
     format!(
-        r#"
-public_url = "https://connect.example.com"
-encryption_keys = ["{KEY}"]
-[identity]
-issuer = "https://auth.example.com"
-client_id = "mcp-connect"
-client_secret = "identity-super-secret"
-[[clients]]
+        r#"{DEPLOYMENT}[[clients]]
 id = "github-mcp"
 api_key = "abcdefghijklmnopqrstuvwxyz0123"
 providers = ["github"]

@@ -142,13 +142,7 @@ fn configs_that_would_fail_at_the_first_user_are_refused_by_key() {
 /// A config with one catalog provider and `extra` lines after it (its keys, or a `[branding]`).
 fn with_branding_and_github(extra: &str) -> Result<Config, String> {
     let text = format!(
-        r#"
-public_url = "https://connect.example.com"
-encryption_keys = ["k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]
-[identity]
-issuer = "https://auth.example.com"
-client_id = "mcp-connect"
-[providers.github]
+        r#"{DEPLOYMENT}[providers.github]
 kind = "github"
 client_id = "gh"
 client_secret = "gh-secret"

@@ -13,20 +13,6 @@ pub async fn get_connection(conn: &mut AnyConnection, id: &str) -> Result<Option
     row.map(TryInto::try_into).transpose()
 }
 
-/// Stores the tokens of a completed connect flow: a new connection, or the existing one for
-/// `(issuer, subject, provider)` replaced in place (same id). Returns `(id, reconnected)`.
-pub async fn save_connected_tokens(
-    conn: &mut AnyConnection,
-    keys: &KeyRing,
-    issuer: &str,
-    subject: &str,
-    provider: &str,
-    t: &NewTokens<'_>,
-) -> Result<(ConnectionId, bool)> {
-    let stored = store_connected(conn, keys, issuer, subject, provider, t, None).await?;
-    Ok((stored.id, stored.before.is_some()))
-}
-
 /// What [`store_connected`] did.
 #[derive(Debug)]
 pub struct Stored {
@@ -42,9 +28,10 @@ pub struct Details<'a> {
     pub metadata: &'a Metadata,
 }
 
-/// As [`save_connected_tokens`], with the connection's `details` when given (`None` keeps
-/// those stored), and the status the row had before. A new connection is one statement: the
-/// `INSERT` carries everything; a reconnect reads the row's id and status, then replaces it.
+/// Stores the tokens of a completed connect flow: a new connection, or the existing one for
+/// `(issuer, subject, provider)` replaced in place (same id), with the connection's `details`
+/// when given (`None` keeps those stored). A new connection is one statement: the `INSERT`
+/// carries everything; a reconnect reads the row's id and status, then replaces it.
 pub async fn store_connected(
     conn: &mut AnyConnection,
     keys: &KeyRing,
@@ -78,14 +65,8 @@ pub async fn store_connected(
         .bind(&id)
         .bind(issuer)
         .bind(subject)
-        .bind(provider)
-        .bind(t.scopes.join(" "))
-        .bind(t.token_type)
-        .bind(seal(keys, &id, "access_token", t.access_token)?)
-        .bind(seal_optional(keys, &id, "refresh_token", t.refresh_token)?)
-        .bind(t.expires_at)
-        .bind(t.account_label)
-        .bind(now);
+        .bind(provider);
+    let q = bind_tokens(q, keys, &id, t, now)?;
     let q = match details {
         Some(_) => q.bind(params).bind(metadata),
         None => q,
@@ -103,21 +84,15 @@ pub async fn store_connected(
     // A reconnect replaces the tokens. A provider that issues no new refresh token on
     // re-consent usually keeps the old one valid, so it is kept (a dead one only leads back
     // to `needs_reauth`).
-    sqlx::query(
+    let update = sqlx::query(
         "UPDATE connections SET status = 'active', scopes = $2, token_type = $3, access_token = $4, refresh_token = COALESCE($5, refresh_token), \
          expires_at = $6, account_label = COALESCE($7, account_label), updated_at = $8, last_refresh_at = $8, \
          last_error = NULL, refresh_failures = 0, token_version = token_version + 1 WHERE id = $1",
     )
-    .bind(&id)
-    .bind(t.scopes.join(" "))
-    .bind(t.token_type)
-    .bind(seal(keys, &id, "access_token", t.access_token)?)
-    .bind(seal_optional(keys, &id, "refresh_token", t.refresh_token)?)
-    .bind(t.expires_at)
-    .bind(t.account_label)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
+    .bind(&id);
+    bind_tokens(update, keys, &id, t, now)?
+        .execute(&mut *conn)
+        .await?;
     if let Some(d) = details {
         set_connection_details(conn, &id, d.params, d.metadata).await?;
     }
@@ -125,6 +100,26 @@ pub async fn store_connected(
         id,
         before: Some(before),
     })
+}
+
+/// Binds what a connect flow stores of `t`, sealed for connection `id`, and `now`: the seven
+/// parameters after the ones naming the row, in the order both statements of
+/// [`store_connected`] number them (scopes, token type, access token, refresh token, expiry,
+/// account label, time).
+fn bind_tokens<'q>(
+    q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    keys: &KeyRing,
+    id: &str,
+    t: &NewTokens<'q>,
+    now: i64,
+) -> Result<sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>> {
+    Ok(q.bind(t.scopes.join(" "))
+        .bind(t.token_type)
+        .bind(seal(keys, id, "access_token", t.access_token)?)
+        .bind(seal_optional(keys, id, "refresh_token", t.refresh_token)?)
+        .bind(t.expires_at)
+        .bind(t.account_label)
+        .bind(now))
 }
 
 /// `metadata` as stored: JSON, or NULL when empty. A value that does not encode is an error,

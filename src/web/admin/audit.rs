@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::{Admin, Pager, filter_value, page_number, when};
+use super::{Admin, Pager, filtered, page_number, when};
 use crate::AppState;
 use crate::db::audit::{AuditFilter, AuditRow};
 use crate::error::Result;
@@ -85,10 +85,15 @@ pub struct ListPage<'a> {
 
 #[derive(Debug, Deserialize, Default)]
 pub struct ListQuery {
+    #[serde(default, deserialize_with = "filtered")]
     subject: Option<String>,
+    #[serde(default, deserialize_with = "filtered")]
     event: Option<String>,
+    #[serde(default, deserialize_with = "filtered")]
     actor: Option<String>,
+    #[serde(default, deserialize_with = "filtered")]
     from: Option<String>,
+    #[serde(default, deserialize_with = "filtered")]
     to: Option<String>,
     page: Option<String>,
 }
@@ -123,13 +128,8 @@ pub async fn list(
     admin: Admin,
     QueryOrDefault(q): QueryOrDefault<ListQuery>,
 ) -> Result<Response> {
-    let subject = filter_value(&q.subject);
-    let event = filter_value(&q.event);
-    let actor = filter_value(&q.actor);
-    let from_s = filter_value(&q.from);
-    let to_s = filter_value(&q.to);
     let mut problem = None;
-    let from = from_s.as_deref().and_then(|s| {
+    let from = q.from.as_deref().and_then(|s| {
         let t = parse_time(s);
         if t.is_none() {
             problem = Some("The start time is not a date like 2026-12-01 (it was ignored).");
@@ -137,7 +137,7 @@ pub async fn list(
         t
     });
     // A bare date as the end means "through that day".
-    let to = to_s.as_deref().and_then(|s| {
+    let to = q.to.as_deref().and_then(|s| {
         let t = parse_time(s).map(|t| if s.len() == 10 { t + 86_400 } else { t });
         if t.is_none() {
             problem = Some("The end time is not a date like 2026-12-01 (it was ignored).");
@@ -149,9 +149,9 @@ pub async fn list(
         .db
         .search_audit(
             &AuditFilter {
-                subject: subject.clone(),
-                event: event.clone(),
-                actor: actor.clone(),
+                subject: q.subject.clone(),
+                event: q.event.clone(),
+                actor: q.actor.clone(),
                 from,
                 to,
                 ..Default::default()
@@ -163,11 +163,11 @@ pub async fn list(
     let pager = Pager::new(
         "/admin/audit",
         &[
-            ("subject", subject.as_deref()),
-            ("event", event.as_deref()),
-            ("actor", actor.as_deref()),
-            ("from", from_s.as_deref()),
-            ("to", to_s.as_deref()),
+            ("subject", q.subject.as_deref()),
+            ("event", q.event.as_deref()),
+            ("actor", q.actor.as_deref()),
+            ("from", q.from.as_deref()),
+            ("to", q.to.as_deref()),
         ],
         page,
         rows.len(),
@@ -178,11 +178,11 @@ pub async fn list(
         "audit",
         "Audit log",
         &ListPage {
-            subject: subject.as_deref().unwrap_or(""),
-            event: event.as_deref().unwrap_or(""),
-            actor: actor.as_deref().unwrap_or(""),
-            from: from_s.as_deref().unwrap_or(""),
-            to: to_s.as_deref().unwrap_or(""),
+            subject: q.subject.as_deref().unwrap_or(""),
+            event: q.event.as_deref().unwrap_or(""),
+            actor: q.actor.as_deref().unwrap_or(""),
+            from: q.from.as_deref().unwrap_or(""),
+            to: q.to.as_deref().unwrap_or(""),
             events: EVENTS,
             problem,
             rows: rows.iter().map(Row::from).collect(),

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::audit::Row as AuditEventRow;
-use super::{Admin, PAGE_SIZE, Pager, filter_value, page_number, when, when_opt};
+use super::{Admin, PAGE_SIZE, Pager, filter_value, filtered, page_number, when, when_opt};
 use crate::AppState;
 use crate::connect::elicitations::is_valid_id;
 use crate::db::audit::{AuditAction, AuditEvent};
@@ -95,8 +95,11 @@ pub struct ListPage<'a> {
 
 #[derive(Debug, Deserialize, Default)]
 pub struct ListQuery {
+    #[serde(default, deserialize_with = "filtered")]
     q: Option<String>,
+    #[serde(default, deserialize_with = "filtered")]
     provider: Option<String>,
+    #[serde(default, deserialize_with = "filtered")]
     status: Option<String>,
     page: Option<String>,
 }
@@ -107,9 +110,9 @@ pub async fn list(
     QueryOrDefault(q): QueryOrDefault<ListQuery>,
 ) -> Result<Response> {
     let filter = ConnectionFilter {
-        subject: filter_value(&q.q),
-        provider: filter_value(&q.provider),
-        status: filter_value(&q.status).filter(|s| STATUSES.iter().any(|(v, _)| v == s)),
+        subject: q.q,
+        provider: q.provider,
+        status: q.status.filter(|s| STATUSES.iter().any(|(v, _)| v == s)),
     };
     let page = page_number(&q.page);
     let (conns, total) = state

@@ -6,7 +6,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::connections::provider_name;
-use super::{Admin, PAGE_SIZE, Pager, filter_value, page_number, when};
+use super::{Admin, PAGE_SIZE, Pager, filtered, page_number, when};
 use crate::AppState;
 use crate::db::elicitations::Elicitation;
 use crate::error::Result;
@@ -54,6 +54,7 @@ pub struct ListPage<'a> {
 
 #[derive(Debug, Deserialize, Default)]
 pub struct ListQuery {
+    #[serde(default, deserialize_with = "filtered")]
     subject: Option<String>,
     page: Option<String>,
 }
@@ -63,19 +64,18 @@ pub async fn list(
     admin: Admin,
     QueryOrDefault(q): QueryOrDefault<ListQuery>,
 ) -> Result<Response> {
-    let subject = filter_value(&q.subject);
     let page = page_number(&q.page);
     let pending = state
         .db
-        .pending_elicitations(subject.as_deref(), 100)
+        .pending_elicitations(q.subject.as_deref(), 100)
         .await?;
     let recent = state
         .db
-        .finished_elicitations(subject.as_deref(), PAGE_SIZE, (page - 1) * PAGE_SIZE)
+        .finished_elicitations(q.subject.as_deref(), PAGE_SIZE, (page - 1) * PAGE_SIZE)
         .await?;
     let pager = Pager::new(
         "/admin/elicitations",
-        &[("subject", subject.as_deref())],
+        &[("subject", q.subject.as_deref())],
         page,
         recent.len(),
         PAGE_SIZE,
@@ -85,7 +85,7 @@ pub async fn list(
         "elicitations",
         "Elicitations",
         &ListPage {
-            subject: subject.as_deref().unwrap_or(""),
+            subject: q.subject.as_deref().unwrap_or(""),
             pending: pending.iter().map(|e| Row::of(&state, e)).collect(),
             recent: recent.iter().map(|e| Row::of(&state, e)).collect(),
             pager,

@@ -14,6 +14,7 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::get;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::connect::shown_name;
@@ -202,6 +203,12 @@ pub fn filter_value(v: &Option<String>) -> Option<String> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| s.chars().filter(|c| !c.is_control()).take(200).collect())
+}
+
+/// A list query's text filter, read as [`filter_value`] reads it: the field's
+/// `#[serde(default, deserialize_with = "filtered")]`, so a handler gets the filter ready to use.
+pub fn filtered<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(d).map(|v| filter_value(&v))
 }
 
 /// `?a=b&c=d` from the non-empty pairs, for links that keep the current filters.
