@@ -142,7 +142,7 @@ impl Application {
         };
         serve(
             self.listener,
-            self.router,
+            served(&self.state, self.router),
             &self.state.config.limits,
             &self.state.limits,
             graceful,
@@ -157,15 +157,9 @@ impl Application {
     }
 }
 
-/// The whole HTTP surface: API, browser pages, ops routes, with shared middleware.
+/// The whole HTTP surface: API, browser pages, ops routes, each group with its edge layer.
+/// What every request gets is added around it by [`served`].
 pub fn router(state: AppState) -> Router {
-    let https = state.config.is_https();
-    let csp = axum::http::HeaderValue::from_str(&state.config.branding.content_security_policy())
-        .unwrap_or_else(|_| {
-            axum::http::HeaderValue::from_static(
-                "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'",
-            )
-        });
     // The browser routes and the fallback: the edge with the per-address browser limit, and
     // outside it the page renderer of the edge's answers.
     let browser = web::router(state.clone())
@@ -177,13 +171,40 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .merge(api::router(state.clone()))
-        .merge(ops::router(state.clone()))
+        .merge(ops::router(state))
         .merge(browser)
-        .layer(middleware::response_headers(csp, https))
-        .layer(middleware::trace_layer())
+}
+
+/// `routes` as served: a request id, a trace span and the security headers around the router,
+/// once per request. Wrapping the router rather than adding them with `Router::layer` keeps
+/// them out of every route's boxed service (a clone and a boxed future per layer and request).
+fn served(
+    state: &AppState,
+    routes: Router,
+) -> impl tower::Service<
+    axum::extract::Request,
+    Response = axum::http::Response<
+        impl axum::body::HttpBody<Data = bytes::Bytes, Error = axum::Error> + Send + Unpin + 'static,
+    >,
+    Error = std::convert::Infallible,
+    Future = impl Send + 'static,
+> + Clone
++ Send
++ 'static {
+    let https = state.config.is_https();
+    let csp = axum::http::HeaderValue::from_str(&state.config.branding.content_security_policy())
+        .unwrap_or_else(|_| {
+            axum::http::HeaderValue::from_static(
+                "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'",
+            )
+        });
+    tower::ServiceBuilder::new()
         .layer(middleware::request_id_layers(
             &state.config.limits.trusted_proxies,
         ))
+        .layer(middleware::RequestSpan)
+        .layer(middleware::response_headers(csp, https))
+        .service(routes)
 }
 
 /// Deletes expired sessions and flows, expires old elicitations (recording each), deletes audit

@@ -32,7 +32,12 @@ const MAX_BODY: usize = 16 * 1024;
 /// longest wait on top of it for the routes that may long-poll, none for the event stream (it
 /// ends with the service).
 pub fn router(state: AppState) -> Router {
-    let edge = Edge::new(&state);
+    // The body limit goes in with each group's edge: one layer per route, not two.
+    let edge = |edge: Edge| {
+        tower::ServiceBuilder::new()
+            .layer(DefaultBodyLimit::max(MAX_BODY))
+            .layer(edge)
+    };
     let base = Duration::from_secs(state.config.limits.request_timeout_seconds);
     let long_poll = base + Duration::from_secs(elicitations::MAX_WAIT_SECONDS);
     Router::new()
@@ -40,19 +45,18 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/connections", get(connections::list))
         .route("/v1/connections/{id}", delete(connections::revoke))
         .route("/openapi.json", get(openapi::document))
-        .layer(edge.clone())
+        .layer(edge(Edge::new(&state)))
         .merge(
             Router::new()
                 .route("/v1/elicitations/{id}", get(elicitations::show))
                 .route("/v1/tokens", post(tokens::fetch))
-                .layer(edge.clone().deadline(Some(long_poll))),
+                .layer(edge(Edge::new(&state).deadline(Some(long_poll)))),
         )
         .merge(
             Router::new()
                 .route("/v1/events", get(events::stream))
-                .layer(edge.deadline(None)),
+                .layer(edge(Edge::new(&state).deadline(None))),
         )
-        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
 

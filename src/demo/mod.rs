@@ -33,7 +33,6 @@ use self::oauth::RegisteredClient;
 use self::sandbox::Sandbox;
 use crate::Application;
 use crate::config::Config;
-use crate::server::middleware;
 
 /// The MCP server (API client) the demo configures.
 pub const CLIENT_ID: &str = "demo-mcp";
@@ -227,15 +226,6 @@ pub fn dev_router(issuer: std::sync::Arc<Issuer>, sandbox: std::sync::Arc<Sandbo
         .nest("/dev/sandbox", sandbox::router(sandbox))
         .route("/dev/dev.css", get(pages::stylesheet))
         .layer(DefaultBodyLimit::max(16 * 1024))
-        .layer(axum::middleware::from_fn_with_state(
-            axum::http::HeaderValue::from_str(
-                &crate::branding::Branding::default().content_security_policy(),
-            )
-            .expect("the default CSP is a valid header value"),
-            middleware::security_headers,
-        ))
-        .layer(middleware::trace_layer())
-        .layer(middleware::request_id_layers(&[]))
 }
 
 /// The data folder: the SQLite database, one file per secret (made on first start, 0600),

@@ -4,15 +4,12 @@
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
-use axum::middleware::Next;
 use axum::response::Response;
 use tower::ServiceBuilder;
 use tower::layer::util::{Identity, Stack};
-use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId as TowerRequestId, SetRequestIdLayer,
 };
-use tower_http::trace::{HttpMakeClassifier, TraceLayer};
 use tracing::Span;
 
 use crate::config::IpNet;
@@ -112,11 +109,83 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for RequestId {
     }
 }
 
-type MakeSpan = fn(&Request) -> Span;
+/// Each request's span (method, path, request id), entered whenever the request is worked
+/// on, so every log line of it carries them; and an error line for an answer that is a server
+/// error. A small layer rather than tower-http's `TraceLayer`: no classifier, no wrapper of the
+/// answer's body, no per-request debug events (the default filter drops them anyway).
+#[derive(Clone, Copy, Default)]
+pub struct RequestSpan;
 
-pub fn trace_layer() -> TraceLayer<SharedClassifier<ServerErrorsAsFailures>, MakeSpan> {
-    let layer: TraceLayer<HttpMakeClassifier> = TraceLayer::new_for_http();
-    layer.make_span_with(make_span as MakeSpan)
+impl<S> tower::Layer<S> for RequestSpan {
+    type Service = RequestSpanService<S>;
+    fn layer(&self, inner: S) -> RequestSpanService<S> {
+        RequestSpanService(inner)
+    }
+}
+
+#[derive(Clone)]
+pub struct RequestSpanService<S>(S);
+
+impl<S> tower::Service<Request> for RequestSpanService<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
+    S::Future: Unpin,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = RequestSpanFuture<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let span = make_span(&req);
+        let inner = {
+            let _in = span.enter();
+            self.0.call(req)
+        };
+        RequestSpanFuture {
+            inner,
+            span,
+            started: std::time::Instant::now(),
+        }
+    }
+}
+
+pub struct RequestSpanFuture<F> {
+    inner: F,
+    span: Span,
+    started: std::time::Instant,
+}
+
+impl<F> std::future::Future for RequestSpanFuture<F>
+where
+    F: std::future::Future<Output = Result<Response, std::convert::Infallible>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let me = self.get_mut();
+        let _in = me.span.enter();
+        let out = std::task::ready!(std::pin::Pin::new(&mut me.inner).poll(cx));
+        if let Ok(resp) = &out {
+            if resp.status().is_server_error() {
+                tracing::error!(
+                    status = resp.status().as_u16(),
+                    latency_ms = me.started.elapsed().as_millis() as u64,
+                    "response failed"
+                );
+            }
+        }
+        std::task::Poll::Ready(out)
+    }
 }
 
 fn make_span(req: &Request) -> Span {
@@ -160,6 +229,8 @@ pub fn response_headers(
 
 fn set_security_headers(resp: &mut Response, csp: &HeaderValue) {
     let h = resp.headers_mut();
+    // Room for all of them at once: one growth of the map instead of several.
+    h.reserve(7);
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -173,17 +244,4 @@ fn set_security_headers(resp: &mut Response, csp: &HeaderValue) {
     if !h.contains_key(header::CACHE_CONTROL) {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-}
-
-/// Headers every response carries; pages additionally must never be cached or framed. `csp` is
-/// the Content-Security-Policy (`Branding::content_security_policy`: our own origin, plus the
-/// logo's when it is elsewhere).
-pub async fn security_headers(
-    axum::extract::State(csp): axum::extract::State<HeaderValue>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let mut resp = next.run(req).await;
-    set_security_headers(&mut resp, &csp);
-    resp
 }

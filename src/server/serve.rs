@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
 use tokio::net::TcpListener;
 
 use crate::config;
@@ -17,13 +19,21 @@ use crate::server::limits;
 /// `HeaderWatch`), at most `max_connections` are open at once (the rest wait in the kernel's
 /// backlog), and one address holds at most `max_connections_per_address` of them (more are
 /// closed at once, so one stranger cannot keep everyone else waiting). Each request carries the peer address as `ConnectInfo<SocketAddr>`.
-pub async fn serve(
+pub async fn serve<S, B>(
     listener: TcpListener,
-    app: Router,
+    app: S,
     limits: &config::Limits,
     edge: &limits::Limits,
     stop: impl std::future::Future<Output = ()> + Send,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    S: tower::Service<Request, Response = Response<B>, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: hyper::body::Body<Data = bytes::Bytes, Error = axum::Error> + Send + Unpin + 'static,
+{
     use hyper_util::rt::TokioIo;
     use tower::ServiceExt;
 
@@ -68,15 +78,14 @@ pub async fn serve(
         let (on_request, on_response) = (watch.clone(), watch.clone());
         let svc = app
             .clone()
-            .map_request(
-                move |mut req: axum::extract::Request<hyper::body::Incoming>| {
-                    req.extensions_mut()
-                        .insert(axum::extract::ConnectInfo(peer));
-                    on_request.request_started();
-                    req
-                },
-            )
-            .map_response(move |resp: axum::response::Response| {
+            .map_request(move |req: Request<hyper::body::Incoming>| {
+                let mut req = req.map(Body::new);
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                on_request.request_started();
+                req
+            })
+            .map_response(move |resp: Response<B>| {
                 let watch = on_response.clone();
                 resp.map(|body| WatchedBody { body, watch })
             });
@@ -169,18 +178,21 @@ impl HeaderWatch {
 
 /// An answer's body that tells its connection's `HeaderWatch` when it is done (sent, or dropped
 /// with the connection): a streamed answer (`/v1/events`) is a request in flight until it ends.
-struct WatchedBody {
-    body: axum::body::Body,
+struct WatchedBody<B> {
+    body: B,
     watch: Arc<HeaderWatch>,
 }
 
-impl Drop for WatchedBody {
+impl<B> Drop for WatchedBody<B> {
     fn drop(&mut self) {
         self.watch.answer_ended();
     }
 }
 
-impl hyper::body::Body for WatchedBody {
+impl<B> hyper::body::Body for WatchedBody<B>
+where
+    B: hyper::body::Body<Data = bytes::Bytes, Error = axum::Error> + Unpin,
+{
     type Data = bytes::Bytes;
     type Error = axum::Error;
 

@@ -1,5 +1,7 @@
 //! Logging: `tracing` to stderr, text or JSON, filtered by `MCP_CONNECT_LOG` (default `info`).
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -15,6 +17,9 @@ pub fn init_with_default(format: LogFormat, default_filter: &str) {
         .unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colours for a person at a terminal only: a log file or collector gets plain text,
+        // not escape codes (and each request's span is formatted without them).
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
