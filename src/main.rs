@@ -11,6 +11,12 @@ use mcp_connect::db::connections::ConnectionFilter;
 use mcp_connect::server::telemetry;
 use mcp_connect::{Application, db::Db};
 
+/// mimalloc rather than glibc's malloc: a request allocates and frees many small buffers on
+/// whichever worker runs it, where glibc's arenas spent about a tenth of a token fetch's CPU
+/// (BENCHMARKS.md; the bench hosts the service with the same allocator).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "mcp-connect",

@@ -12,6 +12,10 @@ mod token_fetch;
 
 use clap::{Parser, Subcommand};
 
+/// The binary's allocator (`src/main.rs`), so the service runs here as it ships.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "mcp-connect-bench",
