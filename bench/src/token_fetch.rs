@@ -323,13 +323,9 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 None,
             )
             .await?;
-            // Which pool the build under test gives the token reads (src/db/hot.rs); another
-            // placement is compared by building it (bench/README.md).
-            let label = if app.state.db.hot_reads().is_some() {
-                "own pool"
-            } else {
-                "main pool"
-            };
+            // Every query goes through the one pool (`src/db/pool.rs`); the column stays so
+            // tables compare with older rounds.
+            let label = "main pool";
             let users = Arc::new(Users::new(args.hot_set.unwrap_or(size).min(size), args.zipf));
             let token_target = Arc::new(target_over(app.addr, users.clone()));
             let fixed_target = Arc::new(target_over(fixed_addr, users));

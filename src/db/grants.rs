@@ -106,17 +106,6 @@ impl Db {
     pub async fn client_may_use(&self, id: &str, client: &str) -> Result<bool> {
         const SQL: &str =
             "SELECT 1 FROM connection_clients WHERE connection_id = $1 AND client_id = $2";
-        // On Postgres, on the hot reads' own connections (`super::hot`).
-        if let Some(hot) = self.hot_reads() {
-            let (id, client) = (id.to_owned(), client.to_owned());
-            let row = hot
-                .run(|c| {
-                    let q = sqlx::query(SQL).bind(id.clone()).bind(client.clone());
-                    Box::pin(q.fetch_optional(c))
-                })
-                .await?;
-            return Ok(row.is_some());
-        }
         let read = || {
             sqlx::query_as::<_, (i64,)>(SQL)
                 .bind(id)

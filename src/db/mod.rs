@@ -58,7 +58,6 @@ mod error;
 pub mod events;
 pub mod flows;
 pub mod grants;
-pub mod hot;
 pub mod mcp_clients;
 pub mod pool;
 pub mod refresh_lock;
@@ -68,7 +67,6 @@ pub mod token_cache;
 
 use crate::config::Engine;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use sqlx::Any;
 use sqlx::any::install_default_drivers;
@@ -105,8 +103,7 @@ trait Table: Sized + TryFrom<Self::Row, Error = Error> {
 /// A query over [`Table::select`], its parameters bound.
 type Select<'q, R> = sqlx::query::QueryAs<'q, Any, R, sqlx::any::AnyArguments<'q>>;
 
-/// Connections per process in the pool (Postgres; the token path's reads have
-/// [`hot::HOT_CONNECTIONS`] more).
+/// Connections per process in the pool (Postgres).
 pub const POOL_CONNECTIONS: usize = 16;
 /// Connections per process in the pool (SQLite: one writer at a time in any case).
 const SQLITE_CONNECTIONS: usize = 8;
@@ -132,11 +129,9 @@ fn migrator(engine: Engine) -> Migrator {
 
 #[derive(Clone)]
 pub struct Db {
-    /// Every query but the token path's reads on Postgres (see `pool`).
+    /// Every query (see `pool`).
     pub pool: Pool,
     pub engine: Engine,
-    /// Postgres: the token path's reads, outside the pool (see `hot`).
-    pub hot: Option<Arc<hot::HotReads>>,
 }
 
 impl std::fmt::Debug for Db {
@@ -174,14 +169,7 @@ impl Db {
             .execute(&pool)
             .await
             .map_err(|e| Error::setup("connecting to the database", e))?;
-        let hot = match engine {
-            Engine::Postgres => Some(Arc::new(
-                hot::HotReads::new(&url)
-                    .map_err(|e| Error::setup("parsing the database URL", e))?,
-            )),
-            Engine::Sqlite => None,
-        };
-        Ok(Self { pool, engine, hot })
+        Ok(Self { pool, engine })
     }
 
     /// The rows `q` finds, decoded.
@@ -189,17 +177,9 @@ impl Db {
         T::decode_all(q.fetch_all(&self.pool).await?)
     }
 
-    /// The hot reads' own connections (Postgres; `None` on SQLite, where they use the pool).
-    pub fn hot_reads(&self) -> Option<&hot::HotReads> {
-        self.hot.as_deref()
-    }
-
-    /// Closes the pool and the hot reads' connections (at shutdown).
+    /// Closes the pool (at shutdown).
     pub async fn close(&self) {
         self.pool.close().await;
-        if let Some(h) = &self.hot {
-            h.close().await;
-        }
     }
 
     pub async fn migrate(&self) -> Result<()> {

@@ -1,6 +1,5 @@
-//! The connection pool every query goes through (Postgres and SQLite, the token path's two
-//! reads on Postgres aside: `super::hot`): a `deadpool` of sqlx connections that are **not
-//! pinged each time they are given back**.
+//! The connection pool every query goes through (Postgres and SQLite): a `deadpool` of sqlx
+//! connections that are **not pinged each time they are given back**.
 //!
 //! sqlx 0.8's pool pings every connection it takes back (`sqlx-core` 0.8.6,
 //! `pool/connection.rs`, `return_to_pool` → `ping`: on Postgres a `Sync` and its
@@ -27,8 +26,8 @@
 //! This module leans on sqlx internals that its semver does not promise:
 //!
 //! - **The ping on release**: whether `sqlx::Pool` still pings each connection it takes back
-//!   (`pool/connection.rs`, `return_to_pool`). If a release makes it optional, this pool (and
-//!   `super::hot`) can give way to sqlx's own — measure the connect flow and the token fetch
+//!   (`pool/connection.rs`, `return_to_pool`). If a release makes it optional, this pool can
+//!   give way to sqlx's own — measure the connect flow and the token fetch
 //!   before and after (bench/README.md).
 //! - **`TransactionManager`** (`begin`, `commit`, `rollback`, `start_rollback`): [`Tx`] drives it
 //!   directly; check that `start_rollback` still only queues the `ROLLBACK` for the next round

@@ -279,9 +279,8 @@ impl Db {
         Ok(Some((r.row.try_into()?, clients)))
     }
 
-    /// A read on the token path by `(issuer, subject, provider)`: on Postgres on the hot reads'
-    /// own connections (`super::hot`), on SQLite on the pool; either way repeated once on
-    /// another connection when the first was dropped by the server.
+    /// A read on the token path by `(issuer, subject, provider)`, repeated once on another
+    /// connection when the first was dropped by the server.
     async fn token_read<T>(
         &self,
         sql: &'static str,
@@ -291,25 +290,10 @@ impl Db {
     ) -> Result<Option<T>>
     where
         T: for<'r> FromRow<'r, sqlx::any::AnyRow>
-            + for<'r> FromRow<'r, sqlx::postgres::PgRow>
             + Send
             + Unpin
             + 'static,
     {
-        if let Some(hot) = self.hot_reads() {
-            let (issuer, subject, provider) =
-                (issuer.to_owned(), subject.to_owned(), provider.to_owned());
-            return hot
-                .run(|c| {
-                    let q = sqlx::query_as::<_, T>(sql)
-                        .bind(issuer.clone())
-                        .bind(subject.clone())
-                        .bind(provider.clone());
-                    Box::pin(q.fetch_optional(c))
-                })
-                .await
-                .map_err(Into::into);
-        }
         let read = || {
             sqlx::query_as::<_, T>(sql)
                 .bind(issuer)
