@@ -202,7 +202,8 @@ fn make_span(req: &Request) -> Span {
 /// host (not its parent domain) are included, so no sibling can be reached in clear either.
 const HSTS: &str = "max-age=63072000; includeSubDomains";
 
-/// `security_headers`, and `Strict-Transport-Security` when `https` (`public_url` is https: once
+/// The security headers every answer carries (`set_security_headers`), and
+/// `Strict-Transport-Security` when `https` (`public_url` is https: once
 /// a browser has seen the service over https it never tries plain http again), in one layer that
 /// maps the response (no boxed future, no clone of the inner service per request).
 pub fn response_headers(

@@ -289,10 +289,7 @@ impl Db {
         provider: &str,
     ) -> Result<Option<T>>
     where
-        T: for<'r> FromRow<'r, sqlx::any::AnyRow>
-            + Send
-            + Unpin
-            + 'static,
+        T: for<'r> FromRow<'r, sqlx::any::AnyRow> + Send + Unpin + 'static,
     {
         let read = || {
             sqlx::query_as::<_, T>(sql)
