@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::db::elicitations::FailureReason;
 use crate::i18n::{Msg, Text};
 use crate::ids::ElicitationId;
+use crate::names::named_enum;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -72,73 +73,41 @@ pub enum Error {
     Internal(#[source] anyhow::Error),
 }
 
-/// The stable code of every error answer: the `error` of a JSON body, whether the domain, the
-/// edge or the operations routes answer. One variant per code, so no answer can carry a code
-/// that is not listed here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
-    /// A missing or invalid API key, metrics token or the like.
-    Unauthorized,
-    /// A route this caller may not use from where it is (`/metrics` off loopback).
-    Forbidden,
-    ForbiddenProvider,
-    InvalidSubjectToken,
-    InvalidRequest,
-    InvalidRequestState,
-    NotFound,
-    NotConnected,
-    AuthorizationRequired,
-    ReauthorizationRequired,
-    AuthorizationDeclined,
-    /// A limit of the edge (`server::limits`).
-    RateLimited,
-    Unavailable,
-    UpstreamError,
-    Internal,
-    AlreadyRevoked,
-    NotPending,
-    CsrfFailed,
-    ProviderRemoved,
-    ConnectFailed,
-    IdentityUnavailable,
-    ProviderUnavailable,
-    ProviderMisconfigured,
-    InvalidState,
-    NotSignedIn,
-    SignInFailed,
-}
-
-impl ErrorCode {
-    /// The code as answers carry it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Unauthorized => "unauthorized",
-            Self::Forbidden => "forbidden",
-            Self::ForbiddenProvider => "forbidden_provider",
-            Self::InvalidSubjectToken => "invalid_subject_token",
-            Self::InvalidRequest => "invalid_request",
-            Self::InvalidRequestState => "invalid_request_state",
-            Self::NotFound => "not_found",
-            Self::NotConnected => "not_connected",
-            Self::AuthorizationRequired => "authorization_required",
-            Self::ReauthorizationRequired => "reauthorization_required",
-            Self::AuthorizationDeclined => "authorization_declined",
-            Self::RateLimited => "rate_limited",
-            Self::Unavailable => "unavailable",
-            Self::UpstreamError => "upstream_error",
-            Self::Internal => "internal",
-            Self::AlreadyRevoked => "already_revoked",
-            Self::NotPending => "not_pending",
-            Self::CsrfFailed => "csrf_failed",
-            Self::ProviderRemoved => "provider_removed",
-            Self::ConnectFailed => "connect_failed",
-            Self::IdentityUnavailable => "identity_unavailable",
-            Self::ProviderUnavailable => "provider_unavailable",
-            Self::ProviderMisconfigured => "provider_misconfigured",
-            Self::InvalidState => "invalid_state",
-            Self::NotSignedIn => "not_signed_in",
-            Self::SignInFailed => "sign_in_failed",
-        }
+named_enum! {
+    /// The stable code of every error answer: the `error` of a JSON body, whether the domain, the
+    /// edge or the operations routes answer. One variant per code, so no answer can carry a code
+    /// that is not listed here.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum ErrorCode ("error code") {
+        /// A missing or invalid API key, metrics token or the like.
+        Unauthorized,
+        /// A route this caller may not use from where it is (`/metrics` off loopback).
+        Forbidden,
+        ForbiddenProvider,
+        InvalidSubjectToken,
+        InvalidRequest,
+        InvalidRequestState,
+        NotFound,
+        NotConnected,
+        AuthorizationRequired,
+        ReauthorizationRequired,
+        AuthorizationDeclined,
+        /// A limit of the edge (`server::limits`).
+        RateLimited,
+        Unavailable,
+        UpstreamError,
+        Internal,
+        AlreadyRevoked,
+        NotPending,
+        CsrfFailed,
+        ProviderRemoved,
+        ConnectFailed,
+        IdentityUnavailable,
+        ProviderUnavailable,
+        ProviderMisconfigured,
+        InvalidState,
+        NotSignedIn,
+        SignInFailed,
     }
 }
 
@@ -360,36 +329,7 @@ mod tests {
     /// The codes are the API's: each keeps the string it is documented as.
     #[test]
     fn error_codes_keep_their_wire_names() {
-        use ErrorCode::*;
-        let names = [
-            Unauthorized,
-            Forbidden,
-            ForbiddenProvider,
-            InvalidSubjectToken,
-            InvalidRequest,
-            InvalidRequestState,
-            NotFound,
-            NotConnected,
-            AuthorizationRequired,
-            ReauthorizationRequired,
-            AuthorizationDeclined,
-            RateLimited,
-            Unavailable,
-            UpstreamError,
-            Internal,
-            AlreadyRevoked,
-            NotPending,
-            CsrfFailed,
-            ProviderRemoved,
-            ConnectFailed,
-            IdentityUnavailable,
-            ProviderUnavailable,
-            ProviderMisconfigured,
-            InvalidState,
-            NotSignedIn,
-            SignInFailed,
-        ]
-        .map(ErrorCode::as_str);
+        let names: Vec<_> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
         assert_eq!(
             names,
             [

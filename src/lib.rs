@@ -17,8 +17,9 @@
 //! - provider knowledge and outbound calls: `providers/` (everything provider-specific, the
 //!   catalog), `outbound/` (the one outbound HTTP client and its SSRF guard);
 //! - storage: `db/` (all SQL, both engines; the token cache's rows);
-//! - foundation: `config`, `crypto` (sealing), `ids` and `time` (shared types), `i18n` and
-//!   `branding` (how a page speaks and looks), `metrics` (the Prometheus registry).
+//! - foundation: `config`, `crypto` (sealing), `ids` and `time` (shared types), `names` (enums
+//!   whose values have fixed names), `i18n` and `branding` (how a page speaks and looks),
+//!   `metrics` (the Prometheus registry).
 
 pub mod api;
 pub mod app;
@@ -35,6 +36,7 @@ pub mod grants;
 pub mod i18n;
 pub mod ids;
 pub mod metrics;
+mod names;
 pub mod outbound;
 pub mod providers;
 pub mod server;

@@ -34,7 +34,7 @@ impl Connect {
                         client,
                         subject,
                         SubjectTokenRefusal::Missing,
-                        "this API client must prove the subject with subject_token (the user's MCP access token)",
+                        SubjectTokenRefusal::Missing.message(),
                         request_id,
                     )
                     .await);
@@ -98,7 +98,7 @@ impl Connect {
                         client,
                         subject,
                         SubjectTokenRefusal::OtherSubject,
-                        "the subject_token belongs to another subject than the one asked for",
+                        SubjectTokenRefusal::OtherSubject.message(),
                         request_id,
                     )
                     .await);

@@ -4,8 +4,9 @@ use sqlx::AnyConnection;
 
 use super::{Db, Error, Result, now};
 use crate::db::elicitations::ElicitationStatus;
+use crate::names::named_enum;
 
-stored_enum! {
+named_enum! {
     /// What an audit row records, stored as its dotted name (`connection.revoked`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub enum AuditAction ("audit event") {

@@ -4,16 +4,17 @@ use sqlx::{AnyConnection, FromRow};
 
 use super::{Db, Error, Result, Table, now};
 use crate::ids::{ConnectionId, ElicitationId};
+use crate::names::named_enum;
 
-stored_enum! {
+named_enum! {
     #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
     #[serde(rename_all = "snake_case")]
     pub enum ElicitationStatus ("elicitation status") {
-        Pending = "pending",
-        Completed = "completed",
-        Declined = "declined",
-        Expired = "expired",
-        Failed = "failed",
+        Pending,
+        Completed,
+        Declined,
+        Expired,
+        Failed,
     }
 }
 

@@ -6,16 +6,17 @@
 use sqlx::FromRow;
 
 use super::{Db, Result, now};
+use crate::names::named_enum;
 
-stored_enum! {
+named_enum! {
     /// The `kind` column: only `provider` rows are written (rows of kind `login` were written by
     /// earlier versions; they are never read and expire like the others).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum FlowKind ("auth flow kind") {
         /// A signed-in user sent to a provider from the consent page.
-        Provider = "provider",
+        Provider,
         /// A sign-in at the identity issuer (earlier versions only).
-        Login = "login",
+        Login,
     }
 }
 

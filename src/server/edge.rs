@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use crate::AppState;
 use crate::error::ErrorCode;
 use crate::i18n::Msg;
+use crate::server::RouteService;
 use crate::server::limits::{self, Limit, Slot};
 use crate::server::rendered::{RenderedError, edge_answer};
 
@@ -121,11 +122,7 @@ fn method_label(m: &axum::http::Method) -> &'static str {
     }
 }
 
-impl<S> tower::Service<Request> for EdgeService<S>
-where
-    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
-    S::Future: Unpin,
-{
+impl<S: RouteService> tower::Service<Request> for EdgeService<S> {
     type Response = Response;
     type Error = std::convert::Infallible;
     type Future = EdgeFuture<S::Future>;

@@ -13,6 +13,7 @@ use tower_http::request_id::{
 use tracing::Span;
 
 use crate::config::IpNet;
+use crate::server::RouteService;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -126,11 +127,7 @@ impl<S> tower::Layer<S> for RequestSpan {
 #[derive(Clone)]
 pub struct RequestSpanService<S>(S);
 
-impl<S> tower::Service<Request> for RequestSpanService<S>
-where
-    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
-    S::Future: Unpin,
-{
+impl<S: RouteService> tower::Service<Request> for RequestSpanService<S> {
     type Response = Response;
     type Error = std::convert::Infallible;
     type Future = RequestSpanFuture<S::Future>;

@@ -9,3 +9,21 @@ pub mod ops;
 pub mod rendered;
 pub mod serve;
 pub mod telemetry;
+
+use std::convert::Infallible;
+
+use axum::extract::Request;
+use axum::response::Response;
+
+/// What the hand-written layers (`edge::Edge`, `middleware::RequestSpan`) wrap: the routes as a
+/// service that never fails and whose answer is `Unpin`, so the layers' futures poll it in place
+/// instead of boxing it.
+pub trait RouteService:
+    tower::Service<Request, Response = Response, Error = Infallible, Future: Unpin>
+{
+}
+
+impl<S> RouteService for S where
+    S: tower::Service<Request, Response = Response, Error = Infallible, Future: Unpin>
+{
+}

@@ -19,7 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "foundation",
         &[
-            "config", "crypto", "ids", "time", "i18n", "branding", "metrics",
+            "config", "crypto", "ids", "names", "time", "i18n", "branding", "metrics",
         ],
     ),
 ];

@@ -15,6 +15,7 @@ use tokio::sync::RwLock;
 use url::Url;
 
 use crate::config::IdentityConfig;
+use crate::names::named_enum;
 use crate::outbound::http::{
     MAX_RESPONSE_BYTES, ServerMetadata, discover, fetch_json_with_headers, max_age, read_limited,
 };
@@ -65,50 +66,65 @@ const ALLOWED_ALGS: &[Algorithm] = &[
     Algorithm::EdDSA,
 ];
 
-/// Why a `subject_token` was refused, as the audit row's detail and the security log name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SubjectTokenRefusal {
-    /// None was sent, and the API client must send one.
-    Missing,
-    /// Not a JWT, unreadable, naming critical header extensions, too long or not ASCII.
-    Malformed,
-    /// Signed with an algorithm that is not accepted.
-    Algorithm,
-    /// Its `typ` header is not the identity issuer's access-token type.
-    Type,
-    /// Not signed by the identity issuer.
-    Signature,
-    Expired,
-    /// Issued for another audience than the API client's.
-    Audience,
-    /// Issued by another issuer than the identity issuer.
-    Issuer,
-    /// Not valid yet (`nbf`).
-    NotYetValid,
-    /// Lacking one of `exp`, `iss`, `aud` or `sub`.
-    Claims,
-    /// Introspection says it is not active.
-    Inactive,
-    /// It proves another subject than the request names.
-    OtherSubject,
+named_enum! {
+    /// Why a `subject_token` was refused, as the audit row's detail and the security log name it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum SubjectTokenRefusal ("subject_token refusal") {
+        /// None was sent, and the API client must send one.
+        Missing,
+        /// Not a JWT, unreadable, naming critical header extensions, too long or not ASCII.
+        Malformed,
+        /// Signed with an algorithm that is not accepted.
+        Algorithm,
+        /// Its `typ` header is not the identity issuer's access-token type.
+        Type,
+        /// Not signed by the identity issuer.
+        Signature,
+        Expired,
+        /// Issued for another audience than the API client's.
+        Audience,
+        /// Issued by another issuer than the identity issuer.
+        Issuer,
+        /// Not valid yet (`nbf`).
+        NotYetValid,
+        /// Lacking one of `exp`, `iss`, `aud` or `sub`.
+        Claims,
+        /// Introspection says it is not active.
+        Inactive,
+        /// It proves another subject than the request names.
+        OtherSubject,
+    }
 }
 
 impl SubjectTokenRefusal {
-    /// The reason as audit rows and logs carry it.
-    pub fn as_str(self) -> &'static str {
+    /// The sentence for the caller, where the check has nothing more particular to say. It
+    /// holds no part of the token.
+    pub fn message(self) -> &'static str {
         match self {
-            Self::Missing => "missing",
-            Self::Malformed => "malformed",
-            Self::Algorithm => "algorithm",
-            Self::Type => "type",
-            Self::Signature => "signature",
-            Self::Expired => "expired",
-            Self::Audience => "audience",
-            Self::Issuer => "issuer",
-            Self::NotYetValid => "not_yet_valid",
-            Self::Claims => "claims",
-            Self::Inactive => "inactive",
-            Self::OtherSubject => "other_subject",
+            Self::Missing => {
+                "this API client must prove the subject with subject_token (the user's MCP access token)"
+            }
+            Self::Malformed => "the subject_token could not be read",
+            Self::Algorithm => "the subject_token is signed with an algorithm that is not accepted",
+            Self::Type => {
+                "the subject_token is not an access token of the identity issuer (its typ header differs)"
+            }
+            Self::Signature => "the subject_token is not signed by the identity issuer",
+            Self::Expired => "the subject_token has expired",
+            Self::Audience => {
+                "the subject_token was issued for another audience than this API client's"
+            }
+            Self::Issuer => {
+                "the subject_token was issued by another issuer than the identity issuer"
+            }
+            Self::NotYetValid => "the subject_token is not valid yet",
+            Self::Claims => "the subject_token lacks one of exp, iss, aud or sub",
+            Self::Inactive => {
+                "the subject_token is not active (expired, revoked or unknown to the identity issuer)"
+            }
+            Self::OtherSubject => {
+                "the subject_token belongs to another subject than the one asked for"
+            }
         }
     }
 }
@@ -121,6 +137,13 @@ pub enum SubjectTokenError {
     Refused(SubjectTokenRefusal, &'static str),
     /// The identity issuer could not be asked (discovery, JWKS or introspection failed).
     Unavailable(anyhow::Error),
+}
+
+/// A refusal with its reason's own sentence.
+impl From<SubjectTokenRefusal> for SubjectTokenError {
+    fn from(reason: SubjectTokenRefusal) -> Self {
+        Self::Refused(reason, reason.message())
+    }
 }
 
 pub struct Identity {

@@ -20,10 +20,7 @@ impl Identity {
             )
         })?;
         if !ALLOWED_ALGS.contains(&header.alg) {
-            return Err(refused(
-                SubjectTokenRefusal::Algorithm,
-                "the subject_token is signed with an algorithm that is not accepted",
-            ));
+            return Err(SubjectTokenRefusal::Algorithm.into());
         }
         if has_critical_extensions(token) {
             return Err(refused(
@@ -33,19 +30,13 @@ impl Identity {
         }
         if let Some(want) = &self.config.access_token_typ {
             if !header.typ.as_deref().is_some_and(|t| typ_is(t, want)) {
-                return Err(refused(
-                    SubjectTokenRefusal::Type,
-                    "the subject_token is not an access token of the identity issuer (its typ header differs)",
-                ));
+                return Err(SubjectTokenRefusal::Type.into());
             }
         }
         let key = match self.decoding_key(header.kid.as_deref()).await {
             Ok(k) => k,
             Err(e) if format!("{e:#}").contains("no key") => {
-                return Err(refused(
-                    SubjectTokenRefusal::Signature,
-                    "the subject_token is not signed by the identity issuer",
-                ));
+                return Err(SubjectTokenRefusal::Signature.into());
             }
             Err(e) => return Err(SubjectTokenError::Unavailable(e)),
         };
@@ -57,46 +48,18 @@ impl Identity {
         validation.validate_nbf = true;
         let data =
             jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| {
-                match e.kind() {
-                    ErrorKind::ExpiredSignature => refused(
-                        SubjectTokenRefusal::Expired,
-                        "the subject_token has expired",
-                    ),
-                    ErrorKind::InvalidAudience => refused(
-                        SubjectTokenRefusal::Audience,
-                        "the subject_token was issued for another audience than this API client's",
-                    ),
-                    ErrorKind::InvalidIssuer => refused(
-                        SubjectTokenRefusal::Issuer,
-                        "the subject_token was issued by another issuer than the identity issuer",
-                    ),
-                    ErrorKind::InvalidSignature => refused(
-                        SubjectTokenRefusal::Signature,
-                        "the subject_token is not signed by the identity issuer",
-                    ),
-                    ErrorKind::ImmatureSignature => refused(
-                        SubjectTokenRefusal::NotYetValid,
-                        "the subject_token is not valid yet",
-                    ),
-                    ErrorKind::MissingRequiredClaim(_) => refused(
-                        SubjectTokenRefusal::Claims,
-                        "the subject_token lacks one of exp, iss, aud or sub",
-                    ),
-                    _ => refused(
-                        SubjectTokenRefusal::Malformed,
-                        "the subject_token could not be read",
-                    ),
-                }
+                let reason = match e.kind() {
+                    ErrorKind::ExpiredSignature => SubjectTokenRefusal::Expired,
+                    ErrorKind::InvalidAudience => SubjectTokenRefusal::Audience,
+                    ErrorKind::InvalidIssuer => SubjectTokenRefusal::Issuer,
+                    ErrorKind::InvalidSignature => SubjectTokenRefusal::Signature,
+                    ErrorKind::ImmatureSignature => SubjectTokenRefusal::NotYetValid,
+                    ErrorKind::MissingRequiredClaim(_) => SubjectTokenRefusal::Claims,
+                    _ => SubjectTokenRefusal::Malformed,
+                };
+                SubjectTokenError::from(reason)
             })?;
-        data.claims
-            .get("sub")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .ok_or(refused(
-                SubjectTokenRefusal::Claims,
-                "the subject_token has no sub",
-            ))
+        subject_of(&data.claims)
     }
 
     /// Checks a `subject_token` by RFC 7662 introspection at the identity issuer, authenticated
@@ -107,7 +70,6 @@ impl Identity {
         token: &str,
         audience: Option<&str>,
     ) -> Result<String, SubjectTokenError> {
-        let refused = SubjectTokenError::Refused;
         let m = self
             .metadata()
             .await
@@ -159,25 +121,16 @@ impl Identity {
             .context("the introspection response is not a JSON object")
             .map_err(SubjectTokenError::Unavailable)?;
         if v.get("active") != Some(&Value::Bool(true)) {
-            return Err(refused(
-                SubjectTokenRefusal::Inactive,
-                "the subject_token is not active (expired, revoked or unknown to the identity issuer)",
-            ));
+            return Err(SubjectTokenRefusal::Inactive.into());
         }
         if let Some(iss) = v.get("iss").and_then(Value::as_str) {
             if iss != self.config.issuer {
-                return Err(refused(
-                    SubjectTokenRefusal::Issuer,
-                    "the subject_token was issued by another issuer than the identity issuer",
-                ));
+                return Err(SubjectTokenRefusal::Issuer.into());
             }
         }
         if let Some(exp) = v.get("exp").and_then(Value::as_i64) {
             if exp < crate::time::now() {
-                return Err(refused(
-                    SubjectTokenRefusal::Expired,
-                    "the subject_token has expired",
-                ));
+                return Err(SubjectTokenRefusal::Expired.into());
             }
         }
         if let Some(want) = audience {
@@ -187,19 +140,22 @@ impl Identity {
                 _ => false,
             };
             if !ok {
-                return Err(refused(
-                    SubjectTokenRefusal::Audience,
-                    "the subject_token was issued for another audience than this API client's",
-                ));
+                return Err(SubjectTokenRefusal::Audience.into());
             }
         }
-        v.get("sub")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .ok_or(refused(
-                SubjectTokenRefusal::Claims,
-                "the subject_token has no sub",
-            ))
+        subject_of(&v)
     }
+}
+
+/// The `sub` of a checked token's claims (a JWT's or an introspection answer's).
+fn subject_of(claims: &Map<String, Value>) -> Result<String, SubjectTokenError> {
+    claims
+        .get("sub")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .ok_or(SubjectTokenError::Refused(
+            SubjectTokenRefusal::Claims,
+            "the subject_token has no sub",
+        ))
 }

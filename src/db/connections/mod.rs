@@ -7,14 +7,15 @@ use sqlx::{AnyConnection, FromRow};
 use super::{Db, Error, Result, Table, now};
 use crate::crypto::{CryptoError, KeyRing, connection_aad, random_token};
 use crate::ids::ConnectionId;
+use crate::names::named_enum;
 
-stored_enum! {
+named_enum! {
     #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
     #[serde(rename_all = "snake_case")]
     pub enum ConnectionStatus ("connection status") {
-        Active = "active",
-        NeedsReauth = "needs_reauth",
-        Revoked = "revoked",
+        Active,
+        NeedsReauth,
+        Revoked,
     }
 }
 
