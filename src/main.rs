@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mcp_connect::cli::{self, Cli as Ops};
-use mcp_connect::config::Config;
+use mcp_connect::config::{Config, Files};
 use mcp_connect::db::audit::AuditFilter;
 use mcp_connect::db::connections::ConnectionFilter;
 use mcp_connect::server::telemetry;
@@ -38,7 +38,13 @@ enum Command {
     /// Create the database if needed and apply migrations, then exit.
     Migrate,
     /// Validate the configuration and report every problem, key by key.
-    CheckConfig,
+    CheckConfig {
+        /// Read every `*_file` secret from this folder, by the file name the configuration
+        /// gives (`/run/secrets/mcp-connect/database_url` is read as `DIR/database_url`): checks
+        /// a deployment's configuration on another machine without rewriting it.
+        #[arg(long, value_name = "DIR")]
+        secrets_dir: Option<PathBuf>,
+    },
     /// Try it on this machine: the real service on 127.0.0.1 with SQLite in a data folder, plus
     /// a development identity issuer and sandbox provider (development only; never use for real).
     /// It writes and runs with its own configuration in the data folder: `--config` and
@@ -166,7 +172,11 @@ enum KeysCommand {
 }
 
 fn load(path: Option<&std::path::Path>) -> Result<Config, ExitCode> {
-    Config::load(path).map_err(|e| {
+    load_with(path, &Files::AsWritten)
+}
+
+fn load_with(path: Option<&std::path::Path>, files: &Files) -> Result<Config, ExitCode> {
+    Config::load_with(path, files).map_err(|e| {
         eprintln!("mcp-connect: invalid configuration:\n{e}");
         ExitCode::from(2)
     })
@@ -238,7 +248,10 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Command::CheckConfig => match load(cli.config.as_deref()) {
+        Command::CheckConfig { secrets_dir } => match load_with(
+            cli.config.as_deref(),
+            &secrets_dir.map_or(Files::AsWritten, Files::In),
+        ) {
             Ok(c) => {
                 println!(
                     "configuration is valid: public_url {}, database {}, {} provider(s), {} client(s), encrypting with key {}",

@@ -44,6 +44,7 @@ pub use limits::Limits;
 pub use network::{IpNet, is_loopback_url, require_https_off_loopback};
 pub use providers::{AuthKind, ProviderConfig, ProviderKind};
 pub use server::{LogFormat, RefreshAhead};
+pub use sources::Files;
 
 /// A configuration problem, always naming the key it is about.
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +155,11 @@ impl fmt::Debug for Config {
 impl Config {
     /// Reads the file (if any), applies environment overrides and `*_file` secrets, validates.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigErrors> {
+        Self::load_with(path, &Files::AsWritten)
+    }
+
+    /// As `load`, with the `*_file` secrets read from where `files` says.
+    pub fn load_with(path: Option<&Path>, files: &Files) -> Result<Self, ConfigErrors> {
         let text = match path {
             Some(p) => std::fs::read_to_string(p).map_err(|e| {
                 ConfigError::new("--config", format!("cannot read {}: {e}", p.display()))
@@ -161,12 +167,21 @@ impl Config {
             None => String::new(),
         };
         let env: Vec<(String, String)> = std::env::vars().collect();
-        Self::from_parts(&text, &env)
+        Self::from_parts_with(&text, &env, files)
     }
 
     /// Builds a config from TOML text and a list of environment variables (tests pass their own).
     pub fn from_parts(toml_text: &str, env: &[(String, String)]) -> Result<Self, ConfigErrors> {
-        let merged = sources::merged(toml_text, env)?;
+        Self::from_parts_with(toml_text, env, &Files::AsWritten)
+    }
+
+    /// As `from_parts`, with the `*_file` secrets read from where `files` says.
+    pub fn from_parts_with(
+        toml_text: &str,
+        env: &[(String, String)],
+        files: &Files,
+    ) -> Result<Self, ConfigErrors> {
+        let merged = sources::merged(toml_text, env, files)?;
         validate(
             Section::new("", merged.root),
             merged.figment,

@@ -14,6 +14,8 @@
 //! (`MCP_CONNECT_CACHE='{ max_entries = 5 }'`) replaces the file's table (a layer would merge
 //! into it).
 
+use std::path::{Path, PathBuf};
+
 use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
@@ -39,8 +41,6 @@ const MAX_ENV_ARRAY_INDEX: usize = 1000;
 /// The name of the environment layer, by which a problem says its value came from there.
 pub(super) const ENV_SOURCE: &str = "`MCP_CONNECT_*` environment variables";
 
-/// The merged tree (file, environment, array-entry overrides, `*_file` contents), and the
-/// figment that knows which layer each value's tag stands for.
 /// What `merged` read: the tree, the figment that knows which layer each value's tag stands
 /// for, and the keys whose value came from a `*_file` (as `providers.github.client_secret`), so
 /// a problem with one is named by what the operator wrote (`client_secret_file`).
@@ -50,7 +50,36 @@ pub(super) struct Merged {
     pub from_files: Vec<String>,
 }
 
-pub(super) fn merged(toml_text: &str, env: &[(String, String)]) -> Result<Merged, ConfigErrors> {
+/// Where `*_file` secrets are read from.
+#[derive(Clone, Debug, Default)]
+pub enum Files {
+    /// At the path written in the configuration (what `serve` and `migrate` do).
+    #[default]
+    AsWritten,
+    /// In this folder, by the written path's file name: `check-config --secrets-dir` reads a
+    /// deployment's configuration on a laptop, where `/run/secrets/...` does not exist, against
+    /// local stand-ins (the Kubernetes overlay's `secrets/` folder, say), without rewriting it.
+    In(PathBuf),
+}
+
+impl Files {
+    /// The path a `*_file` value is read from.
+    fn locate(&self, written: &str) -> PathBuf {
+        match self {
+            Files::AsWritten => PathBuf::from(written),
+            Files::In(dir) => match Path::new(written).file_name() {
+                Some(name) => dir.join(name),
+                None => dir.join(written),
+            },
+        }
+    }
+}
+
+pub(super) fn merged(
+    toml_text: &str,
+    env: &[(String, String)],
+    files: &Files,
+) -> Result<Merged, ConfigErrors> {
     // figment's TOML provider reports a syntax error without its place; this names the bytes.
     let file = toml::from_str::<toml::Table>(toml_text)
         .map_err(|e| ConfigError::new(toml_error_key(&e), e.message().to_owned()))?;
@@ -68,7 +97,7 @@ pub(super) fn merged(toml_text: &str, env: &[(String, String)]) -> Result<Merged
     }
     let mut from_files = Vec::new();
     if errors.is_empty() {
-        resolve_files(&mut root, "", &mut from_files, &mut errors);
+        resolve_files(&mut root, "", files, &mut from_files, &mut errors);
     }
     if errors.is_empty() {
         Ok(Merged {
@@ -243,6 +272,7 @@ fn set_path(table: &mut Dict, path: &[String], value: Value) -> Result<(), Strin
 fn resolve_files(
     table: &mut Dict,
     prefix: &str,
+    files: &Files,
     from_files: &mut Vec<String>,
     errors: &mut Vec<ConfigError>,
 ) {
@@ -268,17 +298,19 @@ fn resolve_files(
             errors.push(ConfigError::new(full, "must be a file path"));
             continue;
         };
-        let content = match std::fs::read_to_string(path) {
+        let read = files.locate(path);
+        let shown = read.display();
+        let content = match std::fs::read_to_string(&read) {
             Ok(c) => c,
             Err(e) => {
-                errors.push(ConfigError::new(full, format!("cannot read {path}: {e}")));
+                errors.push(ConfigError::new(full, format!("cannot read {shown}: {e}")));
                 continue;
             }
         };
         let content = content.trim_end_matches(['\n', '\r']);
         if content.trim().is_empty() {
             // An empty secret would fail only at the first user (or worse, be sent).
-            errors.push(ConfigError::new(full, format!("{path} is empty")));
+            errors.push(ConfigError::new(full, format!("{shown} is empty")));
             continue;
         }
         from_files.push(format!("{prefix}{key}"));
@@ -298,11 +330,13 @@ fn resolve_files(
     }
     for (k, v) in table.iter_mut() {
         match v {
-            Value::Dict(_, t) => resolve_files(t, &format!("{prefix}{k}."), from_files, errors),
+            Value::Dict(_, t) => {
+                resolve_files(t, &format!("{prefix}{k}."), files, from_files, errors)
+            }
             Value::Array(_, items) => {
                 for (i, item) in items.iter_mut().enumerate() {
                     if let Value::Dict(_, t) = item {
-                        resolve_files(t, &format!("{prefix}{k}[{i}]."), from_files, errors);
+                        resolve_files(t, &format!("{prefix}{k}[{i}]."), files, from_files, errors);
                     }
                 }
             }

