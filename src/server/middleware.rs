@@ -186,13 +186,46 @@ where
 }
 
 fn make_span(req: &Request) -> Span {
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "request",
+        otel.kind = "server",
         method = %req.method(),
         // The path only: query strings carry authorization codes and states.
         path = %req.uri().path(),
         request_id = request_id_str(req.headers()).unwrap_or(""),
-    )
+    );
+    join_callers_trace(&span, req.headers());
+    span
+}
+
+/// A W3C `traceparent` from the caller makes the request's span a child of the caller's span
+/// (when traces are exported; otherwise the span has no trace to join). Only `traceparent` is
+/// read: not `tracestate`, not baggage, nothing else the caller sends. A malformed value is
+/// ignored and the request starts a trace of its own.
+fn join_callers_trace(span: &Span, headers: &HeaderMap) {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+    struct OnlyTraceparent<'a>(&'a HeaderMap);
+    impl opentelemetry::propagation::Extractor for OnlyTraceparent<'_> {
+        fn get(&self, key: &str) -> Option<&str> {
+            (key == TRACEPARENT)
+                .then(|| self.0.get(TRACEPARENT)?.to_str().ok())
+                .flatten()
+        }
+        fn keys(&self) -> Vec<&str> {
+            vec![TRACEPARENT]
+        }
+    }
+    const TRACEPARENT: &str = "traceparent";
+
+    if span.is_disabled() || !headers.contains_key(TRACEPARENT) {
+        return;
+    }
+    let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .extract(&OnlyTraceparent(headers));
+    // Without the trace exporter there is no layer to take it: nothing to do.
+    let _ = span.set_parent(parent);
 }
 
 /// Two years: long enough to count for browsers' preload rules; subdomains of the service's own
