@@ -148,7 +148,8 @@ pub(super) fn read(t: &mut Section, r: &mut Report) -> Server {
 
 /// `otlp_endpoint`: the base URL of an OTLP/HTTP collector (`/v1/traces` is added). Plain http
 /// is allowed anywhere: collectors usually listen in clear on the cluster's network, and spans
-/// carry nothing secret. Credentials in the URL are refused, since the URL is not kept secret.
+/// carry nothing secret. Credentials in the URL are refused, since the URL is not kept secret
+/// (the exporter reads them from `OTEL_EXPORTER_OTLP_HEADERS`).
 fn otlp_endpoint(raw: Option<String>, r: &mut Report) -> Option<Url> {
     let s = raw?;
     let problem = match Url::parse(&s) {
@@ -157,8 +158,8 @@ fn otlp_endpoint(raw: Option<String>, r: &mut Report) -> Option<Url> {
         }
         Ok(u) if u.host_str().is_none_or(str::is_empty) => "must name the collector's host",
         Ok(u) if !u.username().is_empty() || u.password().is_some() => {
-            "must not carry credentials (the URL is logged and shown; put the collector on a \
-             private network instead)"
+            "must not carry credentials (the URL is logged; a collector's credentials go in \
+             the OTEL_EXPORTER_OTLP_HEADERS environment variable)"
         }
         Ok(u) if u.query().is_some() || u.fragment().is_some() => {
             "must be a base URL without query or fragment (`/v1/traces` is added to it)"

@@ -51,7 +51,92 @@ where
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => layer.json().flatten_event(true).with_filter(filter).boxed(),
-        LogFormat::Text => layer.with_filter(filter).boxed(),
+        LogFormat::Text => layer.fmt_fields(LogFields).with_filter(filter).boxed(),
+    }
+}
+
+/// Text logs' fields as tracing-subscriber writes them, without the `otel.*` fields that tell
+/// the exporter a span's kind and status: `request{method=GET path=/healthz ...}` reads as it
+/// did before traces existed.
+struct LogFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for LogFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        use tracing_subscriber::field::VisitOutput as _;
+        let mut visitor = WithoutOtel(tracing_subscriber::fmt::format::DefaultVisitor::new(
+            writer, true,
+        ));
+        fields.record(&mut visitor);
+        visitor.0.finish()
+    }
+
+    fn add_fields(
+        &self,
+        current: &'w mut tracing_subscriber::fmt::FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> std::fmt::Result {
+        // A separator only when something is added (recording `otel.status_code` adds nothing).
+        let mut added = String::new();
+        self.format_fields(
+            tracing_subscriber::fmt::format::Writer::new(&mut added),
+            fields,
+        )?;
+        if !added.is_empty() {
+            if !current.fields.is_empty() {
+                current.fields.push(' ');
+            }
+            current.fields.push_str(&added);
+        }
+        Ok(())
+    }
+}
+
+/// Passes every field on but the `otel.*` ones.
+struct WithoutOtel<V>(V);
+
+impl<V: tracing::field::Visit> tracing::field::Visit for WithoutOtel<V> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if !field.name().starts_with("otel.") {
+            self.0.record_debug(field, value);
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if !field.name().starts_with("otel.") {
+            self.0.record_str(field, value);
+        }
+    }
+
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        if !field.name().starts_with("otel.") {
+            self.0.record_i64(field, value);
+        }
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        if !field.name().starts_with("otel.") {
+            self.0.record_u64(field, value);
+        }
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        if !field.name().starts_with("otel.") {
+            self.0.record_bool(field, value);
+        }
+    }
+
+    fn record_error(
+        &mut self,
+        field: &tracing::field::Field,
+        value: &(dyn std::error::Error + 'static),
+    ) {
+        if !field.name().starts_with("otel.") {
+            self.0.record_error(field, value);
+        }
     }
 }
 
@@ -263,6 +348,49 @@ impl<S> Filter<S> for SpanFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_logs_leave_out_the_otel_fields() {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .fmt_fields(LogFields)
+            .with_writer(move || Sink(out.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(
+                "outbound",
+                otel.kind = "client",
+                otel.status_code = tracing::field::Empty,
+                method = "POST",
+                status = tracing::field::Empty,
+            );
+            let _in = span.enter();
+            span.record("otel.status_code", "error");
+            span.record("status", 502_i64);
+            tracing::info!(answer = "late", "done");
+        });
+        let log = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        assert!(
+            log.contains("outbound{method=\"POST\" status=502}: "),
+            "{log}"
+        );
+        assert!(log.contains("done answer=\"late\""), "{log}");
+        assert!(!log.contains("otel"), "{log}");
+    }
+
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
 
     #[test]
     fn the_traces_url_is_under_the_collectors_base_url() {

@@ -181,7 +181,7 @@ on_both_databases!(
             );
         }
 
-        let got = got.lock().unwrap();
+        let got = std::mem::take(&mut *got.lock().unwrap());
         assert!(
             got.paths.iter().all(|p| p == "/v1/traces"),
             "{:?}",
@@ -278,7 +278,6 @@ on_both_databases!(
                 "a secret was exported"
             );
         }
-        drop(got);
         app.shutdown().await;
     }
 );
