@@ -50,14 +50,19 @@ where
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Json => layer.json().flatten_event(true).with_filter(filter).boxed(),
+        LogFormat::Json => layer
+            .json()
+            .flatten_event(true)
+            .fmt_fields(JsonLogFields)
+            .with_filter(filter)
+            .boxed(),
         LogFormat::Text => layer.fmt_fields(LogFields).with_filter(filter).boxed(),
     }
 }
 
 /// Text logs' fields as tracing-subscriber writes them, without the `otel.*` fields that tell
 /// the exporter a span's kind and status: `request{method=GET path=/healthz ...}` reads as it
-/// did before traces existed.
+/// did before traces existed (`JsonLogFields` does the same for JSON logs).
 struct LogFields;
 
 impl<'w> tracing_subscriber::fmt::FormatFields<'w> for LogFields {
@@ -91,6 +96,49 @@ impl<'w> tracing_subscriber::fmt::FormatFields<'w> for LogFields {
             }
             current.fields.push_str(&added);
         }
+        Ok(())
+    }
+}
+
+/// JSON logs' span fields as tracing-subscriber writes them, without the `otel.*` ones.
+struct JsonLogFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for JsonLogFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        use tracing_subscriber::field::VisitOutput as _;
+        let mut visitor = WithoutOtel(tracing_subscriber::fmt::format::JsonVisitor::new(
+            &mut writer,
+        ));
+        fields.record(&mut visitor);
+        visitor.0.finish()
+    }
+
+    fn add_fields(
+        &self,
+        current: &'w mut tracing_subscriber::fmt::FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> std::fmt::Result {
+        // The span's fields are one JSON object: merge the new ones into it.
+        let mut added = String::new();
+        self.format_fields(
+            tracing_subscriber::fmt::format::Writer::new(&mut added),
+            fields,
+        )?;
+        let parse = |s: &str| {
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s)
+                .map_err(|_| std::fmt::Error)
+        };
+        let mut all = if current.fields.is_empty() {
+            serde_json::Map::new()
+        } else {
+            parse(&current.fields)?
+        };
+        all.extend(parse(&added)?);
+        current.fields = serde_json::to_string(&all).map_err(|_| std::fmt::Error)?;
         Ok(())
     }
 }
@@ -377,6 +425,40 @@ mod tests {
             "{log}"
         );
         assert!(log.contains("done answer=\"late\""), "{log}");
+        assert!(!log.contains("otel"), "{log}");
+    }
+
+    #[test]
+    fn json_logs_leave_out_the_otel_fields() {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .fmt_fields(JsonLogFields)
+            .with_writer(move || Sink(out.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(
+                "outbound",
+                otel.kind = "client",
+                otel.status_code = tracing::field::Empty,
+                method = "POST",
+                status = tracing::field::Empty,
+            );
+            let _in = span.enter();
+            span.record("otel.status_code", "error");
+            span.record("status", 502_i64);
+            tracing::info!(answer = "late", "done");
+        });
+        let log = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(log.trim()).unwrap();
+        assert_eq!(
+            line["span"],
+            serde_json::json!({"name": "outbound", "method": "POST", "status": 502}),
+            "{log}"
+        );
+        assert_eq!(line["answer"], "late", "{log}");
         assert!(!log.contains("otel"), "{log}");
     }
 
