@@ -237,6 +237,7 @@ fn tracer_provider(endpoint: &Url) -> anyhow::Result<(SdkTracerProvider, tokio::
             .user_agent(concat!("mcp-connect/", env!("CARGO_PKG_VERSION")))
             .build()?,
         runtime: runtime.handle().clone(),
+        quiet_until: Default::default(),
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
@@ -311,6 +312,28 @@ impl Drop for Traces {
 struct ExportClient {
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
+    /// Until when failures go unlogged (see `complain`).
+    quiet_until: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl ExportClient {
+    /// How long after a logged failure further ones go unlogged: the exporter retries each batch
+    /// and sends one every few seconds, and a collector that is down would otherwise fill the
+    /// log.
+    const QUIET: Duration = Duration::from_secs(60);
+
+    /// Whether to log a failure now (at most one per `QUIET`).
+    fn complain(&self) -> bool {
+        let now = std::time::Instant::now();
+        let Ok(mut until) = self.quiet_until.lock() else {
+            return true;
+        };
+        if until.is_some_and(|u| now < u) {
+            return false;
+        }
+        *until = Some(now + Self::QUIET);
+        true
+    }
 }
 
 #[async_trait::async_trait]
@@ -337,15 +360,23 @@ impl opentelemetry_http::HttpClient for ExportClient {
             .await?;
         match answer {
             Ok(resp) if !resp.status().is_success() => {
-                tracing::warn!(
-                    status = resp.status().as_u16(),
-                    "the OTLP collector refused traces"
-                );
+                if self.complain() {
+                    tracing::warn!(
+                        status = resp.status().as_u16(),
+                        "the OTLP collector refused traces (further failures within a minute \
+                         are not logged)"
+                    );
+                }
                 Ok(resp)
             }
             Ok(resp) => Ok(resp),
             Err(e) => {
-                tracing::warn!(error = format!("{e:#}"), "exporting traces failed");
+                if self.complain() {
+                    tracing::warn!(
+                        error = format!("{e:#}"),
+                        "exporting traces failed (further failures within a minute are not logged)"
+                    );
+                }
                 Err(e.into())
             }
         }
@@ -472,6 +503,23 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn export_failures_are_logged_at_most_once_a_minute() {
+        let client = ExportClient {
+            client: reqwest::Client::new(),
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .handle()
+                .clone(),
+            quiet_until: Default::default(),
+        };
+        assert!(client.complain());
+        assert!(!client.complain());
+        *client.quiet_until.lock().unwrap() = Some(std::time::Instant::now());
+        assert!(client.complain());
     }
 
     #[test]
