@@ -19,6 +19,14 @@ use url::Url;
 
 use crate::config::LogFormat;
 
+/// Whether spans are exported (`init_serving` with an endpoint): what only the exporter uses
+/// (a caller's `traceparent`, a request's status on its span) is skipped otherwise.
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 const DEFAULT_FILTER: &str = "info,sqlx=warn,tower_sessions=warn,hyper=warn";
 
 pub fn init(format: LogFormat) {
@@ -204,10 +212,12 @@ pub fn init_serving(format: LogFormat, otlp_endpoint: Option<&Url>) -> anyhow::R
         .with_location(false)
         .with_threads(false)
         .with_filter(SpanFilter);
-    let _ = tracing_subscriber::registry()
+    let installed = tracing_subscriber::registry()
         .with(log_layer(format, DEFAULT_FILTER))
         .with(spans)
-        .try_init();
+        .try_init()
+        .is_ok();
+    EXPORTING.store(installed, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(endpoint = %traces_url(endpoint), "exporting traces over OTLP/HTTP");
     Ok(Traces {
         provider: Some(provider),

@@ -216,6 +216,7 @@ on_both_databases!(
         assert_eq!(hex::encode(&server.trace_id), TRACE_ID);
         assert_eq!(hex::encode(&server.parent_span_id), PARENT_SPAN_ID);
         assert_eq!(attr(&server.attributes, "method"), Some("POST"));
+        assert_eq!(int_attr(&server.attributes, "status"), Some(200));
         assert!(server.trace_state.is_empty(), "{:?}", server.trace_state);
 
         // The refresh at the provider is a client span, the request's child (beside, perhaps,
