@@ -374,7 +374,15 @@ async fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            telemetry::init(c.log_format);
+            // Dropped when this arm returns, after the server has drained: the last spans are
+            // exported then.
+            let _traces = match telemetry::init_serving(c.log_format, c.otlp_endpoint.as_ref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("mcp-connect: could not start the trace exporter: {e:#}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let public_url = c.public_url.clone();
             let db_url = c.database_url.clone();
             let app = match Application::build(c).await {

@@ -110,6 +110,8 @@ pub struct Config {
     /// With it, `/metrics` on the main listener answers a request bearing this token; without
     /// it, only requests from loopback that no proxy forwarded.
     pub metrics_token: Option<SecretString>,
+    /// Export traces over OTLP/HTTP to this collector (its base URL); off when absent.
+    pub otlp_endpoint: Option<Url>,
     pub limits: Limits,
     /// The SSRF guard's policy (`outbound_allow_cidrs`): ranges outbound calls may reach although
     /// their class (loopback, private, ...) is refused.
@@ -140,6 +142,10 @@ impl fmt::Debug for Config {
             .field(
                 "metrics_token",
                 &self.metrics_token.as_ref().map(|_| "[redacted]"),
+            )
+            .field(
+                "otlp_endpoint",
+                &self.otlp_endpoint.as_ref().map(Url::as_str),
             )
             .field("limits", &self.limits)
             .field("outbound", &self.outbound)
@@ -475,6 +481,7 @@ fn validate(
                 drain_delay_seconds: server.drain_delay_seconds,
                 metrics_listen: server.metrics_listen,
                 metrics_token: server.metrics_token,
+                otlp_endpoint: server.otlp_endpoint,
                 limits,
                 outbound,
                 cache,

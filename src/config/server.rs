@@ -1,5 +1,6 @@
 //! The service itself: `public_url`, `listen`, `log_format`, elicitation and session lifetimes,
-//! the background refresher, the drain on SIGTERM, and where `/metrics` is served.
+//! the background refresher, the drain on SIGTERM, where `/metrics` is served, and where traces
+//! go (`otlp_endpoint`).
 
 use std::net::SocketAddr;
 
@@ -39,6 +40,7 @@ pub(super) struct Server {
     pub drain_delay_seconds: u64,
     pub metrics_listen: Option<SocketAddr>,
     pub metrics_token: Option<SecretString>,
+    pub otlp_endpoint: Option<Url>,
 }
 
 pub(super) fn read(t: &mut Section, r: &mut Report) -> Server {
@@ -129,6 +131,7 @@ pub(super) fn read(t: &mut Section, r: &mut Report) -> Server {
             "must be at least 16 characters (use a random value)",
         );
     }
+    let otlp_endpoint = otlp_endpoint(t.get(r, "otlp_endpoint"), r);
     Server {
         public_url,
         listen,
@@ -139,7 +142,39 @@ pub(super) fn read(t: &mut Section, r: &mut Report) -> Server {
         drain_delay_seconds,
         metrics_listen,
         metrics_token,
+        otlp_endpoint,
     }
+}
+
+/// `otlp_endpoint`: the base URL of an OTLP/HTTP collector (`/v1/traces` is added). Plain http
+/// is allowed anywhere: collectors usually listen in clear on the cluster's network, and spans
+/// carry nothing secret. Credentials in the URL are refused, since the URL is not kept secret
+/// (the exporter reads them from `OTEL_EXPORTER_OTLP_HEADERS`).
+fn otlp_endpoint(raw: Option<String>, r: &mut Report) -> Option<Url> {
+    let s = raw?;
+    let problem = match Url::parse(&s) {
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+            "must be an http(s) URL like http://collector:4318"
+        }
+        Ok(u) if u.host_str().is_none_or(str::is_empty) => "must name the collector's host",
+        Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+            "must not carry credentials (the URL is logged; a collector's credentials go in \
+             the OTEL_EXPORTER_OTLP_HEADERS environment variable)"
+        }
+        Ok(u) if u.query().is_some() || u.fragment().is_some() => {
+            "must be a base URL without query or fragment (`/v1/traces` is added to it)"
+        }
+        Ok(u) => return Some(u),
+        Err(e) => {
+            r.err(
+                "otlp_endpoint",
+                format!("is not a URL (like http://collector:4318): {e}"),
+            );
+            return None;
+        }
+    };
+    r.err("otlp_endpoint", problem);
+    None
 }
 
 fn public_url(raw: Option<String>, r: &mut Report) -> Option<Url> {

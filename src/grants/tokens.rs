@@ -122,7 +122,7 @@ impl Grants {
         // The refresh runs in its own task: if the caller goes away mid-redemption, the rotated
         // refresh token must still be stored, or the grant would be lost.
         let state = self.clone();
-        let task = tokio::spawn(async move {
+        let work = async move {
             let slot = state.refresh.slot(&c.id);
             // Another request in this process is refreshing this connection: wait for it, then
             // look at the row without the database lock. Its new token is usually what we
@@ -179,7 +179,9 @@ impl Grants {
                 .await;
             lock.release().await;
             result
-        });
+        };
+        // In the request's span: the refresh's calls to the provider belong to its trace.
+        let task = tokio::spawn(tracing::Instrument::in_current_span(work));
         task.await
             .map_err(|e| Error::internal(anyhow::anyhow!("refresh task failed: {e}")))?
     }

@@ -138,6 +138,7 @@ impl Http {
             client: self.client.clone(),
             policy: self.policy.clone(),
             inner: self.client.request(method, url),
+            private_path: false,
         }
     }
 
@@ -159,6 +160,7 @@ pub struct Request {
     client: reqwest::Client,
     policy: Arc<Policy>,
     inner: reqwest::RequestBuilder,
+    private_path: bool,
 }
 
 impl Request {
@@ -203,23 +205,49 @@ impl Request {
         self.map(|r| r.timeout(t))
     }
 
+    /// Keeps the URL's path out of the call's span (`send`): for URLs whose path may itself be
+    /// a credential (a webhook receiver that authenticates by a secret path).
+    pub fn private_path(self) -> Self {
+        Self {
+            private_path: true,
+            ..self
+        }
+    }
+
     /// Checks the URL (scheme; the address when the host is one), then sends. Names are checked
     /// by the resolver as they are resolved.
     ///
-    /// Each call runs in an `outbound` span (debug level: free when not enabled) naming the
-    /// method and host, never the path or query, which can carry codes; operators see slow peers
-    /// with `RUST_LOG=mcp_connect::outbound=debug` and a span-timing subscriber, and the
-    /// connect-flow benchmark subtracts these spans from the request time to get server time.
+    /// Each call runs in an `outbound` span, a client span under the request's in exported
+    /// traces, naming the method, host, path (never the query, which can carry codes; not the
+    /// path either for `private_path`) and the answer's status. It is at debug level: free when
+    /// neither the trace exporter nor the log filter wants it; operators see slow peers with
+    /// `RUST_LOG=mcp_connect::outbound=debug` and a span-timing subscriber, and the connect-flow
+    /// benchmark subtracts these spans from the request time to get server time.
     pub async fn send(self) -> Result<reqwest::Response, SendError> {
         use tracing::Instrument as _;
         let req = self.inner.build()?;
         self.policy.check_url(req.url())?;
         let span = tracing::debug_span!(
             "outbound",
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
             method = %req.method(),
             host = req.url().host_str().unwrap_or(""),
+            path = if self.private_path { "(private)" } else { req.url().path() },
+            status = tracing::field::Empty,
         );
-        Ok(self.client.execute(req).instrument(span).await?)
+        let answer = self.client.execute(req).instrument(span.clone()).await;
+        match &answer {
+            Ok(resp) => {
+                // As an i64: tracing-opentelemetry exports unsigned numbers as text.
+                span.record("status", i64::from(resp.status().as_u16()));
+            }
+            // The error is not recorded: reqwest's message names the URL, query included.
+            Err(_) => {
+                span.record("otel.status_code", "error");
+            }
+        }
+        Ok(answer?)
     }
 }
 

@@ -173,6 +173,10 @@ where
         let _in = me.span.enter();
         let out = std::task::ready!(std::pin::Pin::new(&mut me.inner).poll(cx));
         if let Ok(resp) = &out {
+            // For the exported span only: the logs have the status on the error line already.
+            if crate::server::telemetry::exporting() {
+                me.span.record("status", i64::from(resp.status().as_u16()));
+            }
             if resp.status().is_server_error() {
                 tracing::error!(
                     status = resp.status().as_u16(),
@@ -186,13 +190,47 @@ where
 }
 
 fn make_span(req: &Request) -> Span {
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "request",
+        otel.kind = "server",
         method = %req.method(),
         // The path only: query strings carry authorization codes and states.
         path = %req.uri().path(),
         request_id = request_id_str(req.headers()).unwrap_or(""),
-    )
+        status = tracing::field::Empty,
+    );
+    join_callers_trace(&span, req.headers());
+    span
+}
+
+/// A W3C `traceparent` from the caller makes the request's span a child of the caller's span
+/// (when traces are exported; otherwise there is no trace to join and nothing is read). Only `traceparent` is
+/// read: not `tracestate`, not baggage, nothing else the caller sends. A malformed value is
+/// ignored and the request starts a trace of its own.
+fn join_callers_trace(span: &Span, headers: &HeaderMap) {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+    struct OnlyTraceparent<'a>(&'a HeaderMap);
+    impl opentelemetry::propagation::Extractor for OnlyTraceparent<'_> {
+        fn get(&self, key: &str) -> Option<&str> {
+            (key == TRACEPARENT)
+                .then(|| self.0.get(TRACEPARENT)?.to_str().ok())
+                .flatten()
+        }
+        fn keys(&self) -> Vec<&str> {
+            vec![TRACEPARENT]
+        }
+    }
+    const TRACEPARENT: &str = "traceparent";
+
+    if !crate::server::telemetry::exporting() || !headers.contains_key(TRACEPARENT) {
+        return;
+    }
+    let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .extract(&OnlyTraceparent(headers));
+    // Fails only for a span the exporter does not see: it then has no trace to join.
+    let _ = span.set_parent(parent);
 }
 
 /// Two years: long enough to count for browsers' preload rules; subdomains of the service's own

@@ -359,6 +359,8 @@ async fn send(
     let signature = sign(w.secret.expose_secret(), &d.id, ts, &d.payload);
     let resp = http
         .post(w.url.clone())
+        // Some receivers take a secret path for a credential.
+        .private_path()
         .header("content-type", "application/json")
         .header("webhook-id", &d.id)
         .header("webhook-timestamp", ts.to_string())

@@ -39,5 +39,6 @@ mod soak;
 mod ssrf;
 mod token_cache;
 mod topology;
+mod traces;
 mod upgrade;
 mod use_cases;

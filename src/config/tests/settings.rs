@@ -40,6 +40,54 @@ fn ops_keys_have_defaults_and_are_validated() {
 }
 
 #[test]
+fn otlp_endpoint_is_off_by_default_and_checked_like_a_url() {
+    assert_eq!(
+        Config::from_parts(&base(), &[]).unwrap().otlp_endpoint,
+        None
+    );
+    let with = |v: &str| format!("otlp_endpoint = \"{v}\"\n{}", base());
+    // Plain http off loopback is fine for a collector (spans carry nothing secret).
+    for ok in [
+        "http://otel-collector:4318",
+        "https://otel.example.com/otlp/",
+    ] {
+        let c = Config::from_parts(&with(ok), &[]).unwrap();
+        assert_eq!(
+            c.otlp_endpoint.unwrap().as_str().trim_end_matches('/'),
+            ok.trim_end_matches('/')
+        );
+    }
+    let env = vec![(
+        "MCP_CONNECT_OTLP_ENDPOINT".to_string(),
+        "http://127.0.0.1:4318".to_string(),
+    )];
+    let c = Config::from_parts(&base(), &env).unwrap();
+    assert_eq!(c.otlp_endpoint.unwrap().as_str(), "http://127.0.0.1:4318/");
+    for (bad, says) in [
+        ("collector:4318", "http(s) URL"),
+        ("grpc://collector:4317", "http(s) URL"),
+        ("not a url", "is not a URL"),
+        ("http://user:secret@collector:4318", "credentials"),
+        ("http://collector:4318/?token=x", "without query"),
+        ("http://collector:4318/#x", "without query or fragment"),
+    ] {
+        let e = Config::from_parts(&with(bad), &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("`otlp_endpoint`") && e.contains(says),
+            "{bad}: {e}"
+        );
+        assert!(!e.contains("secret@"), "{e}");
+    }
+    let e = Config::from_parts(
+        &format!("otlp_endpiont = \"http://c:4318\"\n{}", base()),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("did you mean `otlp_endpoint`"), "{e}");
+}
+
+#[test]
 fn admin_claim_needs_values_and_values_need_a_claim() {
     let with = |admin: &str| format!("{}\n[admin]\n{admin}\n", base());
     let e = Config::from_parts(&with("claim = \"groups\""), &[])
