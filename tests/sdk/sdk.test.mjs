@@ -4,7 +4,9 @@
 //   - TypeScript SDK client <-> examples/typescript/server.ts (protocol 2025-11-25:
 //     elicitation/create, the -32042 error, notifications/elicitation/complete);
 //   - decline and cancel (in the MCP client and on mcp-connect's consent page) end the call
-//     cleanly; forged, altered and replayed requestState are refused.
+//     cleanly; forged, altered and replayed requestState are refused;
+//   - the TypeScript example forwards each call's own MCP access token (one refreshed during
+//     the session).
 //
 //   cargo build && scripts/test   (or: node --test tests/sdk/; DEBUG_EVENTS=1 prints what the
 //   Python client saw, E2E_VERBOSE=1 echoes every process)
@@ -48,8 +50,9 @@ const MCP_RESOURCE = 'https://mcp.example.test/';
 const TOKENS = new Map();
 const tokenOf = (user) => TOKENS.get(user) ?? assert.fail(`no MCP access token for ${user}`);
 
-// Authorization code + PKCE at the identity peer as client `mcp-client`, with `resource`.
-async function mcpAccessToken(issuer, user) {
+// Authorization code + PKCE at the identity peer as an MCP client, with `resource`. The client
+// `mcp-client-short` gets tokens that expire after 2 seconds.
+async function mcpAccessToken(issuer, user, clientId = 'mcp-client') {
   const jar = new Map();
   const go = async (url, opts = {}) => {
     const r = await fetch(url, { ...opts, redirect: 'manual', headers: { ...(opts.headers ?? {}), cookie: [...jar].map(([k, v]) => `${k}=${v}`).join('; ') } });
@@ -59,7 +62,7 @@ async function mcpAccessToken(issuer, user) {
   const verifier = crypto.randomBytes(32).toString('base64url');
   const auth = new URL(`${issuer}/auth`);
   for (const [k, v] of Object.entries({
-    response_type: 'code', client_id: 'mcp-client', redirect_uri: MCP_CLIENT_REDIRECT, scope: 'openid mcp', state: 's',
+    response_type: 'code', client_id: clientId, redirect_uri: MCP_CLIENT_REDIRECT, scope: 'openid mcp', state: 's',
     code_challenge: crypto.createHash('sha256').update(verifier).digest('base64url'), code_challenge_method: 'S256', resource: MCP_RESOURCE,
   })) auth.searchParams.set(k, v);
   let r = await go(new URL((await go(auth)).headers.get('location'), issuer));
@@ -73,7 +76,7 @@ async function mcpAccessToken(issuer, user) {
   const t = await (await fetch(`${issuer}/token`, {
     method: 'POST',
     headers: { 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams({ grant_type: 'authorization_code', code: loc.searchParams.get('code'), redirect_uri: MCP_CLIENT_REDIRECT, code_verifier: verifier, client_id: 'mcp-client', resource: MCP_RESOURCE }),
+    body: new URLSearchParams({ grant_type: 'authorization_code', code: loc.searchParams.get('code'), redirect_uri: MCP_CLIENT_REDIRECT, code_verifier: verifier, client_id: clientId, resource: MCP_RESOURCE }),
   })).json();
   assert.ok(t.access_token, JSON.stringify(t));
   return t.access_token;
@@ -455,5 +458,31 @@ describe('TypeScript SDK client and the TypeScript example server (2025-11-25)',
       const result = await c.client.callTool({ name: 'whoami_later', arguments: {} });
       assert.equal(textOf(result), 'acme says you are judy');
     } finally { await c.client.close(); }
+  }));
+
+  test('each call forwards its own MCP token: after the client refreshes an expired one, mcp-connect sees the new one', STEP, withLogs(() => server, async () => {
+    let bearer = await mcpAccessToken(stack.peers.identity, 'kim', 'mcp-client-short');
+    // The client's token changes during the session, as an SDK client's auth provider does it.
+    const client = new sdk.Client({ name: 'sdk-e2e', version: '0.0.0' }, { capabilities: { elicitation: { url: {} } } });
+    const transport = new sdk.StreamableHTTPClientTransport(new URL(mcpUrl), {
+      fetch: (url, init) => {
+        const headers = new Headers(init?.headers);
+        headers.set('authorization', `Bearer ${bearer}`);
+        return fetch(url, { ...init, headers });
+      },
+    });
+    await client.connect(transport);
+    try {
+      // The session's first token lives 2 s; mcp-connect allows 5 s of clock skew.
+      await sleep(8000);
+      bearer = await mcpAccessToken(stack.peers.identity, 'kim');
+      let err;
+      let result;
+      try { result = await client.callTool({ name: 'whoami_later', arguments: {} }); } catch (e) { err = e; }
+      // mcp-connect took the refreshed token as proof of kim and answered "connect first";
+      // with the session's first token it would have refused it as expired.
+      assert.equal(err?.code, -32042, `expected -32042, got ${err ?? JSON.stringify(result)}`);
+      assertConnectUrl(err.data.elicitations[0].url);
+    } finally { await client.close(); }
   }));
 });
