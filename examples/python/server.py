@@ -72,6 +72,11 @@ def build(url: str) -> MCPServer:
     mcp = MCPServer(
         "whoami-python",
         token_verifier=JwtVerifier(audience) if ISSUER else DemoVerifier(),
+        # False, not unset (which warns): JwtVerifier checks the token's `aud` against `audience`
+        # itself. The SDK's own check would compare the token's resource with this server's URL,
+        # but the audience is MCP_AUDIENCE: `mcp-connect demo` issues every token for
+        # http://127.0.0.1:8765/mcp whatever port this server listens on, and behind a proxy the
+        # public URL is not the one listened on.
         auth=AuthSettings(issuer_url=url, resource_server_url=f"{url}/mcp", validate_token_resource=False),
     )
 

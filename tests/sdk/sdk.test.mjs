@@ -6,7 +6,10 @@
 //   - decline and cancel (in the MCP client and on mcp-connect's consent page) end the call
 //     cleanly; forged, altered and replayed requestState are refused;
 //   - the TypeScript example forwards each call's own MCP access token (one refreshed during
-//     the session).
+//     the session);
+//   - the runnable clients examples/python/client.py and examples/typescript/client.ts against
+//     `mcp-connect demo` and the example servers, each connect URL completed with
+//     POST /dev/complete.
 //
 //   cargo build && scripts/test   (or: node --test tests/sdk/; DEBUG_EVENTS=1 prints what the
 //   Python client saw, E2E_VERBOSE=1 echoes every process)
@@ -485,4 +488,98 @@ describe('TypeScript SDK client and the TypeScript example server (2025-11-25)',
       assertConnectUrl(err.data.elicitations[0].url);
     } finally { await client.close(); }
   }));
+});
+
+// The runnable example clients (examples/*/client.*) as an author runs them against
+// `mcp-connect demo`, with POST /dev/complete in place of the person at the browser.
+describe('the example clients against the demo, each connect URL completed with POST /dev/complete', { skip: MISSING.all }, () => {
+  let base;
+  let apiKey;
+
+  before(async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcp-connect-sdk-demo-'));
+    cleanups.push(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MCP_CONNECT_')));
+    const demo = run('demo', BIN, ['demo', '--port', '0', '--data-dir', path.join(dir, 'demo-data')], { env: { ...env, NO_COLOR: '1' }, keepStdout: true });
+    cleanups.push(() => stop(demo.child));
+    const banner = await new Promise((resolve, reject) => {
+      let out = '';
+      const timer = setTimeout(() => reject(new Error(`no banner within 60 s:\n${out}\n${demo.output}`)), 60_000);
+      demo.child.stdout.on('data', (chunk) => {
+        out += chunk.toString('utf8');
+        if (out.includes('Ctrl-C')) { clearTimeout(timer); resolve(out); }
+      });
+      demo.child.once('exit', () => reject(new Error(`the demo exited:\n${out}\n${demo.output}`)));
+    });
+    base = /mcp-connect demo is running at (\S+)/.exec(banner)[1];
+    apiKey = /API key of the MCP server "demo-mcp": (\S+)/.exec(banner)[1];
+  });
+
+  // What docs/mcp-integration.md tells an author to start the example servers with.
+  const serverEnv = () => ({
+    ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MCP_CONNECT_'))),
+    MCP_CONNECT_URL: base,
+    MCP_CONNECT_API_KEY: apiKey,
+    PROVIDER: 'sandbox',
+    PROVIDER_API: `${base}/dev/sandbox/api/whoami`,
+    MCP_ISSUER: `${base}/dev/issuer`,
+    MCP_AUDIENCE: 'http://127.0.0.1:8765/mcp',
+  });
+
+  async function demoToken(user) {
+    const r = await fetch(`${base}/dev/issuer/mcp-token`, { method: 'POST', body: new URLSearchParams({ user }) });
+    const t = await r.json();
+    assert.equal(r.status, 200, JSON.stringify(t));
+    return t.access_token;
+  }
+
+  // Runs an example client as `user`: each URL it prints is completed with POST /dev/complete,
+  // then Enter is pressed, as the client asks its user to.
+  async function runClient(label, cmd, args, user) {
+    const proc = run(label, cmd, args, { env: { ...process.env, MCP_TOKEN: await demoToken(user) }, keepStdout: true });
+    const exited = new Promise((resolve) => { proc.child.once('exit', (code) => resolve(code)); });
+    const lines = [];
+    const completed = [];
+    for await (const line of readline.createInterface({ input: proc.child.stdout })) {
+      lines.push(line);
+      const url = /^Open: (\S+)$/.exec(line)?.[1];
+      if (!url) continue;
+      const r = await fetch(`${base}/dev/complete`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url, user }),
+      });
+      completed.push({ status: r.status, body: await r.json() });
+      proc.child.stdin.write('\n');
+    }
+    const code = await exited;
+    assert.equal(code, 0, `${label} failed:\n${lines.join('\n')}\n${proc.output}`);
+    assert.equal(completed.length, 1, `one URL to open:\n${lines.join('\n')}`);
+    assert.equal(completed[0].status, 200, JSON.stringify(completed[0].body));
+    assert.equal(completed[0].body.status, 'completed', JSON.stringify(completed[0].body));
+    return lines;
+  }
+
+  test('examples/python/client.py: the URL, then the tool\'s answer, then the same call at once', { ...STEP, skip: MISSING.python }, withLogs(() => null, async () => {
+    const port = await freePort();
+    const server = run('python server', PYTHON, ['examples/python/server.py', '--port', String(port)], { env: serverEnv() });
+    cleanups.push(() => stop(server.child));
+    await waitFor(`http://127.0.0.1:${port}/mcp`, server, 'the Python example server');
+    const lines = await runClient('python client', PYTHON, ['examples/python/client.py', `http://127.0.0.1:${port}/mcp`], 'alice');
+    assert.ok(lines.includes('whoami: sandbox says you are alice'), lines.join('\n'));
+    assert.ok(lines.includes('whoami again: sandbox says you are alice'), lines.join('\n'));
+    await stop(server.child);
+  }));
+
+  for (const [tool, user] of [['whoami_later', 'bob'], ['whoami', 'carol']]) {
+    test(`examples/typescript/client.ts with ${tool}: the URL, then the tool's answer, then the same call at once`, { ...STEP, skip: MISSING.typescript }, withLogs(() => null, async () => {
+      const port = await freePort();
+      const tsx = path.join(TS_DIR, 'node_modules/.bin/tsx');
+      const server = run('ts server', tsx, [path.join(TS_DIR, 'server.ts')], { env: { ...serverEnv(), PORT: String(port) } });
+      cleanups.push(() => stop(server.child));
+      await waitFor(`http://127.0.0.1:${port}/mcp`, server, 'the TypeScript example server', (s) => s === 401);
+      const lines = await runClient('ts client', tsx, [path.join(TS_DIR, 'client.ts'), `http://127.0.0.1:${port}/mcp`, tool], user);
+      assert.ok(lines.includes(`${tool}: sandbox says you are ${user}`), lines.join('\n'));
+      assert.ok(lines.includes(`${tool} again: sandbox says you are ${user}`), lines.join('\n'));
+      await stop(server.child);
+    }));
+  }
 });
