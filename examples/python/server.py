@@ -3,12 +3,14 @@ provider, and gets it from mcp-connect: `InputRequiredResult` + `requestState`. 
 user's MCP access token (a JWT from MCP_ISSUER for this server's resource) and forwards it to
 mcp-connect as `subject_token`, the proof of who is asking.
 
+    python3 -m venv .venv && . .venv/bin/activate   # Debian refuses a system-wide pip install
     pip install -r requirements.txt
     MCP_CONNECT_URL=http://127.0.0.1:8080 MCP_CONNECT_API_KEY=... PROVIDER=acme \
     PROVIDER_API=https://api.acme.test/whoami MCP_ISSUER=https://auth.example.com \
     python server.py --port 8765
 
-(Against `mcp-connect demo`: see docs/mcp-integration.md, "Run it against the demo".)
+(Against `mcp-connect demo`: see docs/mcp-integration.md, "Run it against the demo";
+client.py beside this file calls it.)
 """
 
 import argparse

@@ -481,7 +481,8 @@ Admin pages: {base}/admin (sign in as "{ADMIN}")
      {whoami}
 
 5. Proof of subject: an MCP server forwards its user's MCP access token as subject_token. The
-   development issuer makes one for any user (as an MCP client would get it by signing in):
+   development issuer makes one for any user (as an MCP client would get it by signing in), for
+   the audience {mcp_resource}, the one {CLIENT_ID} accepts:
 
      MCP_TOKEN=$(curl -sS -X POST {base}/dev/issuer/mcp-token -d user={USER} | sed -E 's/.*"access_token":"([^"]*)".*/\1/')
      TOKEN_BODY="{{\"subject_token\":\"$MCP_TOKEN\",\"provider\":\"{PROVIDER}\"}}"; curl -sS -X POST {base}/v1/tokens -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' -d "$TOKEN_BODY"
@@ -495,6 +496,7 @@ Ctrl-C stops the demo; run it again with the same data folder to continue.
 "#,
         dir = shown_dir.display(),
         config = info.config_file.display(),
+        mcp_resource = issuer::MCP_RESOURCE,
     )
 }
 

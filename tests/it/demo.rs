@@ -205,6 +205,39 @@ async fn run_printed(p: &Printed, i: usize) -> Value {
         .unwrap()
 }
 
+/// docs/quickstart.md shows what the demo prints: each line of its `text` block is a line of the
+/// banner, with `...` standing for what the page cuts, the demo at http://127.0.0.1:8080, the API
+/// key starting `3kq`, the connect URL's id `Jx2` and the data folder `demo-data` (its
+/// configuration file anywhere).
+fn assert_quickstart_shows(p: &Printed, data: &std::path::Path) {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/quickstart.md"))
+        .unwrap();
+    let block = doc
+        .split("```text\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("docs/quickstart.md shows the banner in a text block");
+    let id = p.connect_url.rsplit('/').next().unwrap();
+    let printed = p
+        .text
+        .replace(&p.base, "http://127.0.0.1:8080")
+        .replace(&p.api_key, "3kq-KEY")
+        .replace(id, "Jx2-ID")
+        .replace(data.to_str().unwrap(), "demo-data");
+    let printed: Vec<&str> = printed.lines().map(str::trim_end).collect();
+    for line in block.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+        let pattern = regex::escape(line)
+            .replace(r"\.\.\.", ".*")
+            .replace("/home/you/mcp\\-connect/", ".*");
+        let re = regex::Regex::new(&format!("^{pattern}$")).unwrap();
+        assert!(
+            printed.iter().any(|l| re.is_match(l)),
+            "docs/quickstart.md shows a line the demo does not print:\n{line}\n\nThe demo printed:\n{}",
+            printed.join("\n")
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn following_what_the_demo_prints_ends_with_whoami_answering_for_alice() {
     let dir = tempfile::tempdir().unwrap();
@@ -215,6 +248,8 @@ async fn following_what_the_demo_prints_ends_with_whoami_answering_for_alice() {
         // /dev/complete takes no API key: it walks the pages a browser does.
         assert_eq!(c.contains(&p.api_key), i != COMPLETE, "{}", p.text);
     }
+
+    assert_quickstart_shows(&p, &data);
 
     // 1. The printed curl creates (here: reuses) alice's elicitation.
     let e = run_printed(&p, CREATE).await;
