@@ -222,7 +222,9 @@ impl<'a> Walk<'a> {
                 let location = headers
                     .get(header::LOCATION)
                     .and_then(|v| v.to_str().ok())
-                    .ok_or_else(|| anyhow::anyhow!("{url} redirected without a Location"))?;
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("{} redirected without a Location", url.path())
+                    })?;
                 next = (Method::GET, self.own(url.join(location)?)?, Vec::new());
                 continue;
             }
@@ -298,13 +300,18 @@ impl<'a> Walk<'a> {
         if method == Method::POST {
             req = req.form(form);
         }
-        let r = req.send().await?;
+        // Without the URL: a callback's carries a code and a state, which no log or answer shows.
+        let r = req.send().await.map_err(reqwest::Error::without_url)?;
         for c in r.headers().get_all(header::SET_COOKIE) {
             self.keep_cookie(c.to_str().unwrap_or_default());
         }
         let status = r.status();
         let headers = r.headers().clone();
-        Ok((status, headers, r.text().await?))
+        Ok((
+            status,
+            headers,
+            r.text().await.map_err(reqwest::Error::without_url)?,
+        ))
     }
 
     /// All the walk's cookies are for one origin, so name and value are all a jar needs; a
