@@ -31,6 +31,21 @@ struct Cli {
     command: Option<Command>,
 }
 
+/// `--config` on a subcommand that reads no configuration: still accepted (`--config` is global,
+/// so `mcp-connect --config x demo` and an exported `MCP_CONNECT_CONFIG` must not fail), but not
+/// offered in its help. An argument of the subcommand's own with the global's id keeps the
+/// global one from being copied in.
+#[derive(clap::Args)]
+struct IgnoredConfig {
+    #[arg(
+        long = "config",
+        id = "config",
+        hide = true,
+        env = "MCP_CONNECT_CONFIG"
+    )]
+    config: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the service (the default).
@@ -47,8 +62,8 @@ enum Command {
     },
     /// Try it on this machine: the real service on 127.0.0.1 with SQLite in a data folder, plus
     /// a development identity issuer and sandbox provider (development only; never use for real).
-    /// It writes and runs with its own configuration in the data folder: `--config` and
-    /// `MCP_CONNECT_*` variables do not apply. Its admin pages take the user "admin".
+    /// It writes and runs with its own configuration in the data folder, so `MCP_CONNECT_*`
+    /// variables do not apply. Its admin pages take the user "admin".
     #[cfg(feature = "demo")]
     Demo {
         /// The port to listen on (0 picks a free one).
@@ -60,12 +75,16 @@ enum Command {
         /// Where the database, keys and generated configuration live (created if missing).
         #[arg(long, default_value = "demo-data")]
         data_dir: PathBuf,
+        #[command(flatten)]
+        ignored: IgnoredConfig,
     },
     /// Print a new encryption key in the `id:base64` form for `encryption_keys`.
     GenKey {
         /// The key id (defaults to today's date, e.g. k20261202).
         #[arg(long)]
         id: Option<String>,
+        #[command(flatten)]
+        ignored: IgnoredConfig,
     },
     /// Inspect and revoke connected accounts.
     Connections {
@@ -186,7 +205,7 @@ fn load_with(path: Option<&std::path::Path>, files: &Files) -> Result<Config, Ex
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Serve) {
-        Command::GenKey { id } => {
+        Command::GenKey { id, ignored: _ } => {
             let id = id.unwrap_or_else(|| {
                 let d = mcp_connect::time::today();
                 format!("k{:04}{:02}{:02}", d.year(), u8::from(d.month()), d.day())
@@ -199,8 +218,9 @@ async fn main() -> ExitCode {
             port,
             host,
             data_dir,
+            ignored,
         } => {
-            if cli.config.is_some() {
+            if cli.config.is_some() || ignored.config.is_some() {
                 eprintln!(
                     "mcp-connect demo: ignoring --config / MCP_CONNECT_CONFIG (the demo writes its own)"
                 );

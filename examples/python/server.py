@@ -3,12 +3,14 @@ provider, and gets it from mcp-connect: `InputRequiredResult` + `requestState`. 
 user's MCP access token (a JWT from MCP_ISSUER for this server's resource) and forwards it to
 mcp-connect as `subject_token`, the proof of who is asking.
 
+    python3 -m venv .venv && . .venv/bin/activate   # Debian refuses a system-wide pip install
     pip install -r requirements.txt
     MCP_CONNECT_URL=http://127.0.0.1:8080 MCP_CONNECT_API_KEY=... PROVIDER=acme \
     PROVIDER_API=https://api.acme.test/whoami MCP_ISSUER=https://auth.example.com \
     python server.py --port 8765
 
-(Against `mcp-connect demo`: see docs/mcp-integration.md, "Run it against the demo".)
+(Against `mcp-connect demo`: see docs/mcp-integration.md, "Run it against the demo";
+client.py beside this file calls it.)
 """
 
 import argparse
@@ -72,6 +74,11 @@ def build(url: str) -> MCPServer:
     mcp = MCPServer(
         "whoami-python",
         token_verifier=JwtVerifier(audience) if ISSUER else DemoVerifier(),
+        # False, not unset (which warns): JwtVerifier checks the token's `aud` against `audience`
+        # itself. The SDK's own check would compare the token's resource with this server's URL,
+        # but the audience is MCP_AUDIENCE: `mcp-connect demo` issues every token for
+        # http://127.0.0.1:8765/mcp whatever port this server listens on, and behind a proxy the
+        # public URL is not the one listened on.
         auth=AuthSettings(issuer_url=url, resource_server_url=f"{url}/mcp", validate_token_resource=False),
     )
 

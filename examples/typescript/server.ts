@@ -16,6 +16,7 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { ElicitRequestURLParams, UrlElicitationRequiredError } from '@modelcontextprotocol/sdk/types.js';
 import { createRemoteJWKSet, jwtVerify } from 'jose';
 
@@ -23,8 +24,9 @@ const env = (k: string) => process.env[k] ?? (() => { throw new Error(`set ${k}`
 const [CONNECT, KEY, PROVIDER, PROVIDER_API] = ['MCP_CONNECT_URL', 'MCP_CONNECT_API_KEY', 'PROVIDER', 'PROVIDER_API'].map(env);
 const PORT = Number(process.env.PORT ?? 8766);
 // MCP authorization: the user's access token must be a JWT from MCP_ISSUER (its JWKS) for this
-// server's resource; the subject is its `sub`. Without MCP_ISSUER, fixed tokens
-// (DEMO_USERS=token=user,...) stand in.
+// server's resource (MCP_AUDIENCE; against `mcp-connect demo`, whose tokens are all for
+// http://127.0.0.1:8765/mcp, that value whatever PORT is); the subject is its `sub`. Without
+// MCP_ISSUER, fixed tokens (DEMO_USERS=token=user,...) stand in.
 const ISSUER = process.env.MCP_ISSUER;
 const AUDIENCE = process.env.MCP_AUDIENCE ?? `http://127.0.0.1:${PORT}/mcp`;
 const USERS = new Map((process.env.DEMO_USERS ?? '').split(',').filter(Boolean).map((p) => p.split('=') as [string, string]));
@@ -54,14 +56,19 @@ const callProvider = async (token: string) => {
 // Elicitations whose completion a client is waiting to hear about: id -> notifier for its session.
 const completions = new Map<string, () => Promise<void>>();
 
-function build(subject: string, accessToken: string) {
+function build(subject: string) {
   const mcp = new McpServer({ name: 'whoami-typescript', version: '0.0.0' });
-  // Proof of subject: the token the user presented, checked again by mcp-connect.
-  const proof = ISSUER ? { subject_token: accessToken } : {};
-  const token = (more = {}) => connectApi({ subject, ...proof, provider: PROVIDER, elicit: true, ...more });
+  // Proof of subject: the token that came with THIS call (the SDK hands each request's
+  // `req.auth` to the tool as `extra.authInfo`), checked again by mcp-connect. Not the session's
+  // first token: the client refreshes its token while the session lives on, and mcp-connect
+  // refuses an expired one.
+  const token = (authInfo: AuthInfo | undefined, more = {}) => {
+    const proof = ISSUER ? { subject_token: authInfo?.token } : {};
+    return connectApi({ subject, ...proof, provider: PROVIDER, elicit: true, ...more });
+  };
 
-  mcp.registerTool('whoami', { description: `Who you are at ${PROVIDER} (asks you to connect first if needed)` }, async () => {
-    const first = await token();
+  mcp.registerTool('whoami', { description: `Who you are at ${PROVIDER} (asks you to connect first if needed)` }, async ({ authInfo }) => {
+    const first = await token(authInfo);
     if (first.ok) return callProvider(first.body.access_token);
     const el = first.body.elicitation;
     if (!el) throw new Error(first.body.message);
@@ -69,7 +76,7 @@ function build(subject: string, accessToken: string) {
     if (action !== 'accept') return text(`Not connected to ${PROVIDER}: you chose to ${action}.`);
     // `accept` only means the user opened the URL: mcp-connect says when the flow is done.
     for (let round = 0; round < 5; round += 1) { // a cap, then a friendly answer below
-      const done = await token({ elicitation_id: el.id, wait_seconds: 60 });
+      const done = await token(authInfo, { elicitation_id: el.id, wait_seconds: 60 });
       if (done.ok) {
         await mcp.server.createElicitationCompletionNotifier(el.id)();
         return callProvider(done.body.access_token);
@@ -79,8 +86,8 @@ function build(subject: string, accessToken: string) {
     return text(`Still not connected to ${PROVIDER}. Open the link whenever you are ready, then ask again.`);
   });
 
-  mcp.registerTool('whoami_later', { description: `Who you are at ${PROVIDER}; retry after connecting` }, async () => {
-    const r = await token();
+  mcp.registerTool('whoami_later', { description: `Who you are at ${PROVIDER}; retry after connecting` }, async ({ authInfo }) => {
+    const r = await token(authInfo);
     if (r.ok) return callProvider(r.body.access_token);
     const el = r.body.elicitation;
     if (!el) throw new Error(r.body.message);
@@ -113,10 +120,12 @@ async function listen() {
 
 const sessions = new Map<string, { subject: string; transport: StreamableHTTPServerTransport }>();
 
-http.createServer(async (req, res) => {
+http.createServer(async (req: http.IncomingMessage & { auth?: AuthInfo }, res) => {
   const accessToken = (req.headers.authorization ?? '').replace(/^Bearer /i, '');
   const subject = await verify(accessToken);
   if (!subject) { res.writeHead(401, { 'www-authenticate': 'Bearer' }).end(); return; }
+  // Every request's own token, for its tool calls (`extra.authInfo`).
+  req.auth = { token: accessToken, clientId: '', scopes: [], extra: { subject } };
   const id = req.headers['mcp-session-id'] as string | undefined;
   let session = id ? sessions.get(id) : undefined;
   if (session && session.subject !== subject) { res.writeHead(403).end(); return; }
@@ -127,7 +136,7 @@ http.createServer(async (req, res) => {
       onsessioninitialized: (sid) => { sessions.set(sid, { subject, transport }); },
     });
     transport.onclose = () => { if (transport.sessionId) sessions.delete(transport.sessionId); };
-    await build(subject, accessToken).connect(transport);
+    await build(subject).connect(transport);
     session = { subject, transport };
   }
   await session.transport.handleRequest(req, res);

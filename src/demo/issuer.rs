@@ -374,7 +374,8 @@ struct McpTokenForm {
     resource: Option<String>,
 }
 
-/// `POST /mcp-token` (`user=NAME`, optional `resource=URL`): an MCP access token for that user,
+/// `POST /mcp-token` (`user=NAME`, optional `resource=` [`MCP_RESOURCE`], the only audience it
+/// issues for): an MCP access token for that user,
 /// as if an MCP client had signed them in. Development only, like everything here: it asks for
 /// no password. The examples' users present it to the example MCP servers, which validate it
 /// against the JWKS and forward it to mcp-connect as `subject_token`.
@@ -389,15 +390,19 @@ async fn mcp_token(
             "user=NAME is required (1 to 64 characters)",
         )
     })?;
-    let resource = f.resource.as_deref().unwrap_or(MCP_RESOURCE);
-    if url::Url::parse(resource).is_err() || resource.contains('#') {
+    // One audience only: the demo rewrites its configuration at every start, so `demo-mcp`
+    // accepts no other as `subject_token`, and a token for another resource would only be
+    // refused later, less clearly.
+    if f.resource.as_deref().is_some_and(|r| r != MCP_RESOURCE) {
         return Err(OAuthError::new(
             OAuthErrorCode::InvalidTarget,
-            "resource must be an absolute URL without a fragment",
+            format!(
+                "the demo issues MCP access tokens for {MCP_RESOURCE} only, the one audience its client demo-mcp accepts as subject_token: give your MCP server that audience (MCP_AUDIENCE in the examples), whatever port it listens on"
+            ),
         ));
     }
     let token = s
-        .mcp_access_token(&user, resource)
+        .mcp_access_token(&user, MCP_RESOURCE)
         .map_err(signing_failed("access token"))?;
     Ok(token_json(json!({
         "access_token": token,

@@ -9,6 +9,7 @@
 //! revocation. Nothing here is mounted by `serve`, and nothing starts unless the listener is
 //! on loopback, because the stand-ins sign in anyone who types a name.
 
+pub mod complete;
 pub mod issuer;
 pub mod oauth;
 pub mod pages;
@@ -23,11 +24,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::get;
+use axum::routing::{get, post};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
+use self::complete::Completer;
 use self::issuer::Issuer;
 use self::oauth::RegisteredClient;
 use self::sandbox::Sandbox;
@@ -185,9 +187,10 @@ impl Demo {
             SANDBOX_ACCESS_TTL,
             Some(data.path.join("sandbox-state.json")),
         )?;
+        let completer = Completer::new(&public_url, api_key.clone())?;
         let app = Application::build_with_listener(config, listener)
             .await?
-            .with_extra_routes(dev_router(issuer, sandbox));
+            .with_extra_routes(dev_router(issuer, sandbox, completer));
         Ok(Self {
             app,
             info: DemoInfo {
@@ -220,10 +223,18 @@ impl Demo {
 // The default brand's CSP is fixed visible ASCII (tested in `branding`): it cannot fail to be a
 // header value.
 #[allow(clippy::expect_used)]
-pub fn dev_router(issuer: std::sync::Arc<Issuer>, sandbox: std::sync::Arc<Sandbox>) -> Router {
+pub fn dev_router(
+    issuer: std::sync::Arc<Issuer>,
+    sandbox: std::sync::Arc<Sandbox>,
+    completer: std::sync::Arc<Completer>,
+) -> Router {
     Router::new()
         .nest("/dev/issuer", issuer::router(issuer))
         .nest("/dev/sandbox", sandbox::router(sandbox))
+        .route(
+            "/dev/complete",
+            post(complete::complete).with_state(completer),
+        )
         .route("/dev/dev.css", get(pages::stylesheet))
         .layer(DefaultBodyLimit::max(16 * 1024))
 }
@@ -429,6 +440,17 @@ pub fn banner(info: &DemoInfo, shown_dir: &Path, connect_url: Option<&str>) -> S
         ),
         None => "2. Open the connect URL from its answer (\"url\") in a browser.\n".to_owned(),
     };
+    // Without a person (an author's CI): the demo walks the same pages itself.
+    let complete = match connect_url {
+        Some(u) => format!(
+            r#"
+
+     curl -sS -X POST {base}/dev/complete -H 'Content-Type: application/json' -d '{{"url":"{u}","user":"{USER}"}}'"#
+        ),
+        None => {
+            format!(" POST {base}/dev/complete with {{\"url\":\"<the url>\",\"user\":\"{USER}\"}}.")
+        }
+    };
     format!(
         r#"
 mcp-connect demo is running at {base}
@@ -447,7 +469,8 @@ Admin pages: {base}/admin (sign in as "{ADMIN}")
 
 {open}
    Sign in as {USER} at the development issuer, press Continue, sign in as {USER} at the sandbox,
-   press Allow.
+   press Allow. Or, with no person at hand (your CI), let the demo walk those pages as {USER}
+   ("answer":"decline" presses Decline instead):{complete}
 
 3. Fetch {USER}'s sandbox access token (mcp-connect refreshes it when needed):
 
@@ -458,7 +481,8 @@ Admin pages: {base}/admin (sign in as "{ADMIN}")
      {whoami}
 
 5. Proof of subject: an MCP server forwards its user's MCP access token as subject_token. The
-   development issuer makes one for any user (as an MCP client would get it by signing in):
+   development issuer makes one for any user (as an MCP client would get it by signing in), for
+   the audience {mcp_resource}, the one {CLIENT_ID} accepts:
 
      MCP_TOKEN=$(curl -sS -X POST {base}/dev/issuer/mcp-token -d user={USER} | sed -E 's/.*"access_token":"([^"]*)".*/\1/')
      TOKEN_BODY="{{\"subject_token\":\"$MCP_TOKEN\",\"provider\":\"{PROVIDER}\"}}"; curl -sS -X POST {base}/v1/tokens -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' -d "$TOKEN_BODY"
@@ -472,6 +496,7 @@ Ctrl-C stops the demo; run it again with the same data folder to continue.
 "#,
         dir = shown_dir.display(),
         config = info.config_file.display(),
+        mcp_resource = issuer::MCP_RESOURCE,
     )
 }
 

@@ -54,7 +54,9 @@ function parse(text) {
   const connectUrl = lines.find((l) => base && l.startsWith(`${base}/connect/`));
   const curls = lines.filter((l) => l.startsWith('curl '));
   assert.ok(base && apiKey && connectUrl, `banner incomplete:\n${text}`);
-  assert.equal(curls.length, 3, `three curl commands:\n${text}`);
+  // Create, complete without a person (/dev/complete), token, whoami.
+  assert.equal(curls.length, 4, `four curl commands:\n${text}`);
+  assert.ok(curls[1].includes(`${base}/dev/complete`) && curls[1].includes(connectUrl), `the second completes the connect URL:\n${text}`);
   return { base, apiKey, connectUrl, curls };
 }
 
@@ -116,7 +118,7 @@ test('a browser follows the printed connect URL and whoami then answers for alic
   });
   const token = await tok.json();
   assert.equal(tok.status, 200, JSON.stringify(token));
-  const whoamiUrl = printed.curls[2].split(/\s+/).find((w) => w.startsWith('http'));
+  const whoamiUrl = printed.curls[3].split(/\s+/).find((w) => w.startsWith('http'));
   const me = await fetch(whoamiUrl, { headers: { authorization: `Bearer ${token.access_token}` } });
   assert.equal(me.status, 200);
   assert.equal((await me.json()).sub, 'alice');

@@ -95,7 +95,7 @@ async fn start_demo(data_dir: &std::path::Path, port: u16) -> Printed {
         .filter(|l| l.starts_with("curl "))
         .map(|l| l.to_string())
         .collect();
-    assert_eq!(curls.len(), 3, "create, token, whoami:\n{text}");
+    assert_eq!(curls.len(), 4, "create, complete, token, whoami:\n{text}");
     Printed {
         child,
         base,
@@ -159,16 +159,38 @@ async fn api_call(cmd: &str) -> Value {
         .unwrap()
 }
 
-/// Runs printed command `i` (0 create, 1 token, 2 whoami) with curl, or its equivalent.
+/// The printed commands, in order.
+const CREATE: usize = 0;
+const COMPLETE: usize = 1;
+const TOKEN: usize = 2;
+const WHOAMI: usize = 3;
+
+/// Runs printed command `i` with curl, or its equivalent.
 async fn run_printed(p: &Printed, i: usize) -> Value {
     if has_curl() {
         return sh(&p.curls[i]).await;
     }
-    if i < 2 {
+    if i == COMPLETE {
+        let url = p.curls[i]
+            .split_whitespace()
+            .find(|w| w.starts_with("http"))
+            .unwrap();
+        let body: Value = serde_json::from_str(quoted(&p.curls[i]).last().unwrap()).unwrap();
+        return reqwest::Client::new()
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    }
+    if i != WHOAMI {
         return api_call(&p.curls[i]).await;
     }
-    let token = api_call(&p.curls[1]).await;
-    let url = p.curls[2]
+    let token = api_call(&p.curls[TOKEN]).await;
+    let url = p.curls[WHOAMI]
         .split_whitespace()
         .find(|w| w.starts_with("http"))
         .unwrap();
@@ -183,16 +205,54 @@ async fn run_printed(p: &Printed, i: usize) -> Value {
         .unwrap()
 }
 
+/// docs/quickstart.md shows what the demo prints: each line of its `text` block is a line of the
+/// banner, with `...` standing for what the page cuts, the demo at http://127.0.0.1:8080, the API
+/// key starting `3kq`, the connect URL's id `Jx2` and the data folder `demo-data` (its
+/// configuration file anywhere).
+fn assert_quickstart_shows(p: &Printed, data: &std::path::Path) {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/quickstart.md"))
+        .unwrap();
+    let block = doc
+        .split("```text\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("docs/quickstart.md shows the banner in a text block");
+    let id = p.connect_url.rsplit('/').next().unwrap();
+    let printed = p
+        .text
+        .replace(&p.base, "http://127.0.0.1:8080")
+        .replace(&p.api_key, "3kq-KEY")
+        .replace(id, "Jx2-ID")
+        .replace(data.to_str().unwrap(), "demo-data");
+    let printed: Vec<&str> = printed.lines().map(str::trim_end).collect();
+    for line in block.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+        let pattern = regex::escape(line)
+            .replace(r"\.\.\.", ".*")
+            .replace("/home/you/mcp\\-connect/", ".*");
+        let re = regex::Regex::new(&format!("^{pattern}$")).unwrap();
+        assert!(
+            printed.iter().any(|l| re.is_match(l)),
+            "docs/quickstart.md shows a line the demo does not print:\n{line}\n\nThe demo printed:\n{}",
+            printed.join("\n")
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn following_what_the_demo_prints_ends_with_whoami_answering_for_alice() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("demo-data");
     let mut p = start_demo(&data, 0).await;
     assert!(p.base.starts_with("http://127.0.0.1:"), "{}", p.text);
-    assert!(p.curls.iter().all(|c| c.contains(&p.api_key)), "{}", p.text);
+    for (i, c) in p.curls.iter().enumerate() {
+        // /dev/complete takes no API key: it walks the pages a browser does.
+        assert_eq!(c.contains(&p.api_key), i != COMPLETE, "{}", p.text);
+    }
+
+    assert_quickstart_shows(&p, &data);
 
     // 1. The printed curl creates (here: reuses) alice's elicitation.
-    let e = run_printed(&p, 0).await;
+    let e = run_printed(&p, CREATE).await;
     assert_eq!(e["status"], "pending", "{e}");
     assert_eq!(e["url"], p.connect_url.as_str(), "{e}");
 
@@ -219,9 +279,9 @@ async fn following_what_the_demo_prints_ends_with_whoami_answering_for_alice() {
     assert!(done.has("Sandbox is connected"), "{}", done.body);
 
     // 3. and 4. The printed curls fetch the token and call whoami with it.
-    let t = run_printed(&p, 1).await;
+    let t = run_printed(&p, TOKEN).await;
     assert!(t["access_token"].is_string(), "{t}");
-    let me = run_printed(&p, 2).await;
+    let me = run_printed(&p, WHOAMI).await;
     assert_eq!(me["sub"], "alice", "{me}");
 
     // The printed admin user opens the admin pages, and sees alice's connection.
@@ -245,8 +305,10 @@ async fn following_what_the_demo_prints_ends_with_whoami_answering_for_alice() {
     p.child.kill().await.unwrap();
     let p2 = start_demo(&data, port).await;
     assert_eq!(p2.api_key, p.api_key);
-    assert_eq!(p2.curls, p.curls);
-    let me = run_printed(&p2, 2).await;
+    for i in [CREATE, TOKEN, WHOAMI] {
+        assert_eq!(p2.curls[i], p.curls[i]);
+    }
+    let me = run_printed(&p2, WHOAMI).await;
     assert_eq!(me["sub"], "alice", "{me}");
 
     // The logs (stderr) carry neither the API key nor the token; only stdout shows the key.
@@ -260,6 +322,223 @@ async fn following_what_the_demo_prints_ends_with_whoami_answering_for_alice() {
     let config = std::fs::read_to_string(data.join("mcp-connect.toml")).unwrap();
     assert!(!config.contains(&p.api_key), "{config}");
     assert!(config.contains("api_key_file"), "{config}");
+}
+
+/// `POST /dev/complete` with a JSON body, as an author's CI calls it.
+async fn complete(p: &Printed, body: Value) -> (StatusCode, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{}/dev/complete", p.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap())
+}
+
+/// A new elicitation for `user` through the API.
+async fn elicitation_for(p: &Printed, user: &str) -> Value {
+    let e: Value = reqwest::Client::new()
+        .post(format!("{}/v1/elicitations", p.base))
+        .bearer_auth(&p.api_key)
+        .json(&serde_json::json!({"subject": user, "provider": "sandbox"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(e["status"], "pending", "{e}");
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_complete_walks_a_connect_url_of_its_own_origin_without_a_person() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = start_demo(&dir.path().join("demo-data"), 0).await;
+
+    // The printed command completes alice's URL: the API then says completed, and her token
+    // works at the sandbox.
+    assert!(
+        p.curls[COMPLETE].contains(&format!("{}/dev/complete", p.base))
+            && p.curls[COMPLETE].contains(&p.connect_url),
+        "{}",
+        p.text
+    );
+    let done = run_printed(&p, COMPLETE).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let connection = done["connection_id"].as_str().unwrap().to_owned();
+    let me = run_printed(&p, WHOAMI).await;
+    assert_eq!(me["sub"], "alice", "{me}");
+    let t = run_printed(&p, TOKEN).await;
+    assert_eq!(t["connection_id"], connection.as_str(), "{t}");
+
+    // Decline presses Decline on the consent page: the elicitation is declined, nothing stored.
+    let bob = elicitation_for(&p, "bob").await;
+    let (status, v) = complete(
+        &p,
+        serde_json::json!({"url": bob["url"], "user": "bob", "answer": "decline"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "declined", "{v}");
+    assert!(v.get("connection_id").is_none(), "{v}");
+
+    // Another user than the elicitation's is refused by mcp-connect, as in a browser: the URL
+    // stays pending and the answer says where the walk stopped.
+    let carol = elicitation_for(&p, "carol").await;
+    let (status, v) = complete(
+        &p,
+        serde_json::json!({"url": carol["url"], "user": "mallory"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["error"], "connect_failed", "{v}");
+    assert!(v["message"].as_str().unwrap().contains("pending"), "{v}");
+
+    // Only this demo's own connect URLs; garbage gets a 400 with a sentence, never a 500.
+    let port = reqwest::Url::parse(&p.base).unwrap().port().unwrap();
+    let carol_url = carol["url"].as_str().unwrap();
+    for (body, says) in [
+        (
+            serde_json::json!({"url": carol_url.replace("127.0.0.1", "localhost"), "user": "carol"}),
+            "of this demo",
+        ),
+        (
+            serde_json::json!({"url": carol_url.replace(&port.to_string(), "1"), "user": "carol"}),
+            "of this demo",
+        ),
+        (
+            serde_json::json!({"url": "https://connect.example.com/connect/x", "user": "carol"}),
+            "of this demo",
+        ),
+        (
+            serde_json::json!({"url": format!("{}/admin", p.base), "user": "carol"}),
+            "/connect/<id>",
+        ),
+        (
+            serde_json::json!({"url": "not a url", "user": "carol"}),
+            "absolute",
+        ),
+        (serde_json::json!({"url": carol_url, "user": ""}), "user"),
+        (serde_json::json!({"url": carol_url}), "user"),
+        (
+            serde_json::json!({"url": carol_url, "user": "carol", "answer": "maybe"}),
+            "answer",
+        ),
+        (serde_json::json!(["garbage"]), "expected JSON"),
+    ] {
+        let (status, v) = complete(&p, body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {v}");
+        assert_eq!(v["error"], "invalid_request", "{body}: {v}");
+        assert!(v["message"].as_str().unwrap().contains(says), "{body}: {v}");
+    }
+    let r = reqwest::Client::new()
+        .post(format!("{}/dev/complete", p.base))
+        .body("garbage")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let (status, v) = complete(
+        &p,
+        serde_json::json!({"url": format!("{}/connect/nosuchid", p.base), "user": "carol"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{v}");
+    // Refused walks changed nothing: carol's URL still completes.
+    let (status, v) = complete(&p, serde_json::json!({"url": carol_url, "user": "carol"})).await;
+    assert_eq!(
+        (status, &v["status"]),
+        (StatusCode::OK, &Value::from("completed")),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_mcp_tokens_are_for_the_one_audience_demo_mcp_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = start_demo(&dir.path().join("demo-data"), 0).await;
+    let mcp_token = |form: &'static [(&'static str, &'static str)]| {
+        let url = format!("{}/dev/issuer/mcp-token", p.base);
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .form(form)
+                .send()
+                .await
+                .unwrap();
+            (r.status(), r.json::<Value>().await.unwrap())
+        }
+    };
+    // Another resource is refused at once, saying which audience to use.
+    let (status, v) =
+        mcp_token(&[("user", "alice"), ("resource", "http://127.0.0.1:9000/mcp")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"], "invalid_target", "{v}");
+    assert!(
+        v["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("http://127.0.0.1:8765/mcp"),
+        "{v}"
+    );
+    // The default, or that audience named, gives a token demo-mcp accepts as subject_token.
+    for form in [
+        &[("user", "alice")][..],
+        &[("user", "alice"), ("resource", "http://127.0.0.1:8765/mcp")][..],
+    ] {
+        let (status, v) = mcp_token(form).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/tokens", p.base))
+            .bearer_auth(&p.api_key)
+            .json(&serde_json::json!({"subject_token": v["access_token"], "provider": "sandbox"}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        // alice has not connected in this demo: the token proved her, so the answer is about
+        // her grant, not about the token.
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert_eq!(body["error"], "not_connected", "{body}");
+    }
+}
+
+#[test]
+fn demo_help_does_not_offer_the_config_it_ignores() {
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let demo = help(&["demo", "--help"]);
+    assert!(!demo.contains("--config"), "{demo}");
+    assert!(!help(&["gen-key", "--help"]).contains("--config"));
+    for args in [
+        &["serve", "--help"][..],
+        &["--help"],
+        &["check-config", "--help"],
+    ] {
+        assert!(help(args).contains("--config"), "{args:?}");
+    }
+    // Still accepted (a global option, or MCP_CONNECT_CONFIG exported), and still ignored.
+    let out = std::process::Command::new(BIN)
+        .args(["gen-key", "--config", "/nonexistent.toml", "--id", "k1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // Both places of --config still work for the commands that read it.
+    for args in [
+        &["--config", "/nonexistent.toml", "check-config"][..],
+        &["check-config", "--config", "/nonexistent.toml"],
+    ] {
+        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("/nonexistent.toml"), "{args:?}: {stderr}");
+    }
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ mod conformance;
 mod connect_flow;
 #[cfg(feature = "demo")]
 mod demo;
+mod docs_quotes;
 mod edges;
 mod failover;
 mod grants;

@@ -409,18 +409,20 @@ export const MCP_CLIENT_REDIRECT = 'http://127.0.0.1:9/mcp-client/callback';
 
 // Access tokens for MCP resources (RFC 8707 `resource`): any https resource; a JWT (audience =
 // the resource) unless the resource ends in `/opaque`, which gets an opaque token (introspection).
-// A resource with `/short` in its path gets tokens that expire after 2 seconds.
+// A resource with `/short` in its path, or any resource asked for by the client
+// `mcp-client-short`, gets tokens that expire after 2 seconds (a user whose MCP client refreshes
+// its token during a session).
 function mcpResources(accessTokenTtl) {
   return {
     enabled: true,
     defaultResource: async () => undefined,
     useGrantedResource: async () => true,
-    getResourceServerInfo: async (_ctx, resource) => {
+    getResourceServerInfo: async (_ctx, resource, client) => {
       if (!resource.startsWith('https://')) throw new Error('resource must be https');
       return {
         scope: 'mcp',
         audience: resource,
-        accessTokenTTL: resource.includes('/short') ? 2 : accessTokenTtl,
+        accessTokenTTL: resource.includes('/short') || client?.clientId === 'mcp-client-short' ? 2 : accessTokenTtl,
         accessTokenFormat: resource.endsWith('/opaque') ? 'opaque' : 'jwt',
         jwt: { sign: { alg: 'RS256' } },
       };
@@ -448,6 +450,13 @@ async function startIdentity({ connectUrl, log }) {
       // An MCP client (public, PKCE): gets the user's access tokens for MCP resources, which MCP
       // servers forward to mcp-connect as `subject_token`.
       client_id: 'mcp-client',
+      redirect_uris: [MCP_CLIENT_REDIRECT],
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none',
+    }, {
+      // The same, with access tokens that expire after 2 seconds.
+      client_id: 'mcp-client-short',
       redirect_uris: [MCP_CLIENT_REDIRECT],
       grant_types: ['authorization_code'],
       response_types: ['code'],

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 
-import { startPeers } from './peers.mjs';
+import { MCP_CLIENT_REDIRECT, startPeers } from './peers.mjs';
 
 const CONNECT = 'http://127.0.0.1:1';  // never contacted: redirects to it are captured, not followed
 const logs = [];
@@ -69,7 +69,7 @@ async function follow(jar, url, init) {
   for (let hops = 0; hops < 10; hops += 1) {
     if (res.status < 300 || res.status >= 400) return { res, url };
     url = new URL(res.headers.get('location'), url).href;
-    if (url.startsWith(CONNECT)) return { res, url, redirected: true };
+    if (url.startsWith(CONNECT) || url.startsWith(MCP_CLIENT_REDIRECT)) return { res, url, redirected: true };
     res = await request(jar, url);
   }
   throw new Error('too many redirects');
@@ -89,7 +89,7 @@ async function submit(jar, pageUrl, html, fields) {
   });
 }
 
-async function authorize({ issuer, clientId, redirectUri, scope, login, decision, jar = new Jar() }) {
+async function authorize({ issuer, clientId, redirectUri, scope, login, decision, resource, jar = new Jar() }) {
   const verifier = b64url(crypto.randomBytes(32));
   const challenge = b64url(crypto.createHash('sha256').update(verifier).digest());
   const state = b64url(crypto.randomBytes(16));
@@ -104,6 +104,7 @@ async function authorize({ issuer, clientId, redirectUri, scope, login, decision
     nonce,
     code_challenge: challenge,
     code_challenge_method: 'S256',
+    ...(resource ? { resource } : {}),
   }).toString();
   let step = await follow(jar, auth.href);
   const pages = [];
@@ -192,6 +193,30 @@ test('identity: login without consent page, RS256 ID token with sub = typed name
   assert.equal(payload.aud, 'mcp-connect');
   assert.equal(payload.nonce, nonce);
   assert.equal(res.body.refresh_token, undefined);
+});
+
+test('identity: MCP access tokens are JWTs for the resource; mcp-client-short\'s expire after 2 s', async () => {
+  const resource = 'https://mcp.example.test/';
+  for (const [clientId, ttl] of [['mcp-client', 3600], ['mcp-client-short', 2]]) {
+    const { params, verifier } = await authorize({
+      issuer: peers.identity, clientId, redirectUri: MCP_CLIENT_REDIRECT, scope: 'openid mcp', login: 'alice', resource,
+    });
+    const res = await fetch(new URL('/token', peers.identity), {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({
+        grant_type: 'authorization_code', code: params.get('code'), redirect_uri: MCP_CLIENT_REDIRECT,
+        code_verifier: verifier, client_id: clientId, resource,
+      }).toString(),
+    });
+    const body = await res.json();
+    assert.equal(res.status, 200, JSON.stringify(body));
+    assert.equal(body.expires_in, ttl, clientId);
+    const claims = JSON.parse(Buffer.from(body.access_token.split('.')[1], 'base64url'));
+    assert.equal(claims.aud, resource, clientId);
+    assert.equal(claims.sub, 'alice');
+    assert.equal(claims.exp - claims.iat, ttl, clientId);
+  }
 });
 
 test('identity: wrong secret, missing PKCE and foreign redirect_uri are refused', async () => {

@@ -4,7 +4,12 @@
 //   - TypeScript SDK client <-> examples/typescript/server.ts (protocol 2025-11-25:
 //     elicitation/create, the -32042 error, notifications/elicitation/complete);
 //   - decline and cancel (in the MCP client and on mcp-connect's consent page) end the call
-//     cleanly; forged, altered and replayed requestState are refused.
+//     cleanly; forged, altered and replayed requestState are refused;
+//   - the TypeScript example forwards each call's own MCP access token (one refreshed during
+//     the session);
+//   - the runnable clients examples/python/client.py and examples/typescript/client.ts against
+//     `mcp-connect demo` and the example servers, each connect URL completed with
+//     POST /dev/complete.
 //
 //   cargo build && scripts/test   (or: node --test tests/sdk/; DEBUG_EVENTS=1 prints what the
 //   Python client saw, E2E_VERBOSE=1 echoes every process)
@@ -48,8 +53,9 @@ const MCP_RESOURCE = 'https://mcp.example.test/';
 const TOKENS = new Map();
 const tokenOf = (user) => TOKENS.get(user) ?? assert.fail(`no MCP access token for ${user}`);
 
-// Authorization code + PKCE at the identity peer as client `mcp-client`, with `resource`.
-async function mcpAccessToken(issuer, user) {
+// Authorization code + PKCE at the identity peer as an MCP client, with `resource`. The client
+// `mcp-client-short` gets tokens that expire after 2 seconds.
+async function mcpAccessToken(issuer, user, clientId = 'mcp-client') {
   const jar = new Map();
   const go = async (url, opts = {}) => {
     const r = await fetch(url, { ...opts, redirect: 'manual', headers: { ...(opts.headers ?? {}), cookie: [...jar].map(([k, v]) => `${k}=${v}`).join('; ') } });
@@ -59,7 +65,7 @@ async function mcpAccessToken(issuer, user) {
   const verifier = crypto.randomBytes(32).toString('base64url');
   const auth = new URL(`${issuer}/auth`);
   for (const [k, v] of Object.entries({
-    response_type: 'code', client_id: 'mcp-client', redirect_uri: MCP_CLIENT_REDIRECT, scope: 'openid mcp', state: 's',
+    response_type: 'code', client_id: clientId, redirect_uri: MCP_CLIENT_REDIRECT, scope: 'openid mcp', state: 's',
     code_challenge: crypto.createHash('sha256').update(verifier).digest('base64url'), code_challenge_method: 'S256', resource: MCP_RESOURCE,
   })) auth.searchParams.set(k, v);
   let r = await go(new URL((await go(auth)).headers.get('location'), issuer));
@@ -73,7 +79,7 @@ async function mcpAccessToken(issuer, user) {
   const t = await (await fetch(`${issuer}/token`, {
     method: 'POST',
     headers: { 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams({ grant_type: 'authorization_code', code: loc.searchParams.get('code'), redirect_uri: MCP_CLIENT_REDIRECT, code_verifier: verifier, client_id: 'mcp-client', resource: MCP_RESOURCE }),
+    body: new URLSearchParams({ grant_type: 'authorization_code', code: loc.searchParams.get('code'), redirect_uri: MCP_CLIENT_REDIRECT, code_verifier: verifier, client_id: clientId, resource: MCP_RESOURCE }),
   })).json();
   assert.ok(t.access_token, JSON.stringify(t));
   return t.access_token;
@@ -456,4 +462,124 @@ describe('TypeScript SDK client and the TypeScript example server (2025-11-25)',
       assert.equal(textOf(result), 'acme says you are judy');
     } finally { await c.client.close(); }
   }));
+
+  test('each call forwards its own MCP token: after the client refreshes an expired one, mcp-connect sees the new one', STEP, withLogs(() => server, async () => {
+    let bearer = await mcpAccessToken(stack.peers.identity, 'kim', 'mcp-client-short');
+    // The client's token changes during the session, as an SDK client's auth provider does it.
+    const client = new sdk.Client({ name: 'sdk-e2e', version: '0.0.0' }, { capabilities: { elicitation: { url: {} } } });
+    const transport = new sdk.StreamableHTTPClientTransport(new URL(mcpUrl), {
+      fetch: (url, init) => {
+        const headers = new Headers(init?.headers);
+        headers.set('authorization', `Bearer ${bearer}`);
+        return fetch(url, { ...init, headers });
+      },
+    });
+    await client.connect(transport);
+    try {
+      // The session's first token lives 2 s; mcp-connect allows 5 s of clock skew.
+      await sleep(8000);
+      bearer = await mcpAccessToken(stack.peers.identity, 'kim');
+      let err;
+      let result;
+      try { result = await client.callTool({ name: 'whoami_later', arguments: {} }); } catch (e) { err = e; }
+      // mcp-connect took the refreshed token as proof of kim and answered "connect first";
+      // with the session's first token it would have refused it as expired.
+      assert.equal(err?.code, -32042, `expected -32042, got ${err ?? JSON.stringify(result)}`);
+      assertConnectUrl(err.data.elicitations[0].url);
+    } finally { await client.close(); }
+  }));
+});
+
+// The runnable example clients (examples/*/client.*) as an author runs them against
+// `mcp-connect demo`, with POST /dev/complete in place of the person at the browser.
+describe('the example clients against the demo, each connect URL completed with POST /dev/complete', { skip: MISSING.all }, () => {
+  let base;
+  let apiKey;
+
+  before(async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcp-connect-sdk-demo-'));
+    cleanups.push(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MCP_CONNECT_')));
+    const demo = run('demo', BIN, ['demo', '--port', '0', '--data-dir', path.join(dir, 'demo-data')], { env: { ...env, NO_COLOR: '1' }, keepStdout: true });
+    cleanups.push(() => stop(demo.child));
+    const banner = await new Promise((resolve, reject) => {
+      let out = '';
+      const timer = setTimeout(() => reject(new Error(`no banner within 60 s:\n${out}\n${demo.output}`)), 60_000);
+      demo.child.stdout.on('data', (chunk) => {
+        out += chunk.toString('utf8');
+        if (out.includes('Ctrl-C')) { clearTimeout(timer); resolve(out); }
+      });
+      demo.child.once('exit', () => reject(new Error(`the demo exited:\n${out}\n${demo.output}`)));
+    });
+    base = /mcp-connect demo is running at (\S+)/.exec(banner)[1];
+    apiKey = /API key of the MCP server "demo-mcp": (\S+)/.exec(banner)[1];
+  });
+
+  // What docs/mcp-integration.md tells an author to start the example servers with.
+  const serverEnv = () => ({
+    ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MCP_CONNECT_'))),
+    MCP_CONNECT_URL: base,
+    MCP_CONNECT_API_KEY: apiKey,
+    PROVIDER: 'sandbox',
+    PROVIDER_API: `${base}/dev/sandbox/api/whoami`,
+    MCP_ISSUER: `${base}/dev/issuer`,
+    MCP_AUDIENCE: 'http://127.0.0.1:8765/mcp',
+  });
+
+  async function demoToken(user) {
+    const r = await fetch(`${base}/dev/issuer/mcp-token`, { method: 'POST', body: new URLSearchParams({ user }) });
+    const t = await r.json();
+    assert.equal(r.status, 200, JSON.stringify(t));
+    return t.access_token;
+  }
+
+  // Runs an example client as `user`: each URL it prints is completed with POST /dev/complete,
+  // then Enter is pressed, as the client asks its user to.
+  async function runClient(label, cmd, args, user) {
+    const proc = run(label, cmd, args, { env: { ...process.env, MCP_TOKEN: await demoToken(user) }, keepStdout: true });
+    const exited = new Promise((resolve) => { proc.child.once('exit', (code) => resolve(code)); });
+    const lines = [];
+    const completed = [];
+    for await (const line of readline.createInterface({ input: proc.child.stdout })) {
+      lines.push(line);
+      const url = /^Open: (\S+)$/.exec(line)?.[1];
+      if (!url) continue;
+      const r = await fetch(`${base}/dev/complete`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url, user }),
+      });
+      completed.push({ status: r.status, body: await r.json() });
+      proc.child.stdin.write('\n');
+    }
+    const code = await exited;
+    assert.equal(code, 0, `${label} failed:\n${lines.join('\n')}\n${proc.output}`);
+    assert.equal(completed.length, 1, `one URL to open:\n${lines.join('\n')}`);
+    assert.equal(completed[0].status, 200, JSON.stringify(completed[0].body));
+    assert.equal(completed[0].body.status, 'completed', JSON.stringify(completed[0].body));
+    return lines;
+  }
+
+  test('examples/python/client.py: the URL, then the tool\'s answer, then the same call at once', { ...STEP, skip: MISSING.python }, withLogs(() => null, async () => {
+    const port = await freePort();
+    const server = run('python server', PYTHON, ['examples/python/server.py', '--port', String(port)], { env: serverEnv() });
+    cleanups.push(() => stop(server.child));
+    await waitFor(`http://127.0.0.1:${port}/mcp`, server, 'the Python example server');
+    const lines = await runClient('python client', PYTHON, ['examples/python/client.py', `http://127.0.0.1:${port}/mcp`], 'alice');
+    assert.ok(lines.includes('whoami: sandbox says you are alice'), lines.join('\n'));
+    assert.ok(lines.includes('whoami again: sandbox says you are alice'), lines.join('\n'));
+    await stop(server.child);
+  }));
+
+  for (const [tool, user] of [['whoami_later', 'bob'], ['whoami', 'carol']]) {
+    test(`examples/typescript/client.ts with ${tool}: the URL, then the tool's answer, then the same call at once`, { ...STEP, skip: MISSING.typescript }, withLogs(() => null, async () => {
+      const port = await freePort();
+      const tsx = path.join(TS_DIR, 'node_modules/.bin/tsx');
+      const server = run('ts server', tsx, [path.join(TS_DIR, 'server.ts')], { env: { ...serverEnv(), PORT: String(port) } });
+      cleanups.push(() => stop(server.child));
+      await waitFor(`http://127.0.0.1:${port}/mcp`, server, 'the TypeScript example server', (s) => s === 401);
+      const lines = await runClient('ts client', tsx, [path.join(TS_DIR, 'client.ts'), `http://127.0.0.1:${port}/mcp`, tool], user);
+      assert.ok(lines.includes(`${tool}: sandbox says you are ${user}`), lines.join('\n'));
+      assert.ok(lines.includes(`${tool} again: sandbox says you are ${user}`), lines.join('\n'));
+      await stop(server.child);
+    }));
+  }
 });
