@@ -1,0 +1,50 @@
+"""Async, typed client for mcp-connect: third-party OAuth for MCP servers through URL-mode
+elicitation (docs/mcp-integration.md).
+
+    async with Client("https://connect.example.com", api_key) as connect:
+        try:
+            token = await connect.token("github", subject=user_sub, elicit=True)
+        except ConnectError as e:
+            if e.elicitation is None:
+                raise
+            ...  # hand e.elicitation to the MCP client (see mcp_connect_client.mcp_sdk)
+
+Webhook signatures: `mcp_connect_client.webhooks.Verifier`. The official MCP SDK helper
+(2026-07-28): `mcp_connect_client.mcp_sdk.token_or_input_required` (extra `mcp`).
+"""
+
+from ._client import DEFAULT_MAX_RETRIES, DEFAULT_MAX_RETRY_AFTER, MAX_WAIT_SECONDS, Client
+from ._errors import TRANSPORT_ERROR, UNEXPECTED_RESPONSE, ConnectError
+from ._models import (
+    MCP_2025_11_25,
+    MCP_2026_07_28,
+    Connection,
+    Elicitation,
+    Event,
+    EventData,
+    Revocation,
+    StreamedEvent,
+    Token,
+)
+from .webhooks import Verifier, WebhookError
+
+__all__ = [
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_MAX_RETRY_AFTER",
+    "MAX_WAIT_SECONDS",
+    "MCP_2025_11_25",
+    "MCP_2026_07_28",
+    "TRANSPORT_ERROR",
+    "UNEXPECTED_RESPONSE",
+    "Client",
+    "ConnectError",
+    "Connection",
+    "Elicitation",
+    "Event",
+    "EventData",
+    "Revocation",
+    "StreamedEvent",
+    "Token",
+    "Verifier",
+    "WebhookError",
+]

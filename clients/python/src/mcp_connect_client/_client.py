@@ -1,0 +1,265 @@
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+import httpx2 as httpx
+
+from ._errors import TRANSPORT_ERROR, ConnectError
+from ._models import Connection, Elicitation, Event, Revocation, StreamedEvent, Token
+
+#: The longest the service holds a waiting request (`wait_seconds`, `?wait=`).
+MAX_WAIT_SECONDS = 60
+#: Retries of one call (429 with a short `Retry-After`; transport failures and 503 on reads).
+DEFAULT_MAX_RETRIES = 2
+#: A `Retry-After` longer than this is not slept through: the error reaches the caller at once.
+DEFAULT_MAX_RETRY_AFTER = 10.0
+#: Long enough for the longest wait the service holds.
+DEFAULT_TIMEOUT = httpx.Timeout(MAX_WAIT_SECONDS + 15, connect=5)
+
+
+def _segment(s: str) -> str:
+    # Ids are URL-safe by construction; anything else is percent-encoded rather than trusted.
+    return quote(s, safe="")
+
+
+class Client:
+    """The mcp-connect API client (`Authorization: Bearer <api key>`).
+
+    `base_url` is mcp-connect's `public_url`; `api_key` one from its `[[clients]]`. Use it as an
+    async context manager, or call `aclose()`. Pass `http` to bring your own `httpx2.AsyncClient`
+    (it is then yours to close).
+
+    Retries are bounded (`max_retries`) and only where a second attempt cannot do anything twice:
+    any call answered `429 rate_limited` with a `Retry-After` of at most `max_retry_after`
+    seconds (the request was not processed), and the reads (`get_elicitation`,
+    `wait_elicitation`, `connections`) after a transport failure or `503 unavailable`.
+    `token`, `create_elicitation` and `revoke` are never re-sent after a transport failure.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
+    ) -> None:
+        self._base = base_url.rstrip("/")
+        self._api_key = api_key
+        self._own_http = http is None
+        self._http = http if http is not None else httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+        self._max_retries = max(0, max_retries)
+        self._max_retry_after = max_retry_after
+
+    def __repr__(self) -> str:
+        return f"Client({self._base!r}, api_key=[redacted])"
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._own_http:
+            await self._http.aclose()
+
+    def _headers(self, subject_token: str | None = None) -> dict[str, str]:
+        h = {"authorization": f"Bearer {self._api_key}", "accept": "application/json"}
+        if subject_token is not None:
+            # A token never goes into a URL: the service reads it from this header.
+            h["subject-token"] = subject_token
+        return h
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+        subject_token: str | None = None,
+        read: bool = False,
+    ) -> Any:
+        url = f"{self._base}{path}"
+        attempt = 0
+        while True:
+            try:
+                resp = await self._http.request(
+                    method, url, json=body, params=params, headers=self._headers(subject_token)
+                )
+            except httpx.TransportError as e:
+                if read and attempt < self._max_retries:
+                    attempt += 1
+                    await anyio.sleep(0.25 * 2**attempt)
+                    continue
+                raise ConnectError(TRANSPORT_ERROR, f"could not reach mcp-connect ({type(e).__name__})") from e
+            if resp.is_success:
+                try:
+                    return resp.json()
+                except ValueError as e:
+                    raise ConnectError.from_body(resp.status_code, resp.text) from e
+            retry_after = _retry_after(resp)
+            if attempt < self._max_retries:
+                if resp.status_code == 429 and retry_after is not None and retry_after <= self._max_retry_after:
+                    attempt += 1
+                    await anyio.sleep(retry_after)
+                    continue
+                if resp.status_code == 503 and read:
+                    attempt += 1
+                    await anyio.sleep(min(retry_after or 0.25 * 2**attempt, self._max_retry_after))
+                    continue
+            try:
+                parsed: Any = resp.json()
+            except ValueError:
+                parsed = resp.text
+            raise ConnectError.from_body(resp.status_code, parsed, retry_after)
+
+    async def token(
+        self,
+        provider: str,
+        *,
+        subject: str | None = None,
+        subject_token: str | None = None,
+        scopes: Sequence[str] | None = None,
+        min_ttl_seconds: int | None = None,
+        force_refresh: bool = False,
+        elicit: bool = False,
+        elicitation_id: str | None = None,
+        request_state: str | None = None,
+        wait_seconds: int | None = None,
+    ) -> Token:
+        """`POST /v1/tokens`: the user's credential at `provider`, refreshed first when needed.
+
+        `subject` is the `sub` of the user's validated MCP access token; `subject_token` that
+        token itself, as proof (either or both). `scopes`: what this call needs (more than the
+        grant holds asks the user for the union). `force_refresh`: the provider just refused the
+        token. `elicit`: when not connected, raise `authorization_required` carrying a ready
+        `elicitation` instead of `not_connected`. `elicitation_id` or `request_state` with
+        `wait_seconds` (at most 60): wait for that elicitation to finish first.
+        """
+        body: dict[str, Any] = {"provider": provider}
+        if subject is not None:
+            body["subject"] = subject
+        if subject_token is not None:
+            body["subject_token"] = subject_token
+        if scopes is not None:
+            body["scopes"] = list(scopes)
+        if min_ttl_seconds is not None:
+            body["min_ttl_seconds"] = min_ttl_seconds
+        if force_refresh:
+            body["force_refresh"] = True
+        if elicit:
+            body["elicit"] = True
+        if elicitation_id is not None:
+            body["elicitation_id"] = elicitation_id
+        if request_state is not None:
+            body["request_state"] = request_state
+        if wait_seconds is not None:
+            body["wait_seconds"] = max(0, min(wait_seconds, MAX_WAIT_SECONDS))
+        return Token.from_json(await self._call("POST", "/v1/tokens", body=body))
+
+    async def create_elicitation(
+        self,
+        provider: str,
+        *,
+        subject: str | None = None,
+        subject_token: str | None = None,
+        scopes: Sequence[str] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> Elicitation:
+        """`POST /v1/elicitations`: a connect URL for the user at `provider` (a still-pending one
+        for the same request is handed out again)."""
+        body: dict[str, Any] = {"provider": provider}
+        if subject is not None:
+            body["subject"] = subject
+        if subject_token is not None:
+            body["subject_token"] = subject_token
+        if scopes is not None:
+            body["scopes"] = list(scopes)
+        if params is not None:
+            body["params"] = params
+        return Elicitation.from_json(await self._call("POST", "/v1/elicitations", body=body))
+
+    async def get_elicitation(self, elicitation_id: str) -> Elicitation:
+        """`GET /v1/elicitations/{id}`."""
+        return Elicitation.from_json(await self._call("GET", f"/v1/elicitations/{_segment(elicitation_id)}", read=True))
+
+    async def wait_elicitation(self, elicitation_id: str, wait_seconds: int = MAX_WAIT_SECONDS) -> Elicitation:
+        """`GET /v1/elicitations/{id}?wait=`: returns once it is no longer pending, or when
+        `wait_seconds` (at most 60) have passed (then `status` is still `pending`)."""
+        wait = max(0, min(wait_seconds, MAX_WAIT_SECONDS))
+        return Elicitation.from_json(
+            await self._call(
+                "GET", f"/v1/elicitations/{_segment(elicitation_id)}", params={"wait": str(wait)}, read=True
+            )
+        )
+
+    async def connections(self, subject: str | None = None, *, subject_token: str | None = None) -> list[Connection]:
+        """`GET /v1/connections`: the user's connections this client may use (metadata only)."""
+        params = {"subject": subject} if subject is not None else None
+        body = await self._call("GET", "/v1/connections", params=params, subject_token=subject_token, read=True)
+        return [Connection.from_json(c) for c in body.get("connections", [])]
+
+    async def revoke(self, connection_id: str, *, subject_token: str | None = None) -> Revocation:
+        """`DELETE /v1/connections/{id}`: revokes at the provider and deletes the tokens."""
+        return Revocation.from_json(
+            await self._call("DELETE", f"/v1/connections/{_segment(connection_id)}", subject_token=subject_token)
+        )
+
+    async def events(self, last_event_id: int | None = None) -> AsyncIterator[StreamedEvent]:
+        """`GET /v1/events`: this client's events as they happen. Pass the last
+        `StreamedEvent.id` seen to replay what was missed. The iterator ends when the service
+        closes the stream (it does on shutdown): reconnect then."""
+        headers = self._headers() | {"accept": "text/event-stream"}
+        if last_event_id is not None:
+            headers["last-event-id"] = str(last_event_id)
+        try:
+            # A stream stays open; only connecting is bounded.
+            async with self._http.stream(
+                "GET", f"{self._base}/v1/events", headers=headers, timeout=httpx.Timeout(None, connect=5)
+            ) as resp:
+                if not resp.is_success:
+                    raw = await resp.aread()
+                    try:
+                        parsed: Any = json.loads(raw)
+                    except ValueError:
+                        parsed = raw.decode("utf-8", "replace")
+                    raise ConnectError.from_body(resp.status_code, parsed, _retry_after(resp))
+                seq: int | None = None
+                data: list[str] = []
+                async for line in resp.aiter_lines():
+                    if line == "":
+                        if seq is not None and data:
+                            try:
+                                event = Event.from_json(json.loads("\n".join(data)))
+                            except (ValueError, KeyError):
+                                event = None
+                            if event is not None:
+                                yield StreamedEvent(seq, event)
+                        seq, data = None, []
+                    elif line.startswith("id:"):
+                        try:
+                            seq = int(line[3:].strip())
+                        except ValueError:
+                            seq = None
+                    elif line.startswith("data:"):
+                        v = line[5:]
+                        data.append(v[1:] if v.startswith(" ") else v)
+        except httpx.TransportError as e:
+            raise ConnectError(TRANSPORT_ERROR, f"the event stream failed ({type(e).__name__})") from e
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    v = resp.headers.get("retry-after")
+    if v is None:
+        return None
+    try:
+        return max(0.0, float(v))
+    except ValueError:
+        return None

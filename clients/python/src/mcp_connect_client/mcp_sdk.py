@@ -1,0 +1,121 @@
+"""The official MCP Python SDK (`mcp` 2.x, protocol 2026-07-28): one call that turns "not
+connected" into the right answer for that protocol, `InputRequiredResult` with `requestState`.
+
+    from mcp_connect_client.mcp_sdk import token_or_input_required
+
+    @mcp.tool()
+    async def whoami(ctx: Context) -> str | InputRequiredResult:
+        user = get_access_token()
+        got = await token_or_input_required(connect, ctx, "github", subject=user.subject,
+                                            subject_token=user.token)
+        if isinstance(got, InputRequiredResult):
+            return got                      # the client shows the URL and retries the call
+        return await call_github(got.access_token)
+
+Each `InputRequiredResult` is one round. `accept` only means the user agreed to open the URL, so
+the retry asks mcp-connect with the echoed state and waits up to `wait_seconds` for the flow to
+finish; a user who has not finished gets another round, at most `max_rounds` (default
+`DEFAULT_MAX_ROUNDS`, 3: with the default 20 s wait, about a minute), then `NotConnected`. A tool
+with no cap keeps a client asking for minutes after the user walked away or refused.
+
+`NotConnected` is the SDK's `ToolError`: left uncaught, the call ends with `is_error` and its
+friendly message; catch it to answer in your own words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import InputRequiredResult
+
+from ._client import Client
+from ._errors import ConnectError
+from ._models import MCP_2026_07_28, Token
+
+#: Rounds of `InputRequiredResult` for one tool call before giving up (the SDK's own client
+#: gives up after 10; stopping first gives the user a sentence instead of a client error).
+DEFAULT_MAX_ROUNDS = 3
+#: How long each retry waits at mcp-connect for the user to finish the flow.
+DEFAULT_WAIT_SECONDS = 20
+
+# The round counter travels with mcp-connect's sealed state: `r<round>:<request_state>`. The
+# SDK seals every outgoing requestState again; on SDKs that do not, a client that rewrites the
+# counter only prolongs its own waiting, and mcp-connect still checks the sealed part.
+_STATE = re.compile(r"^r(\d{1,3}):(.+)$", re.DOTALL)
+
+
+class NotConnected(ToolError):
+    """The user did not connect: declined or cancelled the request, declined on the consent
+    page, or did not finish within `max_rounds`. `why` is `decline`, `cancel`, `declined` or
+    `rounds`."""
+
+    def __init__(self, message: str, why: str, provider: str) -> None:
+        super().__init__(message)
+        self.why = why
+        self.provider = provider
+
+
+def _state(raw: str | None) -> tuple[int, str | None]:
+    if raw is None:
+        return 0, None
+    m = _STATE.match(raw)
+    if m is None:
+        # A state from an mcp-connect elicitation handed out verbatim: its first round.
+        return 1, raw
+    return int(m.group(1)), m.group(2)
+
+
+async def token_or_input_required(
+    connect: Client,
+    ctx: Context[Any, Any],
+    provider: str,
+    *,
+    subject: str | None = None,
+    subject_token: str | None = None,
+    scopes: Sequence[str] | None = None,
+    max_rounds: int = DEFAULT_MAX_ROUNDS,
+    wait_seconds: int = DEFAULT_WAIT_SECONDS,
+    key: str = "connect",
+) -> Token | InputRequiredResult:
+    """The user's token at `provider`, or the `InputRequiredResult` to return from the tool.
+
+    `subject` / `subject_token`: the validated MCP user (e.g. `get_access_token().subject` and
+    `.token`), never a value from tool input. Raises `NotConnected` when the user declined,
+    cancelled or did not finish within `max_rounds`; any other failure is a `ConnectError`.
+    """
+    answer = (ctx.input_responses or {}).get(key)
+    action = getattr(answer, "action", None)
+    if answer is not None and action != "accept":
+        raise NotConnected(f"Not connected to {provider}: you chose to {action}.", str(action), provider)
+    rounds, state = _state(ctx.request_state)
+    ask: dict[str, Any] = {"subject": subject, "subject_token": subject_token, "scopes": scopes, "elicit": True}
+    try:
+        try:
+            if state is None:
+                return await connect.token(provider, **ask)
+            return await connect.token(provider, request_state=state, wait_seconds=wait_seconds, **ask)
+        except ConnectError as e:
+            if state is not None and e.code == "invalid_request_state" and e.reason == "expired":
+                # The elicitation ran out while the user was away: start over with a new one.
+                return await connect.token(provider, **ask)
+            raise
+    except ConnectError as e:
+        if e.is_declined:
+            raise NotConnected(f"Not connected to {provider}: you declined.", "declined", provider) from e
+        if not (e.needs_authorization and e.elicitation is not None):
+            raise
+        if rounds >= max_rounds:
+            raise NotConnected(
+                f"Still not connected to {provider}. Open the link whenever you are ready, then ask again.",
+                "rounds",
+                provider,
+            ) from e
+        el = e.elicitation
+        return InputRequiredResult(
+            input_requests={key: el.mcp[MCP_2026_07_28]},
+            request_state=f"r{rounds + 1}:{el.request_state}",
+        )

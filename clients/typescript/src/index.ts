@@ -1,0 +1,440 @@
+// Client for mcp-connect: third-party OAuth for MCP servers through URL-mode elicitation
+// (docs/mcp-integration.md). Node 20+: global fetch, no runtime dependencies.
+//
+//   const connect = new Client('https://connect.example.com', apiKey);
+//   try {
+//     const token = await connect.token({ provider: 'github', subject, elicit: true });
+//   } catch (e) {
+//     if (e instanceof ConnectError && e.elicitation) { /* hand it to the MCP client */ }
+//   }
+//
+// Webhook signatures: `mcp-connect-client/webhooks`. The official MCP SDK helper (2025-11-25):
+// `mcp-connect-client/mcp-sdk`.
+
+export { Verifier, WebhookError, TOLERANCE_SECONDS } from './webhooks.js';
+import { parseEvent, type ConnectEvent } from './webhooks.js';
+export type { ConnectEvent, EventData } from './webhooks.js';
+
+/** The two MCP protocol versions whose payloads every elicitation carries. */
+export const MCP_2025_11_25 = '2025-11-25';
+export const MCP_2026_07_28 = '2026-07-28';
+/** The longest the service holds a waiting request (`wait_seconds`, `?wait=`). */
+export const MAX_WAIT_SECONDS = 60;
+/** Retries of one call (429 with a short `Retry-After`; transport failures and 503 on reads). */
+export const DEFAULT_MAX_RETRIES = 2;
+/** A `Retry-After` longer than this (seconds) is not slept through: the error reaches the caller. */
+export const DEFAULT_MAX_RETRY_AFTER = 10;
+/** `code` of a ConnectError when mcp-connect could not be reached (then `status` is undefined). */
+export const TRANSPORT_ERROR = 'transport_error';
+/** `code` of a ConnectError when the answer was not mcp-connect's JSON (e.g. a proxy's page). */
+export const UNEXPECTED_RESPONSE = 'unexpected_response';
+
+type Json = Record<string, unknown>;
+
+/** An elicitation (`ElicitationView`): a connect URL for one user at one provider. */
+export interface Elicitation {
+  id: string;
+  /** The connect URL for the user. Carries no personal data. */
+  url: string;
+  /** What the MCP client shows the user; names the provider. */
+  message: string;
+  /** `pending`, `completed`, `declined`, `expired` or `failed`. */
+  status: string;
+  subject: string;
+  provider: string;
+  scopes: string[];
+  expires_at: string;
+  connection_id?: string | null;
+  /** Ready-to-send payloads keyed by MCP protocol version (see the functions below). */
+  mcp: {
+    '2026-07-28': { method: 'elicitation/create'; params: UrlElicitationParams };
+    '2025-11-25': {
+      params: UrlElicitationParams & { elicitationId: string };
+      error: { code: number; message: string; data: { elicitations: Array<UrlElicitationParams & { elicitationId: string }> } };
+    };
+  };
+  /** Sealed state for `InputRequiredResult.requestState` (2026-07-28); hand it back to `token`. */
+  request_state?: string | null;
+  /** Why it failed, when `status` is `failed`. */
+  reason?: string | null;
+}
+
+export interface UrlElicitationParams {
+  mode: 'url';
+  url: string;
+  message: string;
+  elicitationId?: string;
+}
+
+/** A credential to call the provider with (`TokenResponse`). */
+export interface Token {
+  access_token: string;
+  token_type: string;
+  expires_at?: string | null;
+  scopes: string[];
+  connection_id: string;
+  /** What the provider said that API calls need (e.g. `instance_url`). */
+  metadata: Json;
+  params: Json;
+  /** `oauth2`, or the kind of credential an API-key provider holds. */
+  credential_type: string;
+  api_key?: string | null;
+  header_name?: string | null;
+  header_value?: string | null;
+  username?: string | null;
+  password?: string | null;
+}
+
+/** A connection's metadata (`ConnectionView`), never its tokens. */
+export interface Connection {
+  id: string;
+  subject: string;
+  provider: string;
+  /** `active`, `needs_reauth` or `revoked`. */
+  status: string;
+  scopes: string[];
+  has_refresh_token: boolean;
+  account_label?: string | null;
+  expires_at?: string | null;
+  last_refresh_at?: string | null;
+  last_error?: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** What revoking a connection did (`RevocationReport`). */
+export interface Revocation {
+  connection_id: string;
+  refresh_token: string;
+  access_token: string;
+  tokens_deleted: boolean;
+  message: string;
+}
+
+/** One message of `GET /v1/events`; `id` is the sequence number to resume after. */
+export interface StreamedEvent {
+  id: number;
+  event: ConnectEvent;
+}
+
+/** `POST /v1/tokens`. Give `subject` (the validated MCP user's `sub`), `subjectToken` (that
+ * user's MCP access token, as proof), or both. */
+export interface TokenRequest {
+  provider: string;
+  subject?: string;
+  subjectToken?: string;
+  /** What this call needs: more than the grant holds asks the user for the union. */
+  scopes?: string[];
+  minTtlSeconds?: number;
+  /** The provider just refused the token: refresh (never answers with the token held before). */
+  forceRefresh?: boolean;
+  /** When not connected, fail with `authorization_required` carrying a ready elicitation. */
+  elicit?: boolean;
+  /** Wait for this elicitation first (with `waitSeconds`). */
+  elicitationId?: string;
+  /** Instead of `elicitationId`: the elicitation's `request_state`, as handed out. */
+  requestState?: string;
+  /** Hold the request while the awaited elicitation is pending (at most 60). */
+  waitSeconds?: number;
+}
+
+export interface CreateElicitationRequest {
+  provider: string;
+  subject?: string;
+  subjectToken?: string;
+  scopes?: string[];
+  params?: Json;
+}
+
+/**
+ * Every failure of a call: the API's stable `code` (`not_connected`, `authorization_required`,
+ * `invalid_request_state`, `rate_limited`, ...), its message, the HTTP status, and what some
+ * codes carry (the ready `elicitation` of `authorization_required` / `reauthorization_required`,
+ * `reason`, `elicitationId`, `retryAfter`). Transport failures: `code === 'transport_error'`,
+ * no status.
+ */
+export class ConnectError extends Error {
+  readonly code: string;
+  readonly status: number | undefined;
+  readonly elicitation: Elicitation | undefined;
+  readonly reason: string | undefined;
+  readonly elicitationId: string | undefined;
+  readonly retryAfter: number | undefined;
+  readonly body: Json;
+
+  constructor(code: string, message: string, status?: number, more: { elicitation?: Elicitation; reason?: string; elicitationId?: string; retryAfter?: number; body?: Json; cause?: unknown } = {}) {
+    super(status === undefined ? `${code}: ${message}` : `mcp-connect answered ${status} ${code}: ${message}`, { cause: more.cause });
+    this.name = 'ConnectError';
+    this.code = code;
+    this.status = status;
+    this.elicitation = more.elicitation;
+    this.reason = more.reason;
+    this.elicitationId = more.elicitationId;
+    this.retryAfter = more.retryAfter;
+    this.body = more.body ?? {};
+  }
+
+  /** The human sentence the API sent. */
+  get apiMessage(): string {
+    return typeof this.body.message === 'string' ? this.body.message : this.message;
+  }
+
+  /** `authorization_required` or `reauthorization_required`: the user must (re)connect. */
+  get needsAuthorization(): boolean {
+    return this.code === 'authorization_required' || this.code === 'reauthorization_required';
+  }
+
+  /** The user declined the awaited elicitation and nothing is connected. */
+  get isDeclined(): boolean {
+    return this.code === 'authorization_declined';
+  }
+
+  static fromBody(status: number, body: unknown, retryAfter?: number): ConnectError {
+    if (typeof body !== 'object' || body === null || typeof (body as Json).error !== 'string') {
+      return new ConnectError(UNEXPECTED_RESPONSE, String(typeof body === 'string' ? body : JSON.stringify(body)).slice(0, 200), status, { retryAfter });
+    }
+    const b = body as Json;
+    const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+    const el = b.elicitation;
+    return new ConnectError(b.error as string, str(b.message) ?? '', status, {
+      elicitation: typeof el === 'object' && el !== null ? (el as Elicitation) : undefined,
+      reason: str(b.reason),
+      elicitationId: str(b.elicitation_id),
+      retryAfter,
+      body: b,
+    });
+  }
+}
+
+/** The 2026-07-28 `elicitation/create` input request an elicitation carries. */
+export type InputRequest = Elicitation['mcp']['2026-07-28'];
+/** The 2025-11-25 URL-mode `elicitation/create` params an elicitation carries. */
+export type CreateParams = Elicitation['mcp']['2025-11-25']['params'];
+/** The 2025-11-25 URLElicitationRequiredError (`-32042`) an elicitation carries. */
+export type UrlElicitationRequiredErrorData = Elicitation['mcp']['2025-11-25']['error'];
+
+/** A 2026-07-28 `InputRequiredResult`, in wire form. */
+export interface InputRequiredResultWire {
+  resultType: 'input_required';
+  inputRequests: Record<string, InputRequest>;
+  requestState?: string;
+}
+
+/** 2026-07-28: the `{method: "elicitation/create", params}` object for `InputRequiredResult.inputRequests`. */
+export function inputRequest(el: Elicitation): InputRequest {
+  return el.mcp[MCP_2026_07_28];
+}
+
+/** 2026-07-28: a complete `InputRequiredResult` (wire form) asking for this elicitation under `key`. */
+export function inputRequiredResult(el: Elicitation, key = 'connect'): InputRequiredResultWire {
+  const r: InputRequiredResultWire = { resultType: 'input_required', inputRequests: { [key]: inputRequest(el) } };
+  if (el.request_state) r.requestState = el.request_state;
+  return r;
+}
+
+/** 2025-11-25: the `elicitation/create` params (`mode`, `elicitationId`, `url`, `message`). */
+export function createParams(el: Elicitation): CreateParams {
+  return el.mcp[MCP_2025_11_25].params;
+}
+
+/** 2025-11-25: the URLElicitationRequiredError (`code: -32042`, `message`, `data`). */
+export function urlElicitationRequiredError(el: Elicitation): UrlElicitationRequiredErrorData {
+  return el.mcp[MCP_2025_11_25].error;
+}
+
+export interface ClientOptions {
+  /** Bounded retries (default 2); see `Client`. */
+  maxRetries?: number;
+  /** Seconds; a longer `Retry-After` is not waited for (default 10). */
+  maxRetryAfter?: number;
+  /** Per-request timeout in ms (default 75 000: the longest wait the service holds, and a margin). */
+  timeoutMs?: number;
+  /** Bring your own fetch (tests, proxies). */
+  fetch?: typeof fetch;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => { setTimeout(resolve, ms); });
+const segment = (s: string) => encodeURIComponent(s);
+const clampWait = (s: number) => Math.max(0, Math.min(Math.floor(s), MAX_WAIT_SECONDS));
+
+function retryAfterOf(resp: Response): number | undefined {
+  const v = resp.headers.get('retry-after');
+  if (v === null) return undefined;
+  const n = Number(v);
+  return Number.isFinite(n) ? Math.max(0, n) : undefined;
+}
+
+/**
+ * The mcp-connect API client (`Authorization: Bearer <api key>`). `baseUrl` is mcp-connect's
+ * `public_url`; `apiKey` one from its `[[clients]]`.
+ *
+ * Retries are bounded (`maxRetries`) and only where a second attempt cannot do anything twice:
+ * any call answered `429 rate_limited` with a `Retry-After` of at most `maxRetryAfter` seconds
+ * (the request was not processed), and the reads (`getElicitation`, `waitElicitation`,
+ * `connections`) after a transport failure or `503 unavailable`. `token`, `createElicitation`
+ * and `revoke` are never re-sent after a transport failure.
+ */
+export class Client {
+  readonly #base: string;
+  readonly #apiKey: string;
+  readonly #maxRetries: number;
+  readonly #maxRetryAfter: number;
+  readonly #timeoutMs: number;
+  readonly #fetch: typeof fetch;
+
+  constructor(baseUrl: string, apiKey: string, options: ClientOptions = {}) {
+    this.#base = baseUrl.replace(/\/+$/, '');
+    this.#apiKey = apiKey;
+    this.#maxRetries = Math.max(0, options.maxRetries ?? DEFAULT_MAX_RETRIES);
+    this.#maxRetryAfter = options.maxRetryAfter ?? DEFAULT_MAX_RETRY_AFTER;
+    this.#timeoutMs = options.timeoutMs ?? (MAX_WAIT_SECONDS + 15) * 1000;
+    this.#fetch = options.fetch ?? globalThis.fetch;
+  }
+
+  /** The key stays out of logs and inspection. */
+  toJSON() { return { baseUrl: this.#base }; }
+
+  #headers(subjectToken?: string): Record<string, string> {
+    const h: Record<string, string> = { authorization: `Bearer ${this.#apiKey}`, accept: 'application/json' };
+    // A token never goes into a URL: the service reads it from this header.
+    if (subjectToken !== undefined) h['subject-token'] = subjectToken;
+    return h;
+  }
+
+  async #call<T>(method: string, path: string, opts: { body?: Json; query?: Record<string, string>; subjectToken?: string; read?: boolean } = {}): Promise<T> {
+    const url = new URL(`${this.#base}${path}`);
+    for (const [k, v] of Object.entries(opts.query ?? {})) url.searchParams.set(k, v);
+    const headers = this.#headers(opts.subjectToken);
+    if (opts.body !== undefined) headers['content-type'] = 'application/json';
+    for (let attempt = 0; ; attempt += 1) {
+      let resp: Response;
+      try {
+        resp = await this.#fetch(url, {
+          method,
+          headers,
+          body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+          signal: AbortSignal.timeout(this.#timeoutMs),
+        });
+      } catch (err) {
+        if (opts.read && attempt < this.#maxRetries) {
+          await sleep(250 * 2 ** (attempt + 1));
+          continue;
+        }
+        const kind = (err as { cause?: { code?: string } })?.cause?.code ?? (err as Error)?.name ?? 'error';
+        throw new ConnectError(TRANSPORT_ERROR, `could not reach mcp-connect (${kind})`, undefined, { cause: err });
+      }
+      const text = await resp.text();
+      let parsed: unknown = text;
+      try { parsed = JSON.parse(text); } catch { /* not JSON: reported as unexpected_response */ }
+      if (resp.ok) {
+        if (typeof parsed !== 'object' || parsed === null) throw ConnectError.fromBody(resp.status, text);
+        return parsed as T;
+      }
+      const retryAfter = retryAfterOf(resp);
+      if (attempt < this.#maxRetries) {
+        if (resp.status === 429 && retryAfter !== undefined && retryAfter <= this.#maxRetryAfter) {
+          await sleep(retryAfter * 1000);
+          continue;
+        }
+        if (resp.status === 503 && opts.read) {
+          await sleep(Math.min(retryAfter ?? 0.25 * 2 ** (attempt + 1), this.#maxRetryAfter) * 1000);
+          continue;
+        }
+      }
+      throw ConnectError.fromBody(resp.status, parsed, retryAfter);
+    }
+  }
+
+  /** `POST /v1/tokens`: the user's credential at the provider, refreshed first when needed. */
+  async token(req: TokenRequest): Promise<Token> {
+    const body: Json = { provider: req.provider };
+    if (req.subject !== undefined) body.subject = req.subject;
+    if (req.subjectToken !== undefined) body.subject_token = req.subjectToken;
+    if (req.scopes !== undefined) body.scopes = req.scopes;
+    if (req.minTtlSeconds !== undefined) body.min_ttl_seconds = req.minTtlSeconds;
+    if (req.forceRefresh) body.force_refresh = true;
+    if (req.elicit) body.elicit = true;
+    if (req.elicitationId !== undefined) body.elicitation_id = req.elicitationId;
+    if (req.requestState !== undefined) body.request_state = req.requestState;
+    if (req.waitSeconds !== undefined) body.wait_seconds = clampWait(req.waitSeconds);
+    return this.#call<Token>('POST', '/v1/tokens', { body });
+  }
+
+  /** `POST /v1/elicitations`: a connect URL for the user at the provider (a still-pending one for
+   * the same request is handed out again). */
+  async createElicitation(req: CreateElicitationRequest): Promise<Elicitation> {
+    const body: Json = { provider: req.provider };
+    if (req.subject !== undefined) body.subject = req.subject;
+    if (req.subjectToken !== undefined) body.subject_token = req.subjectToken;
+    if (req.scopes !== undefined) body.scopes = req.scopes;
+    if (req.params !== undefined) body.params = req.params;
+    return this.#call<Elicitation>('POST', '/v1/elicitations', { body });
+  }
+
+  /** `GET /v1/elicitations/{id}`. */
+  async getElicitation(id: string): Promise<Elicitation> {
+    return this.#call<Elicitation>('GET', `/v1/elicitations/${segment(id)}`, { read: true });
+  }
+
+  /** `GET /v1/elicitations/{id}?wait=`: returns once it is no longer pending, or when
+   * `waitSeconds` (at most 60) have passed (then `status` is still `pending`). */
+  async waitElicitation(id: string, waitSeconds = MAX_WAIT_SECONDS): Promise<Elicitation> {
+    return this.#call<Elicitation>('GET', `/v1/elicitations/${segment(id)}`, { query: { wait: String(clampWait(waitSeconds)) }, read: true });
+  }
+
+  /** `GET /v1/connections`: the user's connections this client may use (metadata only). */
+  async connections(who: { subject?: string; subjectToken?: string }): Promise<Connection[]> {
+    const query: Record<string, string> = who.subject === undefined ? {} : { subject: who.subject };
+    const list = await this.#call<{ connections?: Connection[] }>('GET', '/v1/connections', { query, subjectToken: who.subjectToken, read: true });
+    return list.connections ?? [];
+  }
+
+  /** `DELETE /v1/connections/{id}`: revokes at the provider and deletes the tokens. */
+  async revoke(connectionId: string, opts: { subjectToken?: string } = {}): Promise<Revocation> {
+    return this.#call<Revocation>('DELETE', `/v1/connections/${segment(connectionId)}`, { subjectToken: opts.subjectToken });
+  }
+
+  /** `GET /v1/events`: this client's events as they happen. Pass the last `StreamedEvent.id`
+   * seen to replay what was missed; `signal` ends the stream. The iterator also ends when the
+   * service closes the stream (it does on shutdown): reconnect then. */
+  async *events(opts: { lastEventId?: number; signal?: AbortSignal } = {}): AsyncGenerator<StreamedEvent> {
+    const headers = { ...this.#headers(), accept: 'text/event-stream' } as Record<string, string>;
+    if (opts.lastEventId !== undefined) headers['last-event-id'] = String(opts.lastEventId);
+    let resp: Response;
+    try {
+      resp = await this.#fetch(`${this.#base}/v1/events`, { headers, signal: opts.signal });
+    } catch (err) {
+      throw new ConnectError(TRANSPORT_ERROR, 'could not reach mcp-connect', undefined, { cause: err });
+    }
+    if (!resp.ok || !resp.body) {
+      const text = await resp.text();
+      let parsed: unknown = text;
+      try { parsed = JSON.parse(text); } catch { /* reported as unexpected_response */ }
+      throw ConnectError.fromBody(resp.status, parsed, retryAfterOf(resp));
+    }
+    const decoder = new TextDecoder();
+    let buf = '';
+    try {
+      for await (const chunk of resp.body as unknown as AsyncIterable<Uint8Array>) {
+        buf += decoder.decode(chunk, { stream: true }).replace(/\r\n/g, '\n');
+        for (let end = buf.indexOf('\n\n'); end >= 0; end = buf.indexOf('\n\n')) {
+          const block = buf.slice(0, end);
+          buf = buf.slice(end + 2);
+          let id: number | undefined;
+          const data: string[] = [];
+          for (const line of block.split('\n')) {
+            if (line.startsWith('id:')) id = Number(line.slice(3).trim());
+            else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+          }
+          if (id === undefined || !Number.isFinite(id) || data.length === 0) continue;
+          let event: ConnectEvent | undefined;
+          try { event = parseEvent(JSON.parse(data.join('\n'))); } catch { event = undefined; }
+          if (event) yield { id, event };
+        }
+      }
+    } catch (err) {
+      if (opts.signal?.aborted) return;
+      throw new ConnectError(TRANSPORT_ERROR, 'the event stream failed', undefined, { cause: err });
+    }
+  }
+}

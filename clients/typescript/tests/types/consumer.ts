@@ -1,0 +1,25 @@
+// Compiled (not run) by `npm run check`: a strict NodeNext consumer of the published entry points,
+// through the package's own `exports` and the committed .d.ts files.
+import { Client, ConnectError, inputRequiredResult, type Elicitation, type Token } from 'mcp-connect-client';
+import { Verifier, type ConnectEvent } from 'mcp-connect-client/webhooks';
+import { DEFAULT_MAX_ROUNDS, NotConnectedError, tokenOrElicit } from 'mcp-connect-client/mcp-sdk';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+
+const connect = new Client('https://connect.example.com', 'key', { maxRetries: 1 });
+const mcp = new McpServer({ name: 'consumer', version: '0.0.0' });
+mcp.registerTool('whoami', { description: 'who you are' }, async () => {
+  try {
+    const token: Token = await tokenOrElicit(mcp.server, connect, { provider: 'github', subject: 'alice' }, { maxRounds: DEFAULT_MAX_ROUNDS });
+    return { content: [{ type: 'text' as const, text: token.token_type }] };
+  } catch (e) {
+    if (e instanceof NotConnectedError) return { content: [{ type: 'text' as const, text: e.message }], isError: true };
+    if (e instanceof ConnectError && e.elicitation) {
+      const el: Elicitation = e.elicitation;
+      const state: string | undefined = inputRequiredResult(el).requestState;
+      return { content: [{ type: 'text' as const, text: state ?? el.url }] };
+    }
+    throw e;
+  }
+});
+const event: ConnectEvent = new Verifier('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw').verify({}, '');
+export { event };
