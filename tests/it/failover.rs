@@ -63,6 +63,37 @@ async fn replication_state(primary: &PrivatePostgres) -> Option<String> {
     row.map(|r| r.0)
 }
 
+/// Waits until the standby has replayed everything the primary has written so far: cutting it
+/// off must lose only what comes after (alice's connection itself must be there), however slowly
+/// a loaded machine replays.
+async fn wait_caught_up(primary: &PrivatePostgres, standby: &PrivatePostgres) {
+    let p = sqlx::PgPool::connect(&format!("{}/postgres", primary.base_url))
+        .await
+        .unwrap();
+    let (lsn,): (String,) = sqlx::query_as("SELECT pg_current_wal_lsn()::text")
+        .fetch_one(&p)
+        .await
+        .unwrap();
+    p.close().await;
+    let s = sqlx::PgPool::connect(&format!("{}/postgres", standby.base_url))
+        .await
+        .unwrap();
+    for _ in 0..300 {
+        let (done,): (bool,) =
+            sqlx::query_as("SELECT COALESCE(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)")
+                .bind(&lsn)
+                .fetch_one(&s)
+                .await
+                .unwrap();
+        if done {
+            s.close().await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the standby did not replay up to {lsn} within 30 s");
+}
+
 async fn force_refresh(app: &TestApp) -> (StatusCode, Value) {
     app.post(
         "/v1/tokens",
@@ -123,6 +154,7 @@ async fn fail_over(replication: Replication) -> (Duration, StatusCode, Value) {
     let app = TestApp::spawn_on(listener, peers, db_url, &Options::default()).await;
     app.connect("alice").await;
     if replication == Replication::AsynchronousLagging {
+        wait_caught_up(&primary, &standby).await;
         standby.stop_server().await.unwrap();
     }
     // The provider rotates alice's refresh token; the new one is committed on the primary.
