@@ -1,10 +1,12 @@
 """An MCP server (official Python SDK, protocol 2026-07-28) whose tool needs the user's token at a
 provider, and gets it from mcp-connect: `InputRequiredResult` + `requestState`. It validates the
 user's MCP access token (a JWT from MCP_ISSUER for this server's resource) and forwards it to
-mcp-connect as `subject_token`, the proof of who is asking.
+mcp-connect as `subject_token`, the proof of who is asking. Talking to mcp-connect and building the
+MCP answer is one call of `token_or_input_required` from the mcp-connect-client package
+(clients/python); what is left here is the tool logic.
 
     python3 -m venv .venv && . .venv/bin/activate   # Debian refuses a system-wide pip install
-    pip install -r requirements.txt
+    pip install -r examples/python/requirements.txt   # from the repository's root
     MCP_CONNECT_URL=http://127.0.0.1:8080 MCP_CONNECT_API_KEY=... PROVIDER=acme \
     PROVIDER_API=https://api.acme.test/whoami MCP_ISSUER=https://auth.example.com \
     python server.py --port 8765
@@ -15,7 +17,6 @@ client.py beside this file calls it.)
 
 import argparse
 import asyncio
-import hashlib
 import os
 
 import httpx2 as httpx
@@ -25,16 +26,13 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp_connect_client import Client
+from mcp_connect_client.mcp_sdk import NotConnected, token_or_input_required
 from mcp_types import InputRequiredResult
 
-CONNECT, KEY = os.environ["MCP_CONNECT_URL"], os.environ["MCP_CONNECT_API_KEY"]
+connect = Client(os.environ["MCP_CONNECT_URL"], os.environ["MCP_CONNECT_API_KEY"])
 PROVIDER, PROVIDER_API = os.environ["PROVIDER"], os.environ["PROVIDER_API"]
-
-
 ISSUER = os.environ.get("MCP_ISSUER")  # the MCP authorization server
-MAX_ROUNDS = 3  # retries of one tool call while the user connects, then a friendly answer
-rounds: dict[str, int] = {}
 
 
 class JwtVerifier:
@@ -64,11 +62,6 @@ class DemoVerifier:
         return AccessToken(token=token, client_id="demo-client", scopes=[], subject=sub) if sub else None
 
 
-async def connect_api(http: httpx.AsyncClient, body: dict) -> tuple[int, dict]:
-    r = await http.post(f"{CONNECT}/v1/tokens", json=body, headers={"authorization": f"Bearer {KEY}"})
-    return r.status_code, r.json()
-
-
 def build(url: str) -> MCPServer:
     audience = os.environ.get("MCP_AUDIENCE", f"{url}/mcp")
     mcp = MCPServer(
@@ -85,34 +78,21 @@ def build(url: str) -> MCPServer:
     @mcp.tool()
     async def whoami(ctx: Context) -> str | InputRequiredResult:
         """Who you are at the provider (connects your account first if needed)."""
-        answer = (ctx.input_responses or {}).get("connect")
-        if answer is not None and answer.action != "accept":  # decline / cancel
-            return f"Not connected to {PROVIDER}: you chose to {answer.action}."
         user = get_access_token()
-        ask = {"subject": user.subject, "provider": PROVIDER, "elicit": True}
-        if ISSUER:  # proof of subject: the token the user presented, checked again by mcp-connect
-            ask["subject_token"] = user.token
-        if ctx.request_state:  # the retry: `accept` only means the URL was opened, so let
-            # mcp-connect check its token store (waiting a little for the user to finish)
-            ask |= {"request_state": ctx.request_state, "wait_seconds": 20}
-        async with httpx.AsyncClient(timeout=60) as http:
-            status, body = await connect_api(http, ask)
-            if status == 200:
-                me = await http.get(PROVIDER_API, headers={"authorization": f"Bearer {body['access_token']}"})
-                return f"{PROVIDER} says you are {me.json()['sub']}"
-        if body["error"] in ("authorization_required", "reauthorization_required"):
-            el = body["elicitation"]  # mcp-connect's ready request and sealed state, verbatim
-            seen = hashlib.sha256(f"{user.subject} {el['id']}".encode()).hexdigest()
-            rounds[seen] = rounds.get(seen, 0) + 1
-            if rounds[seen] > MAX_ROUNDS:  # the user has not finished: stop asking, kindly
-                rounds.pop(seen)
-                return (f"Still not connected to {PROVIDER}. Open the link whenever you are ready, "
-                        "then ask again.")
-            return InputRequiredResult(input_requests={"connect": el["mcp"]["2026-07-28"]},
-                                       request_state=el["request_state"])
-        if body["error"] == "authorization_declined":
-            return f"Not connected to {PROVIDER}: you declined."
-        raise ToolError(f"{body['error']}: {body['message']}")  # e.g. invalid_request_state
+        # Proof of subject with MCP_ISSUER: the token the user presented, checked again by mcp-connect.
+        subject_token = user.token if ISSUER else None
+        try:
+            # The token, or the InputRequiredResult that asks the user to connect (the client shows
+            # the URL and calls again with the answer; at most three rounds).
+            got = await token_or_input_required(connect, ctx, PROVIDER, subject=user.subject,
+                                                subject_token=subject_token)
+        except NotConnected as e:  # declined, cancelled, or not finished in time
+            return str(e)
+        if isinstance(got, InputRequiredResult):
+            return got
+        async with httpx.AsyncClient(timeout=30) as http:
+            me = await http.get(PROVIDER_API, headers={"authorization": f"Bearer {got.access_token}"})
+        return f"{PROVIDER} says you are {me.json()['sub']}"
 
     return mcp
 

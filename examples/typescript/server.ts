@@ -5,6 +5,8 @@
 //   whoami_later  answers at once with the -32042 error (URLElicitationRequiredError); mcp-connect's
 //                 event stream (GET /v1/events) says when the user is done, and the server sends
 //                 `notifications/elicitation/complete` to the client that started it.
+// Both are one call of `tokenOrElicit` from the mcp-connect-client package (clients/typescript),
+// which talks to mcp-connect and builds the MCP answers; what is left here is the tool logic.
 //
 // It validates the user's MCP access token (a JWT from MCP_ISSUER for this server's resource) and
 // forwards it to mcp-connect as `subject_token`, the proof of who is asking.
@@ -17,8 +19,9 @@ import http from 'node:http';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
-import { ElicitRequestURLParams, UrlElicitationRequiredError } from '@modelcontextprotocol/sdk/types.js';
 import { createRemoteJWKSet, jwtVerify } from 'jose';
+import { Client, type Token } from 'mcp-connect-client';
+import { Completions, NotConnectedError, tokenOrElicit } from 'mcp-connect-client/mcp-sdk';
 
 const env = (k: string) => process.env[k] ?? (() => { throw new Error(`set ${k}`); })();
 const [CONNECT, KEY, PROVIDER, PROVIDER_API] = ['MCP_CONNECT_URL', 'MCP_CONNECT_API_KEY', 'PROVIDER', 'PROVIDER_API'].map(env);
@@ -43,18 +46,15 @@ async function verify(token: string): Promise<string | undefined> {
   } catch { return undefined; }
 }
 
-const connectApi = async (body: object) => {
-  const r = await fetch(`${CONNECT}/v1/tokens`, { method: 'POST', body: JSON.stringify(body), headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' } });
-  return { ok: r.ok, body: await r.json() };
-};
+const connect = new Client(CONNECT, KEY);
 const text = (t: string) => ({ content: [{ type: 'text' as const, text: t }] });
-const callProvider = async (token: string) => {
-  const me = await (await fetch(PROVIDER_API, { headers: { authorization: `Bearer ${token}` } })).json();
+const callProvider = async (token: Token) => {
+  const me = await (await fetch(PROVIDER_API, { headers: { authorization: `Bearer ${token.access_token}` } })).json();
   return text(`${PROVIDER} says you are ${me.sub}`);
 };
-
-// Elicitations whose completion a client is waiting to hear about: id -> notifier for its session.
-const completions = new Map<string, () => Promise<void>>();
+// Tells each client answered -32042 when its user is done, from mcp-connect's event stream
+// (GET /v1/events): one listener for the whole process.
+const completions = new Completions(connect);
 
 function build(subject: string) {
   const mcp = new McpServer({ name: 'whoami-typescript', version: '0.0.0' });
@@ -62,60 +62,26 @@ function build(subject: string) {
   // `req.auth` to the tool as `extra.authInfo`), checked again by mcp-connect. Not the session's
   // first token: the client refreshes its token while the session lives on, and mcp-connect
   // refuses an expired one.
-  const token = (authInfo: AuthInfo | undefined, more = {}) => {
-    const proof = ISSUER ? { subject_token: authInfo?.token } : {};
-    return connectApi({ subject, ...proof, provider: PROVIDER, elicit: true, ...more });
-  };
+  const who = (authInfo: AuthInfo | undefined) => ({ provider: PROVIDER, subject, subjectToken: ISSUER ? authInfo?.token : undefined });
 
+  // elicitation/create, then waits for the user (at most three rounds of 20 s), sends
+  // notifications/elicitation/complete and returns the token.
   mcp.registerTool('whoami', { description: `Who you are at ${PROVIDER} (asks you to connect first if needed)` }, async ({ authInfo }) => {
-    const first = await token(authInfo);
-    if (first.ok) return callProvider(first.body.access_token);
-    const el = first.body.elicitation;
-    if (!el) throw new Error(first.body.message);
-    const { action } = await mcp.server.elicitInput(el.mcp['2025-11-25'].params as ElicitRequestURLParams);
-    if (action !== 'accept') return text(`Not connected to ${PROVIDER}: you chose to ${action}.`);
-    // `accept` only means the user opened the URL: mcp-connect says when the flow is done.
-    for (let round = 0; round < 5; round += 1) { // a cap, then a friendly answer below
-      const done = await token(authInfo, { elicitation_id: el.id, wait_seconds: 60 });
-      if (done.ok) {
-        await mcp.server.createElicitationCompletionNotifier(el.id)();
-        return callProvider(done.body.access_token);
-      }
-      if (done.body.error === 'authorization_declined') break;
-    }
-    return text(`Still not connected to ${PROVIDER}. Open the link whenever you are ready, then ask again.`);
-  });
-
-  mcp.registerTool('whoami_later', { description: `Who you are at ${PROVIDER}; retry after connecting` }, async ({ authInfo }) => {
-    const r = await token(authInfo);
-    if (r.ok) return callProvider(r.body.access_token);
-    const el = r.body.elicitation;
-    if (!el) throw new Error(r.body.message);
-    completions.set(el.id, mcp.server.createElicitationCompletionNotifier(el.id));
-    const { error } = el.mcp['2025-11-25'];
-    throw new UrlElicitationRequiredError(error.data.elicitations, error.message);
-  });
-  return mcp;
-}
-
-// Listens to mcp-connect's event stream and tells each waiting client that its elicitation ended.
-async function listen() {
-  for (;;) {
     try {
-      const r = await fetch(`${CONNECT}/v1/events`, { headers: { authorization: `Bearer ${KEY}` } });
-      let buf = '';
-      for await (const chunk of r.body as unknown as AsyncIterable<Uint8Array>) {
-        buf += Buffer.from(chunk).toString('utf8');
-        for (let end; (end = buf.indexOf('\n\n')) >= 0; buf = buf.slice(end + 2)) {
-          const data = buf.slice(0, end).split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5)).join('');
-          const id = data && JSON.parse(data).data.elicitation_id;
-          const notify = id && completions.get(id);
-          if (notify) { completions.delete(id); await notify().catch(() => {}); }
-        }
-      }
-    } catch { /* reconnect below */ }
-    await new Promise((r) => { setTimeout(r, 1000); });
-  }
+      return await callProvider(await tokenOrElicit(mcp.server, connect, who(authInfo)));
+    } catch (e) {
+      // Declined, cancelled or not finished in time: a plain answer rather than a tool error.
+      if (e instanceof NotConnectedError) return text(e.message);
+      throw e;
+    }
+  });
+
+  // Answers at once with -32042 (URLElicitationRequiredError); `completions` tells the client
+  // when to call again.
+  mcp.registerTool('whoami_later', { description: `Who you are at ${PROVIDER}; retry after connecting` }, async ({ authInfo }) => (
+    callProvider(await tokenOrElicit(mcp.server, connect, who(authInfo), { mode: 'error', completions }))
+  ));
+  return mcp;
 }
 
 const sessions = new Map<string, { subject: string; transport: StreamableHTTPServerTransport }>();
@@ -140,4 +106,7 @@ http.createServer(async (req: http.IncomingMessage & { auth?: AuthInfo }, res) =
     session = { subject, transport };
   }
   await session.transport.handleRequest(req, res);
-}).listen(PORT, '127.0.0.1', () => { void listen(); });
+}).listen(PORT, '127.0.0.1', () => {
+  // Reconnects by itself; a failure is worth a line (a wrong API key shows up here first).
+  void completions.listen({ onError: (e) => { console.error(`mcp-connect event stream: ${e}`); } });
+});

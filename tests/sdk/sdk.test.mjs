@@ -15,11 +15,12 @@
 //   Python client saw, E2E_VERBOSE=1 echoes every process)
 //
 // Needs: the mcp-connect binary, tests/peers/node_modules, Chromium, a Python venv with the
-// `mcp` package (PYTHON, default tests/sdk/.venv/bin/python) and examples/typescript/node_modules.
+// `mcp` and mcp-connect-client packages (PYTHON, default tests/sdk/.venv/bin/python) and
+// examples/typescript/node_modules.
 // Tests whose tool is missing are skipped with a message saying how to get it.
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -90,8 +91,10 @@ function missing() {
   if (!fs.existsSync(BIN)) why.all = `mcp-connect binary not found at ${BIN}: run \`cargo build\``;
   else if (!fs.existsSync(CHROMIUM)) why.all = `Chromium not found at ${CHROMIUM}`;
   else if (!fs.existsSync(path.join(ROOT, 'tests/peers/node_modules'))) why.all = 'run `npm ci --prefix tests/peers`';
-  if (!fs.existsSync(PYTHON)) why.python = `no Python with the mcp package at ${PYTHON}: python3 -m venv tests/sdk/.venv && tests/sdk/.venv/bin/pip install -r examples/python/requirements.txt`;
-  if (!fs.existsSync(path.join(TS_DIR, 'node_modules/@modelcontextprotocol/sdk'))) why.typescript = 'run `npm ci --prefix examples/typescript`';
+  const venv = 'python3 -m venv tests/sdk/.venv && tests/sdk/.venv/bin/pip install -r examples/python/requirements.txt';
+  if (!fs.existsSync(PYTHON)) why.python = `no Python with the mcp package at ${PYTHON}: ${venv}`;
+  else if (spawnSync(PYTHON, ['-c', 'import mcp, mcp_connect_client.mcp_sdk']).status !== 0) why.python = `${PYTHON} lacks mcp or mcp-connect-client: ${venv}`;
+  if (!fs.existsSync(path.join(TS_DIR, 'node_modules/mcp-connect-client'))) why.typescript = 'run `npm ci --prefix examples/typescript`';
   return why;
 }
 const MISSING = missing();

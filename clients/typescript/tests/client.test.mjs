@@ -17,7 +17,7 @@ import {
   Client, ConnectError, MCP_2026_07_28, TRANSPORT_ERROR, Verifier, WebhookError,
   createParams, inputRequest, inputRequiredResult, urlElicitationRequiredError,
 } from 'mcp-connect-client';
-import { DEFAULT_MAX_ROUNDS, NotConnectedError, tokenOrElicit } from 'mcp-connect-client/mcp-sdk';
+import { Completions, DEFAULT_MAX_ROUNDS, NotConnectedError, tokenOrElicit } from 'mcp-connect-client/mcp-sdk';
 import { mcpToken, sleep, startDemo, userOpens } from './demo.mjs';
 
 let demo;
@@ -271,6 +271,44 @@ describe('tokenOrElicit in an McpServer tool, called by the official SDK client 
     assert.ok(Date.now() - t0 < 20_000);
     assert.equal(DEFAULT_MAX_ROUNDS, 3);
     assert.ok(new NotConnectedError('m', 'rounds', 'p') instanceof Error);
+  });
+
+  test("mode 'error': -32042 to a client with URL elicitation; Completions notifies it from the event stream; the retry succeeds", STEP, async () => {
+    const completions = new Completions(connect);
+    const stop = new AbortController();
+    // From the stream's start: earlier tests' events replay too, and are not this test's to notify.
+    const listening = completions.listen({ signal: stop.signal, retryMs: 100, lastEventId: 0 });
+    const mcp = new McpServer({ name: 'helper-test', version: '0.0.0' });
+    mcp.registerTool('whoami', { description: 'who you are at the sandbox' }, async () => {
+      const token = await tokenOrElicit(mcp.server, connect, { provider: 'sandbox', subject: 'ines' }, { mode: 'error', completions });
+      return { content: [{ type: 'text', text: `sandbox says you are ${await whoami(token.access_token)}` }] };
+    });
+    const client = new McpClient({ name: 'helper-test-client', version: '0.0.0' }, { capabilities: { elicitation: { url: {} } } });
+    client.setRequestHandler(ElicitRequestSchema, async () => assert.fail('no elicitation/create expected'));
+    const completed = [];
+    client.setNotificationHandler(ElicitationCompleteNotificationSchema, (n) => { completed.push(n.params.elicitationId); });
+    const [ct, st] = InMemoryTransport.createLinkedPair();
+    await mcp.connect(st);
+    await client.connect(ct);
+    try {
+      const e = await rejects(client.callTool({ name: 'whoami', arguments: {} }));
+      assert.equal(e.code, -32042, String(e));
+      const [params] = e.data.elicitations;
+      assert.ok(params.url.startsWith(`${demo.base}/connect/`));
+      assert.equal(completions.size, 1);
+      await sleep(300);
+      assert.deepEqual(completed, [], 'nothing before the user finished');
+      await userOpens(params.url, 'ines');
+      for (let i = 0; i < 100 && completed.length === 0; i += 1) await sleep(100);
+      assert.deepEqual(completed, [params.elicitationId], 'notifications/elicitation/complete reached the client');
+      assert.equal(completions.size, 0, 'forgotten once notified');
+      const result = await client.callTool({ name: 'whoami', arguments: {} });
+      assert.equal(result.content.map((c) => c.text).join(''), 'sandbox says you are ines');
+    } finally {
+      stop.abort();
+      await listening;
+      await client.close();
+    }
   });
 
   test('a client without URL elicitation gets -32042 with the connect URL', STEP, async () => {

@@ -2,14 +2,16 @@
 // through the package's own `exports` and the committed .d.ts files.
 import { Client, ConnectError, inputRequiredResult, type Elicitation, type Token } from 'mcp-connect-client';
 import { Verifier, type ConnectEvent } from 'mcp-connect-client/webhooks';
-import { DEFAULT_MAX_ROUNDS, NotConnectedError, tokenOrElicit } from 'mcp-connect-client/mcp-sdk';
+import { Completions, DEFAULT_MAX_ROUNDS, NotConnectedError, tokenOrElicit } from 'mcp-connect-client/mcp-sdk';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 
 const connect = new Client('https://connect.example.com', 'key', { maxRetries: 1 });
 const mcp = new McpServer({ name: 'consumer', version: '0.0.0' });
+const completions = new Completions(connect);
+void completions.listen({ signal: AbortSignal.timeout(1000), onError: (err: unknown) => String(err) });
 mcp.registerTool('whoami', { description: 'who you are' }, async () => {
   try {
-    const token: Token = await tokenOrElicit(mcp.server, connect, { provider: 'github', subject: 'alice' }, { maxRounds: DEFAULT_MAX_ROUNDS });
+    const token: Token = await tokenOrElicit(mcp.server, connect, { provider: 'github', subject: 'alice' }, { maxRounds: DEFAULT_MAX_ROUNDS, mode: 'error', completions });
     return { content: [{ type: 'text' as const, text: token.token_type }] };
   } catch (e) {
     if (e instanceof NotConnectedError) return { content: [{ type: 'text' as const, text: e.message }], isError: true };
