@@ -69,6 +69,28 @@ pub struct TokenRequest {
     #[schema(maximum = 60)]
     #[serde(default, deserialize_with = "super::opt_u64")]
     pub wait_seconds: Option<u64>,
+    /// For a DPoP-bound token (`token_type: "DPoP"`: an upstream MCP server whose authorization
+    /// server uses DPoP, RFC 9449): the request you will make with it. The answer then carries
+    /// `dpop_proof`, a proof for exactly that request, signed with mcp-connect's key (which never
+    /// leaves it). Ask again for every request: each proof is for one request. Required for a
+    /// DPoP-bound token (else `invalid_request`); ignored for other tokens.
+    pub dpop: Option<DpopRequest>,
+}
+
+/// The request a DPoP proof is made for (RFC 9449 §4.2).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DpopRequest {
+    /// The HTTP method, in capitals (`POST`).
+    #[schema(max_length = 16, pattern = r"^[A-Z]+$")]
+    pub htm: String,
+    /// The absolute URL the request goes to, at the MCP server (its origin); a query or
+    /// fragment is left out of the proof.
+    #[schema(max_length = 2048)]
+    pub htu: String,
+    /// The `DPoP-Nonce` the MCP server answered with (a `401` with `error="use_dpop_nonce"`).
+    #[schema(max_length = 1024)]
+    pub nonce: Option<String>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -108,6 +130,10 @@ pub struct TokenResponse {
     pub header_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub header_value: Option<String>,
+    /// DPoP-bound tokens only (`token_type: "DPoP"`): the proof for the request named in `dpop`.
+    /// Send `Authorization: DPoP <access_token>` and `DPoP: <dpop_proof>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dpop_proof: Option<String>,
 }
 
 impl TokenResponse {
@@ -127,6 +153,7 @@ impl TokenResponse {
             password: None,
             header_name: None,
             header_value: None,
+            dpop_proof: t.dpop_proof,
         };
         let settings = provider
             .credential
@@ -168,6 +195,13 @@ pub async fn fetch(
     ApiJson(req): ApiJson<TokenRequest>,
 ) -> std::result::Result<Json<TokenResponse>, ApiError> {
     super::elicitations::validate_scopes(&req.scopes)?;
+    let dpop = req
+        .dpop
+        .map(|d| {
+            crate::providers::mcp::ProofTarget::parse(&d.htm, &d.htu, d.nonce.as_deref())
+                .map_err(Error::invalid)
+        })
+        .transpose()?;
     let ask = TokenAsk {
         client: &client.0,
         subject: req.subject.as_deref(),
@@ -190,6 +224,7 @@ pub async fn fetch(
         wait_seconds: req.wait_seconds,
         request_id: rid.0.clone(),
         lang,
+        dpop,
     };
     let (token, provider) = state
         .connect
