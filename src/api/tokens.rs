@@ -179,7 +179,7 @@ impl TokenResponse {
 
 #[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest,
     responses((status = 200, body = TokenResponse),
-        (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request`, or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
+        (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request` (also: a DPoP-bound token asked for without `dpop`, or a `dpop` naming a URL off the MCP server), or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
         (status = 401, body = crate::api::error::ErrorBody, description = "`unauthorized` (API key), or `invalid_subject_token`: the subject_token is expired, for another audience, not signed by the identity issuer, or for another subject; or missing where this client must send one"),
         (status = 403, body = crate::api::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
         (status = 404, body = crate::api::error::ErrorBody, description = "`not_connected`; `not_found` when no such provider is configured or the awaited elicitation does not exist"),

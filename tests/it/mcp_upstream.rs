@@ -595,8 +595,8 @@ fn verify_dpop_proof(proof: &str, htm: &str, htu: &str) -> Result<(Value, String
         .as_secs() as i64;
     if claims["htm"] != htm
         || claims["htu"] != htu
-        || !claims["jti"].as_str().is_some_and(|j| j.len() >= 16)
-        || !claims["iat"].as_i64().is_some_and(|t| (t - now).abs() < 60)
+        || claims["jti"].as_str().is_none_or(|j| j.len() < 16)
+        || claims["iat"].as_i64().is_none_or(|t| (t - now).abs() >= 60)
     {
         return Err(format!("claims {claims} for {htm} {htu}"));
     }
