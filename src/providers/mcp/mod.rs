@@ -494,6 +494,12 @@ mod tests {
         );
         assert_eq!(c.scope, Some(vec!["mcp".to_owned()]));
         assert_eq!(c.resource_metadata, None);
+        // A server that takes only DPoP-bound tokens challenges with DPoP alone.
+        let c = parse_challenge(
+            r#"DPoP algs="ES256", resource_metadata="https://x.test/prm", scope="a b""#,
+        );
+        assert_eq!(c.resource_metadata.as_deref(), Some("https://x.test/prm"));
+        assert_eq!(c.scope, Some(vec!["a".to_owned(), "b".to_owned()]));
     }
 
     #[test]
