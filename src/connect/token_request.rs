@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use secrecy::ExposeSecret;
+
 use crate::config::ClientConfig;
 use crate::connect::Connect;
 use crate::db::connections::{Connection, ConnectionStatus};
@@ -347,7 +349,6 @@ async fn with_dpop_proof(
             provider.name
         )));
     };
-    use secrecy::ExposeSecret;
     match upstream
         .resource_proof(
             &provider.name,
