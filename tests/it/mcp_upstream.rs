@@ -696,20 +696,22 @@ async fn call(app: &TestApp, path: &str, body: Value) -> (StatusCode, Value) {
     .await
 }
 
+/// The app's options with `other` as the stub's MCP server (`extra` appended to its
+/// configuration).
+fn options(stub: &Stub, extra: &str) -> Options {
+    Options {
+        other_provider: format!(
+            "kind = \"mcp\"\ndisplay_name = \"Upstream MCP\"\nresource = \"{}/mcp\"\n{extra}",
+            stub.base
+        ),
+        ..Options::default()
+    }
+}
+
 /// Starts the stub and the app (`extra` appended to the provider's configuration).
 async fn spawn(kind: DbKind, setup: Setup, extra: &str) -> (Arc<Stub>, TestApp) {
     let stub = start_stub(setup).await;
-    let app = TestApp::spawn_with(
-        kind,
-        Options {
-            other_provider: format!(
-                "kind = \"mcp\"\ndisplay_name = \"Upstream MCP\"\nresource = \"{}/mcp\"\n{extra}",
-                stub.base
-            ),
-            ..Options::default()
-        },
-    )
-    .await;
+    let app = TestApp::spawn_with(kind, options(&stub, extra)).await;
     (stub, app)
 }
 
@@ -1452,7 +1454,10 @@ async fn dpop_flow(kind: DbKind, nonce: bool) {
         dpop_nonce: nonce,
         ..Setup::default()
     };
-    let (stub, app) = connect(kind, setup, "").await;
+    let stub = start_stub(setup).await;
+    let opts = options(&stub, "");
+    let app = TestApp::spawn_with(kind, opts.clone()).await;
+    walk_connect(&app).await;
     let mcp = format!("{}/mcp", stub.base);
     if nonce {
         assert_eq!(stub.dpop_nonce_challenges.load(Ordering::SeqCst), 1);
@@ -1553,6 +1558,26 @@ async fn dpop_flow(kind: DbKind, nonce: bool) {
         )
         .expect("the key is sealed for its own row");
     assert!(app.state.config.keys.open(sealed, "another place").is_err());
+
+    // Another process (a restart, another replica) opens the stored key: the grant it holds is
+    // still usable, with proofs from the key it is bound to.
+    let mut app = app;
+    let peers = std::mem::replace(&mut app.peers, crate::operations::no_peers());
+    let db_url = app.db_url.clone();
+    app.shutdown_keeping_database().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let app = TestApp::spawn_on(listener, peers, db_url, &opts).await;
+    let (s, v) = dpop_token(
+        &app,
+        Some(json!({"htm": "POST", "htu": mcp.clone()})),
+        json!({}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["access_token"], refreshed.as_str());
+    let (_, proof_jkt) =
+        verify_dpop_proof(v["dpop_proof"].as_str().unwrap(), "POST", &mcp).unwrap();
+    assert_eq!(proof_jkt, jkt, "a restart made another key");
     app.shutdown().await;
 }
 
