@@ -172,6 +172,97 @@ pub fn mcp_client_secret_aad(provider: &str, issuer: &str) -> String {
     format!("mcp_client:{provider}:{issuer}")
 }
 
+/// Associated data for the sealed DPoP private key mcp-connect uses with one upstream
+/// authorization server (`dpop_keys.private_key`).
+pub fn dpop_key_aad(provider: &str, issuer: &str) -> String {
+    format!("mcp-connect/v1/dpop_key/{provider}/{issuer}")
+}
+
+/// An ES256 (ECDSA P-256, SHA-256) signing key: DPoP proofs (RFC 9449) for upstream MCP
+/// authorization and resource servers. The private half exists only as PKCS#8 bytes, sealed at
+/// rest; `Debug` shows the public key's thumbprint only.
+pub struct Es256Key {
+    pair: ring::signature::EcdsaKeyPair,
+    /// The public key as a JWK (`kty`, `crv`, `x`, `y`: the members RFC 7638 hashes).
+    jwk: serde_json::Value,
+    thumbprint: String,
+}
+
+impl fmt::Debug for Es256Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Es256Key")
+            .field("jkt", &self.thumbprint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Es256Key {
+    /// A new key pair: the PKCS#8 document to store (sealed), and the key.
+    pub fn generate() -> Result<(secrecy::SecretSlice<u8>, Self), CryptoError> {
+        let rng = ring::rand::SystemRandom::new();
+        let doc = ring::signature::EcdsaKeyPair::generate_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &rng,
+        )
+        .map_err(|_| CryptoError::Seal)?;
+        let pkcs8 = secrecy::SecretSlice::from(doc.as_ref().to_vec());
+        let key = Self::from_pkcs8(pkcs8.expose_secret())?;
+        Ok((pkcs8, key))
+    }
+
+    /// The key stored as PKCS#8.
+    pub fn from_pkcs8(pkcs8: &[u8]) -> Result<Self, CryptoError> {
+        let pair = ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            pkcs8,
+            &ring::rand::SystemRandom::new(),
+        )
+        .map_err(|_| CryptoError::Malformed)?;
+        // An uncompressed SEC1 point: 0x04, then x and y, 32 bytes each.
+        let point = ring::signature::KeyPair::public_key(&pair).as_ref();
+        let (x, y) = match point {
+            [4, rest @ ..] if rest.len() == 64 => rest.split_at(32),
+            _ => return Err(CryptoError::Malformed),
+        };
+        let (x, y) = (URL_SAFE_NO_PAD.encode(x), URL_SAFE_NO_PAD.encode(y));
+        // RFC 7638 §3.2: the required members in lexicographic order, no whitespace.
+        let canonical = format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#);
+        Ok(Self {
+            pair,
+            jwk: serde_json::json!({"kty": "EC", "crv": "P-256", "x": x, "y": y}),
+            thumbprint: sha256_b64(canonical.as_bytes()),
+        })
+    }
+
+    /// The public key as a JWK (never the private part).
+    pub fn public_jwk(&self) -> &serde_json::Value {
+        &self.jwk
+    }
+
+    /// The RFC 7638 SHA-256 thumbprint of the public key (`jkt`), base64url.
+    pub fn thumbprint(&self) -> &str {
+        &self.thumbprint
+    }
+
+    /// A compact JWS over `header` and `claims`, signed ES256 (r || s, RFC 7518 §3.4).
+    pub fn sign_jwt(
+        &self,
+        header: &serde_json::Value,
+        claims: &serde_json::Value,
+    ) -> Result<String, CryptoError> {
+        let input = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let sig = self
+            .pair
+            .sign(&ring::rand::SystemRandom::new(), input.as_bytes())
+            .map_err(|_| CryptoError::Seal)?;
+        Ok(format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref())))
+    }
+}
+
 /// Associated data for the sealed PKCE verifier of a pending redirect.
 pub fn flow_verifier_aad(state_hash: &str) -> String {
     format!("mcp-connect/v1/flow/{state_hash}/verifier")

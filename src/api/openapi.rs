@@ -141,6 +141,7 @@ impl utoipa::Modify for TokenRequestRules {
         crate::connect::elicitations::ElicitationView,
         crate::db::elicitations::ElicitationStatus,
         api::tokens::TokenRequest,
+        api::tokens::DpopRequest,
         api::tokens::TokenResponse,
         api::connections::ConnectionView,
         api::connections::ConnectionList,

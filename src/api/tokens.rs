@@ -69,6 +69,28 @@ pub struct TokenRequest {
     #[schema(maximum = 60)]
     #[serde(default, deserialize_with = "super::opt_u64")]
     pub wait_seconds: Option<u64>,
+    /// For a DPoP-bound token (`token_type: "DPoP"`: an upstream MCP server whose authorization
+    /// server uses DPoP, RFC 9449): the request you will make with it. The answer then carries
+    /// `dpop_proof`, a proof for exactly that request, signed with mcp-connect's key (which never
+    /// leaves it). Ask again for every request: each proof is for one request. Required for a
+    /// DPoP-bound token (else `invalid_request`); ignored for other tokens.
+    pub dpop: Option<DpopRequest>,
+}
+
+/// The request a DPoP proof is made for (RFC 9449 §4.2).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DpopRequest {
+    /// The HTTP method, in capitals (`POST`).
+    #[schema(max_length = 16, pattern = r"^[A-Z]+$")]
+    pub htm: String,
+    /// The absolute URL the request goes to, at the MCP server (its origin); a query or
+    /// fragment is left out of the proof.
+    #[schema(max_length = 2048)]
+    pub htu: String,
+    /// The `DPoP-Nonce` the MCP server answered with (a `401` with `error="use_dpop_nonce"`).
+    #[schema(max_length = 1024)]
+    pub nonce: Option<String>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -108,6 +130,10 @@ pub struct TokenResponse {
     pub header_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub header_value: Option<String>,
+    /// DPoP-bound tokens only (`token_type: "DPoP"`): the proof for the request named in `dpop`.
+    /// Send `Authorization: DPoP <access_token>` and `DPoP: <dpop_proof>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dpop_proof: Option<String>,
 }
 
 impl TokenResponse {
@@ -127,6 +153,7 @@ impl TokenResponse {
             password: None,
             header_name: None,
             header_value: None,
+            dpop_proof: t.dpop_proof,
         };
         let settings = provider
             .credential
@@ -152,7 +179,7 @@ impl TokenResponse {
 
 #[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest,
     responses((status = 200, body = TokenResponse),
-        (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request`, or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
+        (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request` (also: a DPoP-bound token asked for without `dpop`, or a `dpop` naming a URL off the MCP server), or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
         (status = 401, body = crate::api::error::ErrorBody, description = "`unauthorized` (API key), or `invalid_subject_token`: the subject_token is expired, for another audience, not signed by the identity issuer, or for another subject; or missing where this client must send one"),
         (status = 403, body = crate::api::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
         (status = 404, body = crate::api::error::ErrorBody, description = "`not_connected`; `not_found` when no such provider is configured or the awaited elicitation does not exist"),
@@ -168,6 +195,13 @@ pub async fn fetch(
     ApiJson(req): ApiJson<TokenRequest>,
 ) -> std::result::Result<Json<TokenResponse>, ApiError> {
     super::elicitations::validate_scopes(&req.scopes)?;
+    let dpop = req
+        .dpop
+        .map(|d| {
+            crate::providers::mcp::ProofTarget::parse(&d.htm, &d.htu, d.nonce.as_deref())
+                .map_err(Error::invalid)
+        })
+        .transpose()?;
     let ask = TokenAsk {
         client: &client.0,
         subject: req.subject.as_deref(),
@@ -190,6 +224,7 @@ pub async fn fetch(
         wait_seconds: req.wait_seconds,
         request_id: rid.0.clone(),
         lang,
+        dpop,
     };
     let (token, provider) = state
         .connect

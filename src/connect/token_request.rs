@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use secrecy::ExposeSecret;
+
 use crate::config::ClientConfig;
 use crate::connect::Connect;
 use crate::db::connections::{Connection, ConnectionStatus};
@@ -16,6 +18,7 @@ use crate::grants::tokens::FreshToken;
 use crate::i18n::Lang;
 use crate::ids::{ElicitationId, ProviderName, Subject, UserRef};
 use crate::providers::Provider;
+use crate::providers::mcp::{ProofError, ProofTarget};
 
 /// The longest a request may wait for an elicitation to finish (a token request, a long poll of
 /// `GET /v1/elicitations/{id}`), in seconds.
@@ -46,6 +49,8 @@ pub struct TokenAsk<'a> {
     pub request_id: Option<String>,
     /// The language of an offered elicitation's message.
     pub lang: Lang,
+    /// The request the caller will make with a DPoP-bound token, to make its proof for.
+    pub dpop: Option<ProofTarget>,
 }
 
 /// How the awaited elicitation ended, where that decides the answer.
@@ -151,7 +156,10 @@ impl Connect {
             )
             .await
         {
-            Ok(t) => Ok((t, provider)),
+            Ok(t) => {
+                let t = with_dpop_proof(t, &provider, ask.dpop.as_ref()).await?;
+                Ok((t, provider))
+            }
             Err(Error::ReauthorizationRequired {
                 provider: p,
                 elicitation,
@@ -313,4 +321,46 @@ impl Connect {
             .await?;
         serde_json::to_value(self.elicitation_view_in(&e, ask.lang)?).map_err(Error::internal)
     }
+}
+
+/// A DPoP-bound token (RFC 9449) is of no use without a proof for each request, made with a key
+/// that never leaves mcp-connect: the caller names the request (`dpop`), and gets the proof
+/// with the token. Other tokens pass as they are (a `dpop` is then ignored).
+async fn with_dpop_proof(
+    mut t: FreshToken,
+    provider: &Provider,
+    target: Option<&ProofTarget>,
+) -> Result<FreshToken> {
+    if !crate::providers::mcp::is_dpop_bound(&t.token_type) {
+        return Ok(t);
+    }
+    let Some(target) = target else {
+        return Err(Error::invalid(
+            "this token is DPoP-bound (token_type DPoP): send dpop: {htm, htu} naming the HTTP method and URL of the request you will make to the MCP server (and nonce, when it answered with a DPoP-Nonce header), then present the token as Authorization: DPoP <access_token> with the returned dpop_proof in the DPoP header",
+        ));
+    };
+    let issuer = t
+        .metadata
+        .get(crate::providers::mcp::AUTHORIZATION_SERVER)
+        .and_then(serde_json::Value::as_str);
+    let (Some(upstream), Some(issuer)) = (&provider.mcp, issuer) else {
+        return Err(Error::internal(anyhow::anyhow!(
+            "a DPoP-bound token of provider {} without the authorization server that issued it",
+            provider.name
+        )));
+    };
+    match upstream
+        .resource_proof(
+            &provider.name,
+            issuer,
+            target,
+            t.access_token.expose_secret(),
+        )
+        .await
+    {
+        Ok(proof) => t.dpop_proof = Some(proof),
+        Err(ProofError::Refused(why)) => return Err(Error::invalid(why)),
+        Err(ProofError::Internal(e)) => return Err(Error::internal(e)),
+    }
+    Ok(t)
 }

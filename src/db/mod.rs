@@ -5,6 +5,7 @@ pub mod audit;
 pub mod change;
 pub mod changes;
 pub mod connections;
+pub mod dpop_keys;
 pub mod elicitations;
 mod error;
 pub mod events;

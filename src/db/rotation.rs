@@ -185,7 +185,7 @@ impl Db {
 
     /// Every stored sealed value whose key id is not among `known`, as the key id it names
     /// (the text before the first `.`, at most 64 characters) — connections' tokens, pending
-    /// redirects' verifiers and upstream MCP client secrets. Empty when the key ring opens
+    /// redirects' verifiers, upstream MCP client secrets and DPoP keys. Empty when the key ring opens
     /// everything: one scan per table, no value returned.
     pub async fn sealed_with_unknown_keys(&self, known: &[&str]) -> Result<Vec<String>> {
         let mut found = Vec::new();
@@ -194,6 +194,7 @@ impl Db {
             ("connections", "refresh_token"),
             ("auth_flows", "verifier"),
             ("mcp_clients", "client_secret"),
+            ("dpop_keys", "private_key"),
         ] {
             let known_prefix: Vec<String> = (1..=known.len())
                 .map(|i| format!("substr({column}, 1, length(${i})) = ${i}"))
@@ -261,6 +262,47 @@ impl Db {
             sqlx::query_as("SELECT client_secret FROM mcp_clients WHERE client_secret IS NOT NULL")
                 .fetch_all(&self.pool)
                 .await?;
+        Ok(rows.into_iter().map(|(v,)| v).collect())
+    }
+
+    /// DPoP private keys not sealed under `prefix`: `(provider, issuer, sealed key)`. A handful
+    /// of rows (one per provider and authorization server that uses DPoP).
+    pub async fn dpop_keys_to_reseal(&self, prefix: &str) -> Result<Vec<(String, String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT provider, issuer, private_key FROM dpop_keys \
+             WHERE substr(private_key, 1, length($1)) <> $1",
+        )
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Replaces one sealed DPoP key if it is still the one read.
+    pub async fn reseal_dpop_key(
+        &self,
+        (provider, issuer): (&str, &str),
+        new: &str,
+        old: &str,
+    ) -> Result<bool> {
+        Ok(sqlx::query(
+            "UPDATE dpop_keys SET private_key = $3 \
+             WHERE provider = $1 AND issuer = $2 AND private_key = $4",
+        )
+        .bind(provider)
+        .bind(issuer)
+        .bind(new)
+        .bind(old)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1)
+    }
+
+    /// Every sealed DPoP key.
+    pub async fn sealed_dpop_keys(&self) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = sqlx::query_as("SELECT private_key FROM dpop_keys")
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.into_iter().map(|(v,)| v).collect())
     }
 }

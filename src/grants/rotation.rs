@@ -12,7 +12,9 @@
 use anyhow::Context;
 use secrecy::ExposeSecret;
 
-use crate::crypto::{KeyRing, connection_aad, flow_verifier_aad, mcp_client_secret_aad};
+use crate::crypto::{
+    KeyRing, connection_aad, dpop_key_aad, flow_verifier_aad, mcp_client_secret_aad,
+};
 use crate::db::Db;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::rotation::{RESEAL_CHUNK, ResealedRow, ResealedVerifier};
@@ -34,13 +36,14 @@ pub struct RotationReport {
     pub remaining: u64,
 }
 
-/// The rows (connections, pending redirects, upstream MCP clients) holding at least one value
-/// not sealed with the current key.
+/// The rows (connections, pending redirects, upstream MCP clients, DPoP keys) holding at least
+/// one value not sealed with the current key.
 pub async fn count_pending(db: &Db, keys: &KeyRing) -> anyhow::Result<u64> {
     let prefix = format!("{}.", keys.current_id());
     let (c, f) = db.count_not_sealed_with(&prefix).await?;
     let m = db.mcp_client_secrets_to_reseal(&prefix).await?.len() as u64;
-    Ok(c + f + m)
+    let d = db.dpop_keys_to_reseal(&prefix).await?.len() as u64;
+    Ok(c + f + m + d)
 }
 
 /// A value re-sealed under the current key, or the same value if it already is.
@@ -124,6 +127,7 @@ pub async fn rotate(
         run.connections().await?;
         run.flows().await?;
         run.mcp_clients().await?;
+        run.dpop_keys().await?;
         if run.report.conflicts == conflicts_before || run.report.rows_rotated == before {
             break;
         }
@@ -301,6 +305,35 @@ impl Run<'_> {
     }
 }
 
+impl Run<'_> {
+    /// DPoP keys of upstream MCP authorization servers (a few rows, like `mcp_clients`).
+    async fn dpop_keys(&mut self) -> anyhow::Result<()> {
+        let (db, keys) = (self.db, self.keys);
+        let rows = db
+            .dpop_keys_to_reseal(&self.prefix)
+            .await
+            .context("reading DPoP keys to rotate")?;
+        for (provider, issuer, sealed) in rows {
+            self.handled += 1;
+            if let Some(Resealed::New(new)) = reseal(
+                keys,
+                Some(&sealed),
+                &dpop_key_aad(&provider, &issuer),
+                &format!("dpop_keys/{provider}/private_key"),
+                &mut self.report.unreadable,
+            ) {
+                let written = db
+                    .reseal_dpop_key((&provider, &issuer), &new, &sealed)
+                    .await
+                    .context("committing a rotation batch")?;
+                self.count_write(written, 1);
+            }
+        }
+        (self.progress)(self.handled);
+        Ok(())
+    }
+}
+
 struct Update {
     id: String,
     new_at: Resealed,
@@ -385,6 +418,10 @@ pub async fn key_usage(db: &Db) -> anyhow::Result<Vec<(String, u64)>> {
         *counts.entry(id.to_owned()).or_default() += 1;
     }
     for v in db.sealed_mcp_client_secrets().await? {
+        let id = KeyRing::key_id_of(&v).unwrap_or("(malformed)");
+        *counts.entry(id.to_owned()).or_default() += 1;
+    }
+    for v in db.sealed_dpop_keys().await? {
         let id = KeyRing::key_id_of(&v).unwrap_or("(malformed)");
         *counts.entry(id.to_owned()).or_default() += 1;
     }

@@ -36,6 +36,8 @@ pub struct FreshToken {
     /// The connection's parameters and what was learned at its callback (never a token).
     pub params: crate::db::connections::ConnParams,
     pub metadata: crate::db::connections::Metadata,
+    /// For a DPoP-bound token: the proof to present it with, for the request the caller named.
+    pub dpop_proof: Option<String>,
 }
 
 /// Serialises refreshes of one connection inside this process, so only one request per
@@ -118,6 +120,16 @@ impl Grants {
             || crate::config::AuthKind::is_credential_type(&c.token_type)
         {
             return self.token_of(&c);
+        }
+        // An upstream MCP server refused the token: it may have moved to another authorization
+        // server behind the same metadata URL, which only its discovery says. Read it again
+        // now, before any lock is taken (a network call holds no database connection); the
+        // refresh below then refuses a grant issued elsewhere. A failure leaves the previous
+        // result in place, and the refresh decides with it.
+        if force && provider.mcp.is_some() {
+            if let Err(e) = provider.endpoints_read_again(&self.http).await {
+                tracing::warn!(provider = %provider.name, error = format!("{e:#}"), "MCP discovery before a forced refresh failed");
+            }
         }
         // The refresh runs in its own task: if the caller goes away mid-redemption, the rotated
         // refresh token must still be stored, or the grant would be lost.
@@ -218,6 +230,18 @@ impl Grants {
         if no_refresh_needed(&c, seen_version, min_ttl, force) {
             return self.token_of(&c);
         }
+        if force && provider.mcp.is_some() {
+            // Before anything else, with or without a refresh token: the caller was refused
+            // the token, and a grant from the authorization server the MCP server left cannot
+            // be made to work again, at the old server or the new one.
+            let endpoints = provider
+                .endpoints(&self.http)
+                .await
+                .map_err(Error::Upstream)?;
+            if crate::providers::mcp::issued_elsewhere(&c.metadata, &endpoints) {
+                return self.moved(lock, &c, provider, request_id).await;
+            }
+        }
         let Some(refresh_token) = c.refresh_token(&self.config.keys)? else {
             if is_expired(&c) {
                 self.mark_needs_reauth(
@@ -243,17 +267,7 @@ impl Grants {
             .and_then(|e| e.for_connection(provider, &c.params))
             .map_err(Error::Upstream)?;
         if crate::providers::mcp::issued_elsewhere(&c.metadata, &endpoints) {
-            // The MCP server moved to another authorization server: the old one's refresh
-            // token is not sent to the new one; the user authorizes there instead.
-            self.mark_needs_reauth(
-                lock,
-                &c,
-                "the MCP server moved to another authorization server; connect again",
-                "authorization server changed",
-                request_id,
-            )
-            .await?;
-            return Err(reauth(provider));
+            return self.moved(lock, &c, provider, request_id).await;
         }
         let mut attempt = 0;
         let outcome = loop {
@@ -313,6 +327,7 @@ impl Grants {
                     connection_id: c.id,
                     params: c.params,
                     metadata: c.metadata,
+                    dpop_proof: None,
                 })
             }
             Err(e) if e.is_invalid_grant() => {
@@ -352,6 +367,26 @@ impl Grants {
                 Err(Error::Upstream(anyhow::anyhow!(summary)))
             }
         }
+    }
+
+    /// The MCP server moved to another authorization server: the old one's refresh token is
+    /// not sent to the new one, and the grant needs the user, who authorizes there instead.
+    async fn moved(
+        &self,
+        lock: &mut RefreshLock,
+        c: &Connection,
+        provider: &Provider,
+        request_id: Option<&str>,
+    ) -> Result<FreshToken> {
+        self.mark_needs_reauth(
+            lock,
+            c,
+            "the MCP server moved to another authorization server; connect again",
+            "authorization server changed",
+            request_id,
+        )
+        .await?;
+        Err(reauth(provider))
     }
 
     /// Stores a redeemed grant with its audit row. The provider has already consumed the old
@@ -486,6 +521,7 @@ impl Grants {
             connection_id: c.id.clone(),
             params: c.params.clone(),
             metadata: c.metadata.clone(),
+            dpop_proof: None,
         })
     }
 }

@@ -26,6 +26,9 @@ pub struct Endpoints {
     pub client: Option<mcp::RegisteredClient>,
     /// Scopes asked for beside the elicitation's (e.g. `offline_access` when the server lists it).
     pub extra_scopes: Vec<String>,
+    /// Upstream MCP servers whose authorization server takes DPoP: the key token requests
+    /// prove possession of.
+    pub dpop: Option<Arc<mcp::DpopKey>>,
 }
 
 impl Endpoints {
@@ -43,6 +46,7 @@ impl Endpoints {
             resource: None,
             client: None,
             extra_scopes: Vec::new(),
+            dpop: None,
         }
     }
 
@@ -81,6 +85,7 @@ impl Endpoints {
             resource: self.resource.clone(),
             client: self.client.clone(),
             extra_scopes: self.extra_scopes.clone(),
+            dpop: self.dpop.clone(),
         })
     }
 }
@@ -155,6 +160,21 @@ impl Provider {
             .await
     }
 
+    /// An upstream MCP server's discovery read again now, whatever the cached result's
+    /// lifetime: the server just refused a token (`force_refresh`), and it may have moved to
+    /// another authorization server while its metadata URL stayed the same. Other providers:
+    /// their endpoints as they are.
+    pub async fn endpoints_read_again(
+        &self,
+        http: &crate::outbound::Http,
+    ) -> anyhow::Result<Arc<Endpoints>> {
+        let Some(m) = &self.mcp else {
+            return self.endpoints(http).await;
+        };
+        let mut slot = self.endpoints.write().await;
+        self.rediscover(http, m, &mut slot, None).await
+    }
+
     /// Runs an MCP server's discovery into `slot`. An outage keeps serving what was found
     /// before (stale, tried again after `mcp::TTL_MIN`); a security refusal forgets it.
     async fn rediscover(
@@ -203,6 +223,7 @@ impl Provider {
             resource: d.resource,
             client: Some(d.client),
             extra_scopes: d.extra_scopes,
+            dpop: d.dpop,
         });
         *slot = Some(Cached {
             endpoints: e.clone(),
@@ -291,6 +312,7 @@ impl Provider {
             resource: None,
             client: None,
             extra_scopes: Vec::new(),
+            dpop: None,
         };
         Ok(endpoints)
     }

@@ -139,11 +139,16 @@ async function walk(stack, elicitation) {
   return status;
 }
 
-// A token from mcp-connect; walks the browser when it answers with an elicitation.
-async function obtainToken(stack, { scopes, forceRefresh = false } = {}) {
-  const ask = { subject: USER, provider: PROVIDER, elicit: true, ...(scopes ? { scopes } : {}) };
+// A token from mcp-connect; walks the browser when it answers with an elicitation. Every ask
+// names the next MCP request (`dpop`, docs/mcp-integration.md): for a DPoP-bound token the answer
+// carries the proof for it; other tokens ignore it. Returns {token, type, proof}.
+async function obtainToken(stack, { scopes, forceRefresh = false, nonce } = {}) {
+  const dpop = { htm: 'POST', htu: serverUrl, ...(nonce ? { nonce } : {}) };
+  const ask = { subject: USER, provider: PROVIDER, elicit: true, dpop, ...(scopes ? { scopes } : {}) };
   let res = await stack.api('POST', '/v1/tokens', { ...ask, ...(forceRefresh ? { force_refresh: true } : {}) });
-  say(`POST /v1/tokens${scopes ? ` scopes=${scopes.join(' ')}` : ''}${forceRefresh ? ' force_refresh' : ''}: ${res.status} ${res.json?.error ?? ''}`);
+  if (verbose || res.status !== 200 || forceRefresh || scopes) {
+    say(`POST /v1/tokens${scopes ? ` scopes=${scopes.join(' ')}` : ''}${forceRefresh ? ' force_refresh' : ''}: ${res.status} ${res.json?.error ?? ''}`);
+  }
   if (res.status === 409 && res.json?.elicitation?.url) {
     const status = await walk(stack, res.json.elicitation);
     if (status !== 'completed') throw new Error(`the elicitation ended ${status}, no token`);
@@ -153,8 +158,10 @@ async function obtainToken(stack, { scopes, forceRefresh = false } = {}) {
   if (res.status !== 200 || !res.json?.access_token) {
     throw new Error(`POST /v1/tokens answered ${res.status}: ${res.text.slice(0, 300)}`);
   }
-  return res.json.access_token;
+  return { token: res.json.access_token, type: res.json.token_type, proof: res.json.dpop_proof };
 }
+
+const isDpop = (grant) => grant.type?.toLowerCase() === 'dpop';
 
 // RFC 6750 challenge parameters (quoted or token values) of the Bearer scheme.
 function bearerChallenge(header) {
@@ -167,11 +174,13 @@ function bearerChallenge(header) {
 
 // One JSON-RPC message over Streamable HTTP; the answer may be JSON or an SSE stream.
 let nextId = 1;
-async function rpc(token, method, params, { notification = false } = {}) {
+async function rpc(grant, method, params, { notification = false } = {}) {
   const headers = {
     'content-type': 'application/json',
     accept: 'application/json, text/event-stream',
-    authorization: `Bearer ${token}`,
+    // RFC 9449 §7.1: a DPoP-bound token goes with its scheme and the proof for this request.
+    authorization: isDpop(grant) ? `DPoP ${grant.token}` : `Bearer ${grant.token}`,
+    ...(isDpop(grant) ? { dpop: grant.proof } : {}),
   };
   let body = { jsonrpc: '2.0', method, ...(params === undefined ? {} : { params }) };
   if (STATELESS_WIRES.has(wire)) {
@@ -193,7 +202,8 @@ async function rpc(token, method, params, { notification = false } = {}) {
   const text = await res.text();
   if (verbose) say(`${method} -> ${res.status} ${text.slice(0, 200)}`);
   if (res.status === 401 || res.status === 403) {
-    return { challenge: { status: res.status, ...bearerChallenge(res.headers.get('www-authenticate')) } };
+    const nonce = res.headers.get('dpop-nonce') ?? undefined;
+    return { challenge: { status: res.status, nonce, ...bearerChallenge(res.headers.get('www-authenticate')) } };
   }
   if (notification) {
     if (res.status >= 300) throw new Error(`${method}: HTTP ${res.status} ${text.slice(0, 200)}`);
@@ -218,17 +228,30 @@ async function rpc(token, method, params, { notification = false } = {}) {
 
 // Sends an MCP request with the current token; on a 401 or 403 challenge asks mcp-connect again
 // (force_refresh after a 401, the challenge's scopes as the call's `scopes`), at most MAX_REAUTH times.
+// A DPoP-bound token needs a fresh proof for every request (with the server's latest nonce).
 async function call(session, method, params, options) {
-  for (let attempt = 0; ; attempt++) {
-    const answer = await rpc(session.token, method, params, options);
+  let nonceRetried = false;
+  for (let attempt = 0; ; ) {
+    if (isDpop(session.grant) && session.grant.proofUsed) {
+      session.grant = await obtainToken(session.stack, { nonce: session.nonce });
+    }
+    session.grant.proofUsed = true;
+    const answer = await rpc(session.grant, method, params, options);
     if (!answer.challenge) return answer.result;
-    const { status, scope, error } = answer.challenge;
-    say(`${method}: HTTP ${status}${error ? ` ${error}` : ''}${scope ? ` scope="${scope}"` : ''}`);
+    const { status, scope, error, nonce } = answer.challenge;
+    say(`${method}: HTTP ${status}${error ? ` ${error}` : ''}${scope ? ` scope="${scope}"` : ''}${nonce ? ' with DPoP-Nonce' : ''}`);
+    // RFC 9449 §9: the resource server wants its nonce in the proof; ask again with it, once.
+    if (error === 'use_dpop_nonce' && nonce && isDpop(session.grant) && !nonceRetried) {
+      nonceRetried = true;
+      session.nonce = nonce;
+      continue;
+    }
     if (attempt >= MAX_REAUTH) throw new Error(`${method}: still HTTP ${status} after ${MAX_REAUTH} re-authorizations`);
+    attempt++;
     const scopes = scope ? scope.split(' ').filter(Boolean) : undefined;
-    const before = session.token;
-    session.token = await obtainToken(session.stack, { scopes, forceRefresh: status === 401 });
-    if (session.token === before) throw new Error(`${method}: mcp-connect handed back the refused token`);
+    const before = session.grant.token;
+    session.grant = await obtainToken(session.stack, { scopes, forceRefresh: status === 401, nonce: session.nonce });
+    if (session.grant.token === before) throw new Error(`${method}: mcp-connect handed back the refused token`);
   }
 }
 
@@ -257,7 +280,7 @@ async function main() {
   await launchBrowser();
   const stack = await startStack();
   try {
-    const session = { stack, token: await obtainToken(stack) };
+    const session = { stack, grant: await obtainToken(stack) };
     await speakMcp(session);
   } catch (err) {
     say(`--- last mcp-connect log lines ---\n${logTail(stack.service, verbose ? 60 : 15)}`);

@@ -55,6 +55,11 @@ struct Setup {
     foreign_issuer: bool,
     /// The authorization server metadata answers 503.
     metadata_down: bool,
+    /// The authorization server takes DPoP (ES256): token requests must carry a valid proof,
+    /// and the tokens it issues are DPoP-bound.
+    dpop: bool,
+    /// ... and it wants its nonce in every proof (RFC 9449 §8).
+    dpop_nonce: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -104,6 +109,11 @@ struct Stub {
     token_calls: Mutex<Vec<TokenCall>>,
     /// Fetches of protected-resource metadata.
     prm_fetches: AtomicUsize,
+    /// DPoP: every proof's `jti` seen at a token endpoint, the `use_dpop_nonce` answers given,
+    /// and the key thumbprint each issued token is bound to (with the grant type).
+    dpop_jtis: Mutex<Vec<String>>,
+    dpop_nonce_challenges: AtomicUsize,
+    dpop_bound: Mutex<HashMap<String, (String, String)>>,
 }
 
 impl Stub {
@@ -288,6 +298,9 @@ fn as_metadata(s: &Stub, server: &str) -> Response {
     if let Some(methods) = &s.setup.auth_methods {
         m["token_endpoint_auth_methods_supported"] = json!(methods);
     }
+    if s.setup.dpop {
+        m["dpop_signing_alg_values_supported"] = json!(["ES256"]);
+    }
     s.documents(m)
 }
 
@@ -450,6 +463,33 @@ async fn token(
         server: server.clone(),
         resource: resource.clone(),
     });
+    let mut bound_to = None;
+    if s.setup.dpop {
+        let proof = headers.get("dpop").and_then(|v| v.to_str().ok());
+        let url = format!("{}/token", s.issuer(&server));
+        let (claims, jkt) = match proof
+            .ok_or("no DPoP proof".to_owned())
+            .and_then(|p| verify_dpop_proof(p, "POST", &url))
+        {
+            Ok(ok) => ok,
+            Err(e) => return err(&format!("invalid_dpop_proof: {e}")),
+        };
+        let jti = claims["jti"].as_str().unwrap_or_default().to_owned();
+        if s.dpop_jtis.lock().unwrap().contains(&jti) {
+            return err("invalid_dpop_proof: jti replayed");
+        }
+        s.dpop_jtis.lock().unwrap().push(jti);
+        if s.setup.dpop_nonce && claims["nonce"] != STUB_DPOP_NONCE {
+            s.dpop_nonce_challenges.fetch_add(1, Ordering::SeqCst);
+            return (
+                StatusCode::BAD_REQUEST,
+                [("dpop-nonce", STUB_DPOP_NONCE)],
+                axum::Json(json!({"error": "use_dpop_nonce"})),
+            )
+                .into_response();
+        }
+        bound_to = Some(jkt);
+    }
     let Some(authenticated) = authenticated_client(&s, &server, &headers, &f) else {
         return (
             StatusCode::UNAUTHORIZED,
@@ -492,16 +532,83 @@ async fn token(
         }
         _ => return err("unsupported_grant_type"),
     }
+    let access_token = format!("mcp-at-{}", rand_hex());
     let mut answer = json!({
-        "access_token": format!("mcp-at-{}", rand_hex()),
-        "token_type": "Bearer",
+        "access_token": access_token,
+        "token_type": if bound_to.is_some() { "DPoP" } else { "Bearer" },
         "expires_in": 3600,
         "scope": "mcp:tools offline_access",
     });
+    if let Some(jkt) = bound_to {
+        let grant = f.get("grant_type").cloned().unwrap_or_default();
+        s.dpop_bound
+            .lock()
+            .unwrap()
+            .insert(access_token, (jkt, grant));
+    }
     if !s.setup.no_refresh_token {
         answer["refresh_token"] = json!(format!("mcp-rt-{}", rand_hex()));
     }
     axum::Json(answer).into_response()
+}
+
+/// The nonce the stub's token endpoint asks for with `dpop_nonce`.
+const STUB_DPOP_NONCE: &str = "stub-as-nonce-1";
+
+/// Checks a DPoP proof (RFC 9449 §4.3) the way a server does, with nothing of mcp-connect's
+/// code: `typ`, `alg` ES256, a public `jwk` and the signature made with it, `htm`, `htu`, a
+/// recent `iat` and a `jti`. Answers the claims and the key's RFC 7638 thumbprint.
+fn verify_dpop_proof(proof: &str, htm: &str, htu: &str) -> Result<(Value, String), String> {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let part = |i: usize| -> Result<Value, String> {
+        let p = proof.split('.').nth(i).ok_or("not a JWS")?;
+        serde_json::from_slice(&b64.decode(p).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())
+    };
+    let (h, claims) = (part(0)?, part(1)?);
+    if h["typ"] != "dpop+jwt" || h["alg"] != "ES256" {
+        return Err(format!("header {h}"));
+    }
+    let jwk = &h["jwk"];
+    if jwk.get("d").is_some() || jwk["kty"] != "EC" || jwk["crv"] != "P-256" {
+        return Err(format!("jwk {jwk}"));
+    }
+    let coord = |n: &str| {
+        jwk[n]
+            .as_str()
+            .and_then(|c| b64.decode(c).ok())
+            .ok_or(format!("jwk.{n}"))
+    };
+    let mut point = vec![4u8];
+    point.extend(coord("x")?);
+    point.extend(coord("y")?);
+    let (input, sig) = proof.rsplit_once('.').ok_or("not a JWS")?;
+    ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point)
+        .verify(
+            input.as_bytes(),
+            &b64.decode(sig).map_err(|e| e.to_string())?,
+        )
+        .map_err(|_| "the signature does not verify".to_owned())?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    if claims["htm"] != htm
+        || claims["htu"] != htu
+        || claims["jti"].as_str().is_none_or(|j| j.len() < 16)
+        || claims["iat"].as_i64().is_none_or(|t| (t - now).abs() >= 60)
+    {
+        return Err(format!("claims {claims} for {htm} {htu}"));
+    }
+    let canonical = format!(
+        r#"{{"crv":"P-256","kty":"EC","x":"{}","y":"{}"}}"#,
+        jwk["x"].as_str().unwrap_or_default(),
+        jwk["y"].as_str().unwrap_or_default()
+    );
+    Ok((
+        claims,
+        b64.encode(sha2::Sha256::digest(canonical.as_bytes())),
+    ))
 }
 
 async fn start_stub(setup: Setup) -> Arc<Stub> {
@@ -589,20 +696,22 @@ async fn call(app: &TestApp, path: &str, body: Value) -> (StatusCode, Value) {
     .await
 }
 
+/// The app's options with `other` as the stub's MCP server (`extra` appended to its
+/// configuration).
+fn options(stub: &Stub, extra: &str) -> Options {
+    Options {
+        other_provider: format!(
+            "kind = \"mcp\"\ndisplay_name = \"Upstream MCP\"\nresource = \"{}/mcp\"\n{extra}",
+            stub.base
+        ),
+        ..Options::default()
+    }
+}
+
 /// Starts the stub and the app (`extra` appended to the provider's configuration).
 async fn spawn(kind: DbKind, setup: Setup, extra: &str) -> (Arc<Stub>, TestApp) {
     let stub = start_stub(setup).await;
-    let app = TestApp::spawn_with(
-        kind,
-        Options {
-            other_provider: format!(
-                "kind = \"mcp\"\ndisplay_name = \"Upstream MCP\"\nresource = \"{}/mcp\"\n{extra}",
-                stub.base
-            ),
-            ..Options::default()
-        },
-    )
-    .await;
+    let app = TestApp::spawn_with(kind, options(&stub, extra)).await;
     (stub, app)
 }
 
@@ -1061,10 +1170,19 @@ on_both_databases!(
             ..Setup::default()
         };
         let (stub, app) = connect(kind, setup, "").await;
-        // Within its lifetime the result is reused: a refresh reads no metadata.
+        // A forced refresh reads the metadata once more (the server refused the token: it may
+        // have moved), and the result read then is reused within its lifetime.
         let fetched = stub.prm_fetches.load(Ordering::SeqCst);
         token_then_refresh(&app).await;
-        assert_eq!(stub.prm_fetches.load(Ordering::SeqCst), fetched);
+        assert_eq!(stub.prm_fetches.load(Ordering::SeqCst), fetched + 1);
+        let (s, v) = call(
+            &app,
+            "/v1/tokens",
+            json!({"subject": "alice", "provider": "other"}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        assert_eq!(stub.prm_fetches.load(Ordering::SeqCst), fetched + 1);
         tokio::time::sleep(std::time::Duration::from_secs(61)).await;
         // The grant was made at `as`: its refresh token never goes to `as2`.
         stub.migrate();
@@ -1078,6 +1196,50 @@ on_both_databases!(
         assert_eq!(s, StatusCode::CONFLICT, "{v}");
         assert_eq!(v["error"], "reauthorization_required", "{v}");
         assert_eq!(stub.token_calls.lock().unwrap().len(), calls);
+        new_flows_follow_the_migration(&stub, &app).await;
+        app.shutdown().await;
+    }
+);
+
+on_both_databases!(
+    a_forced_refresh_sees_a_move_behind_the_same_metadata_url,
+    |kind| async move {
+        // The challenge keeps naming the same metadata URL and the discovery result is fresh
+        // (5 minutes): only reading the metadata again shows the move. The old authorization
+        // server would still refresh the grant.
+        let setup = Setup {
+            migration_keeps_hint: true,
+            ..Setup::default()
+        };
+        let (stub, app) = connect(kind, setup, "").await;
+        let (s, v) = call(
+            &app,
+            "/v1/tokens",
+            json!({"subject": "alice", "provider": "other"}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        let refused = v["access_token"].as_str().unwrap().to_owned();
+        stub.migrate();
+        let calls = stub.token_calls.lock().unwrap().len();
+        let (s, v) = call(
+            &app,
+            "/v1/tokens",
+            json!({"subject": "alice", "provider": "other", "force_refresh": true, "elicit": true}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::CONFLICT, "{v}");
+        assert_eq!(v["error"], "reauthorization_required", "{v}");
+        assert!(v["elicitation"]["url"].is_string(), "{v}");
+        assert!(!v.to_string().contains(&refused), "{v}");
+        // The old grant's refresh token went nowhere, and the grant needs the user.
+        assert_eq!(stub.token_calls.lock().unwrap().len(), calls);
+        let (status,): (String,) =
+            sqlx::query_as("SELECT status FROM connections WHERE provider = 'other'")
+                .fetch_one(&app.state.db.pool)
+                .await
+                .unwrap();
+        assert_eq!(status, "needs_reauth");
         new_flows_follow_the_migration(&stub, &app).await;
         app.shutdown().await;
     }
@@ -1268,4 +1430,163 @@ on_both_databases!(
 on_both_databases!(
     a_server_without_any_metadata_uses_the_default_endpoints,
     |kind| async move { legacy_server_connects(kind, Legacy::Defaults).await }
+);
+
+/// Asks `POST /v1/tokens` for alice's token with a proof for `dpop` (if given).
+async fn dpop_token(app: &TestApp, dpop: Option<Value>, extra: Value) -> (StatusCode, Value) {
+    let mut body = json!({"subject": "alice", "provider": "other"});
+    if let Some(d) = dpop {
+        body["dpop"] = d;
+    }
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    call(app, "/v1/tokens", body).await
+}
+
+/// An authorization server that takes DPoP: the code exchange and refreshes carry proofs (with
+/// its nonce when it asks), the token is stored as DPoP-bound, and `POST /v1/tokens` hands the
+/// MCP server a proof for each request it names, made with the key the token is bound to,
+/// which is stored sealed and never handed out.
+async fn dpop_flow(kind: DbKind, nonce: bool) {
+    let setup = Setup {
+        dpop: true,
+        dpop_nonce: nonce,
+        ..Setup::default()
+    };
+    let stub = start_stub(setup).await;
+    let opts = options(&stub, "");
+    let app = TestApp::spawn_with(kind, opts.clone()).await;
+    walk_connect(&app).await;
+    let mcp = format!("{}/mcp", stub.base);
+    if nonce {
+        assert_eq!(stub.dpop_nonce_challenges.load(Ordering::SeqCst), 1);
+    }
+
+    // Without naming the request, a DPoP-bound token is refused with what to send.
+    let (s, v) = dpop_token(&app, None, json!({})).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"], "invalid_request", "{v}");
+    assert!(v["message"].as_str().unwrap().contains("dpop"), "{v}");
+    assert!(v.get("access_token").is_none(), "{v}");
+
+    let target = json!({"htm": "POST", "htu": format!("{mcp}?session=1")});
+    let (s, v) = dpop_token(&app, Some(target.clone()), json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["token_type"], "DPoP", "{v}");
+    let token = v["access_token"].as_str().unwrap().to_owned();
+    let (jkt, grant) = stub.dpop_bound.lock().unwrap()[&token].clone();
+    assert_eq!(grant, "authorization_code");
+    let proof = v["dpop_proof"].as_str().unwrap();
+    let (claims, proof_jkt) = verify_dpop_proof(proof, "POST", &mcp).unwrap();
+    assert_eq!(
+        proof_jkt, jkt,
+        "the proof is not made with the key the token is bound to"
+    );
+    assert_eq!(
+        claims["ath"],
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(sha2::Sha256::digest(token.as_bytes()))
+    );
+    assert!(claims.get("nonce").is_none(), "{claims}");
+
+    // Every request gets its own proof; the MCP server's nonce goes into it.
+    let with_nonce = json!({"htm": "GET", "htu": mcp.clone(), "nonce": "rs-nonce-7"});
+    let (s, v) = dpop_token(&app, Some(with_nonce), json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (again, _) = verify_dpop_proof(v["dpop_proof"].as_str().unwrap(), "GET", &mcp).unwrap();
+    assert_eq!(again["nonce"], "rs-nonce-7");
+    assert_ne!(again["jti"], claims["jti"]);
+
+    // Proofs only for the MCP server, and only for well-formed requests.
+    for (bad, why) in [
+        (
+            json!({"htm": "POST", "htu": "https://elsewhere.example/mcp"}),
+            "another origin",
+        ),
+        (
+            json!({"htm": "post", "htu": mcp.clone()}),
+            "a lower-case method",
+        ),
+        (json!({"htm": "POST", "htu": "/mcp"}), "a relative URL"),
+        (
+            json!({"htm": "POST", "htu": mcp.clone(), "nonce": "a b"}),
+            "a nonce with a space",
+        ),
+    ] {
+        let (s, v) = dpop_token(&app, Some(bad), json!({})).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{why}: {v}");
+        assert_eq!(v["error"], "invalid_request", "{why}: {v}");
+    }
+
+    // A forced refresh proves possession of the same key, and the token stays bound to it.
+    let (s, v) = dpop_token(&app, Some(target), json!({"force_refresh": true})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let refreshed = v["access_token"].as_str().unwrap().to_owned();
+    assert_ne!(refreshed, token);
+    assert_eq!(
+        stub.dpop_bound.lock().unwrap()[&refreshed],
+        (jkt.clone(), "refresh_token".to_owned())
+    );
+    let (_, proof_jkt) =
+        verify_dpop_proof(v["dpop_proof"].as_str().unwrap(), "POST", &mcp).unwrap();
+    assert_eq!(proof_jkt, jkt);
+    if nonce {
+        // The nonce the token endpoint gave is remembered: the refresh needed no second try.
+        assert_eq!(stub.dpop_nonce_challenges.load(Ordering::SeqCst), 1);
+    }
+
+    // One key for the provider at that authorization server, sealed like every secret.
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT issuer, private_key FROM dpop_keys WHERE provider = 'other'")
+            .fetch_all(&app.state.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].0, stub.issuer("as"));
+    let sealed = &rows[0].1;
+    assert_eq!(
+        mcp_connect::crypto::KeyRing::key_id_of(sealed),
+        Some(app.state.config.keys.current_id())
+    );
+    app.state
+        .config
+        .keys
+        .open(
+            sealed,
+            &mcp_connect::crypto::dpop_key_aad("other", &stub.issuer("as")),
+        )
+        .expect("the key is sealed for its own row");
+    assert!(app.state.config.keys.open(sealed, "another place").is_err());
+
+    // Another process (a restart, another replica) opens the stored key: the grant it holds is
+    // still usable, with proofs from the key it is bound to.
+    let mut app = app;
+    let peers = std::mem::replace(&mut app.peers, crate::operations::no_peers());
+    let db_url = app.db_url.clone();
+    app.shutdown_keeping_database().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let app = TestApp::spawn_on(listener, peers, db_url, &opts).await;
+    let (s, v) = dpop_token(
+        &app,
+        Some(json!({"htm": "POST", "htu": mcp.clone()})),
+        json!({}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["access_token"], refreshed.as_str());
+    let (_, proof_jkt) =
+        verify_dpop_proof(v["dpop_proof"].as_str().unwrap(), "POST", &mcp).unwrap();
+    assert_eq!(proof_jkt, jkt, "a restart made another key");
+    app.shutdown().await;
+}
+
+on_both_databases!(
+    dpop_tokens_come_with_proofs_from_a_key_that_never_leaves,
+    |kind| async move { dpop_flow(kind, false).await }
+);
+
+on_both_databases!(
+    dpop_nonces_of_the_token_endpoint_are_honoured_and_remembered,
+    |kind| async move { dpop_flow(kind, true).await }
 );

@@ -178,3 +178,50 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+on_both_databases!(
+    rotation_reseals_dpop_keys_and_status_counts_them,
+    |kind| async move {
+        let (k1, k2) = (generate_key("k1"), generate_key("k2"));
+        let app = TestApp::spawn_with(kind, with_keys(&[&k1])).await;
+        let db = app.db().clone();
+        let old = ring(&[&k1]);
+        let aad = mcp_connect::crypto::dpop_key_aad("upstream", "https://as.example");
+        let sealed = old.seal(b"pkcs8-bytes", &aad).unwrap();
+        db.insert_dpop_key("upstream", "https://as.example", &sealed)
+            .await
+            .unwrap();
+        // An unknown key id in the DPoP key is reported like any other sealed value.
+        let missing = mcp_connect::grants::rotation::check_key_ring(&db, &ring(&[&k2]))
+            .await
+            .unwrap_err();
+        assert!(format!("{missing:#}").contains("\"k1\""), "{missing:#}");
+        let both = ring(&[&k2, &k1]);
+        assert_eq!(
+            mcp_connect::grants::rotation::count_pending(&db, &both)
+                .await
+                .unwrap(),
+            1
+        );
+        let report = mcp_connect::grants::rotation::rotate(&db, &both, 10, "t", &|_| {})
+            .await
+            .unwrap();
+        assert_eq!(report.remaining, 0, "{report:?}");
+        let resealed = db
+            .dpop_key("upstream", "https://as.example")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(resealed.starts_with("k2."), "{resealed}");
+        let only_new = ring(&[&k2]);
+        assert_eq!(only_new.open(&resealed, &aad).unwrap(), b"pkcs8-bytes");
+        assert_eq!(
+            mcp_connect::grants::rotation::key_usage(&db).await.unwrap(),
+            [("k2".to_owned(), 1)]
+        );
+        mcp_connect::grants::rotation::check_key_ring(&db, &only_new)
+            .await
+            .unwrap();
+        app.shutdown().await;
+    }
+);

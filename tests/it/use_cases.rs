@@ -34,6 +34,7 @@ fn ask<'a>(
         wait_seconds: None,
         request_id: None,
         lang: Lang::En,
+        dpop: None,
     }
 }
 

@@ -107,10 +107,12 @@ pub fn client_metadata_document(public_url: &str, provider: &str, display: &str)
 
 /// The `resource_metadata` and `scope` parameters of the Bearer challenge in one
 /// `WWW-Authenticate` value (RFC 9110 §11.6.1: `scheme name=value, name="quoted", other-scheme
-/// ...`).
+/// ...`), else of the DPoP challenge: a server that takes only DPoP-bound tokens challenges
+/// with that scheme alone (RFC 9449 §7.1).
 pub(super) fn parse_challenge(h: &str) -> Challenge {
-    let mut c = Challenge::default();
-    let mut bearer = false;
+    // Per scheme: [Bearer, DPoP]; `None` while inside any other scheme.
+    let mut found = [Challenge::default(), Challenge::default()];
+    let mut scheme: Option<usize> = None;
     let mut rest = h;
     loop {
         rest = rest.trim_start_matches(|ch: char| ch == ',' || ch.is_ascii_whitespace());
@@ -126,7 +128,13 @@ pub(super) fn parse_challenge(h: &str) -> Challenge {
             // A scheme name (or a token68, which no Bearer challenge has); a stray `=` is
             // skipped (`end` is 0 only there: commas and spaces were trimmed).
             if !token.is_empty() {
-                bearer = token.eq_ignore_ascii_case("bearer");
+                scheme = if token.eq_ignore_ascii_case("bearer") {
+                    Some(0)
+                } else if token.eq_ignore_ascii_case("dpop") {
+                    Some(1)
+                } else {
+                    None
+                };
             }
             rest = &rest[end.max(1)..];
             continue;
@@ -158,9 +166,10 @@ pub(super) fn parse_challenge(h: &str) -> Challenge {
             (value_start[..end].to_owned(), &value_start[end..])
         };
         rest = next;
-        if !bearer || value.is_empty() {
+        let Some(i) = scheme.filter(|_| !value.is_empty()) else {
             continue;
-        }
+        };
+        let c = &mut found[i];
         if token.eq_ignore_ascii_case("resource_metadata") && c.resource_metadata.is_none() {
             c.resource_metadata = Some(value);
         } else if token.eq_ignore_ascii_case("scope") && c.scope.is_none() {
@@ -168,7 +177,11 @@ pub(super) fn parse_challenge(h: &str) -> Challenge {
             c.scope = (!scopes.is_empty()).then_some(scopes);
         }
     }
-    c
+    let [bearer, dpop] = found;
+    Challenge {
+        resource_metadata: bearer.resource_metadata.or(dpop.resource_metadata),
+        scope: bearer.scope.or(dpop.scope),
+    }
 }
 
 /// RFC 8414 §3.1: the well-known suffix goes between the host and the issuer's path.

@@ -42,9 +42,11 @@ use crate::db::Db;
 use crate::outbound::http::{Http, ServerMetadata};
 
 mod discovery;
+mod dpop;
 mod registration;
 
 pub use discovery::*;
+pub use dpop::{DPOP_TOKEN_TYPE, DpopKey, ProofError, ProofTarget, htu_of, is_dpop_bound};
 use registration::*;
 
 /// How long a discovery result is used when its documents say nothing (`Cache-Control`).
@@ -105,6 +107,8 @@ pub struct Upstream {
     pub resource: Url,
     /// `None` outside the service (the CLI, tests): discovery then fails.
     context: Option<McpContext>,
+    /// DPoP keys by authorization server, once opened.
+    dpop_keys: dpop::KeyCache,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -153,6 +157,8 @@ struct McpServerExtras {
     scopes_supported: Vec<String>,
     /// Absent means `client_secret_basic` only (RFC 8414 §2).
     token_endpoint_auth_methods_supported: Option<Vec<String>>,
+    /// RFC 9449 §5.1: the server issues DPoP-bound tokens for proofs signed with these.
+    dpop_signing_alg_values_supported: Option<Vec<String>>,
 }
 
 /// What discovery found.
@@ -172,6 +178,8 @@ pub struct Discovered {
     /// The challenge's `resource_metadata` this result was read from, if any: a later
     /// challenge naming another one means the server moved.
     pub hint: Option<String>,
+    /// The key to prove possession with, when the authorization server takes DPoP (ES256).
+    pub dpop: Option<std::sync::Arc<DpopKey>>,
 }
 
 /// What the server's 401 answer to an unauthenticated request said (RFC 6750 §3, RFC 9728 §5.1).
@@ -204,7 +212,11 @@ enum Expect {
 
 impl Upstream {
     pub fn new(resource: Url, context: Option<McpContext>) -> Self {
-        Self { resource, context }
+        Self {
+            resource,
+            context,
+            dpop_keys: dpop::KeyCache::default(),
+        }
     }
 
     fn context(&self) -> anyhow::Result<&McpContext> {
@@ -315,7 +327,16 @@ impl Upstream {
         {
             extra_scopes.push(offline);
         }
+        // Only metadata that vouches for the server can ask for DPoP; its key is per issuer.
+        let dpop = if vouched
+            && dpop::supports_dpop(extras.dpop_signing_alg_values_supported.as_deref())
+        {
+            Some(self.dpop_key(ctx, provider, &metadata.issuer).await?)
+        } else {
+            None
+        };
         Ok(Discovered {
+            dpop,
             issuer: vouched.then(|| metadata.issuer.clone()),
             metadata,
             client,
@@ -473,6 +494,12 @@ mod tests {
         );
         assert_eq!(c.scope, Some(vec!["mcp".to_owned()]));
         assert_eq!(c.resource_metadata, None);
+        // A server that takes only DPoP-bound tokens challenges with DPoP alone.
+        let c = parse_challenge(
+            r#"DPoP algs="ES256", resource_metadata="https://x.test/prm", scope="a b""#,
+        );
+        assert_eq!(c.resource_metadata.as_deref(), Some("https://x.test/prm"));
+        assert_eq!(c.scope, Some(vec!["a".to_owned(), "b".to_owned()]));
     }
 
     #[test]

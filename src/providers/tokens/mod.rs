@@ -398,27 +398,67 @@ impl Provider {
         url: &str,
         form: Vec<(&str, &str)>,
     ) -> Result<TokenSet, TokenError> {
-        let resp = self
-            .authenticated(endpoints, http.post(url), form, self.entry.token.body)
-            .send()
-            .await
-            .map_err(|e| TokenError::Transient(e.into()))?;
-        let status = resp.status();
-        let is_form = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| {
-                v.starts_with("application/x-www-form-urlencoded") || v.starts_with("text/plain")
-            });
-        let bytes = read_body(resp, MAX_RESPONSE_BYTES).await.map_err(|e| {
-            if e.is::<crate::outbound::http::TooLarge>() {
-                TokenError::Malformed(e)
-            } else {
-                TokenError::Transient(e)
+        let dpop = endpoints.dpop.as_deref();
+        let htu = match dpop {
+            Some(_) => Some(super::mcp::htu_of(url).map_err(TokenError::Malformed)?),
+            None => None,
+        };
+        let mut nonce = dpop.and_then(super::mcp::DpopKey::token_nonce);
+        let mut nonce_retried = false;
+        let (status, body) = loop {
+            let mut req = self.authenticated(
+                endpoints,
+                http.post(url),
+                form.clone(),
+                self.entry.token.body,
+            );
+            if let (Some(key), Some(htu)) = (dpop, &htu) {
+                // RFC 9449 §5: a fresh proof for every token request, refreshes included.
+                let proof = key
+                    .proof("POST", htu, nonce.as_deref(), None)
+                    .map_err(TokenError::Malformed)?;
+                req = req.header("dpop", proof);
             }
-        })?;
-        let body = parse_body(&bytes, is_form);
+            let resp = req
+                .send()
+                .await
+                .map_err(|e| TokenError::Transient(e.into()))?;
+            let status = resp.status();
+            let given_nonce = resp
+                .headers()
+                .get("dpop-nonce")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            if let (Some(key), Some(n)) = (dpop, &given_nonce) {
+                key.remember_token_nonce(n);
+            }
+            let is_form = resp
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| {
+                    v.starts_with("application/x-www-form-urlencoded")
+                        || v.starts_with("text/plain")
+                });
+            let bytes = read_body(resp, MAX_RESPONSE_BYTES).await.map_err(|e| {
+                if e.is::<crate::outbound::http::TooLarge>() {
+                    TokenError::Malformed(e)
+                } else {
+                    TokenError::Transient(e)
+                }
+            })?;
+            let body = parse_body(&bytes, is_form);
+            // RFC 9449 §8: the server wants a nonce in the proof; once, with the one it gave.
+            let wants_nonce = status == reqwest::StatusCode::BAD_REQUEST
+                && body.get("error").and_then(Value::as_str) == Some("use_dpop_nonce");
+            match given_nonce {
+                Some(n) if dpop.is_some() && wants_nonce && !nonce_retried => {
+                    nonce = Some(n);
+                    nonce_retried = true;
+                }
+                _ => break (status, body),
+            }
+        };
         let mut t = read_parsed_response(status.as_u16(), &body, self.entry.token.path.as_deref())?;
         if t.expires_in.is_none() && self.entry.token.expiry.when_missing == WhenMissing::Assume {
             t.expires_in = self.entry.token.expiry.assume_seconds;

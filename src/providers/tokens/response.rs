@@ -99,6 +99,8 @@ pub fn parse_token_set(body: &Value) -> anyhow::Result<TokenSet> {
         .map(|t| {
             if t.eq_ignore_ascii_case("bearer") {
                 "Bearer".to_owned()
+            } else if t.eq_ignore_ascii_case("dpop") {
+                "DPoP".to_owned()
             } else {
                 t.to_owned()
             }
