@@ -72,6 +72,28 @@ for k in overlays/example base; do
     fail "render.py deploy/kubernetes/$k"
   fi
 done
+# The overlay outside this checkout, as docs/deploy.md says to keep it: copied with the base
+# beside it and `resources` pointing there, it must render exactly as in place.
+if [ "${#rendered[@]}" -eq 2 ]; then
+  mkdir -p "$tmp/elsewhere"
+  cp -r "$tmp/kubernetes/overlays/example" "$tmp/elsewhere/prod"
+  cp -r "$tmp/kubernetes/base" "$tmp/elsewhere/mcp-connect-base"
+  sed -i 's|^  - \.\./\.\./base$|  - ../mcp-connect-base|' "$tmp/elsewhere/prod/kustomization.yaml"
+  grep -q '^  - ../mcp-connect-base$' "$tmp/elsewhere/prod/kustomization.yaml" \
+    || fail "the overlay's kustomization.yaml no longer lists ../../base as this check expects"
+  if [ -n "$kubectl" ]; then
+    kubectl kustomize "$tmp/elsewhere/prod" > "$tmp/elsewhere.yaml" || fail "the overlay outside the checkout"
+  else
+    "$here/.venv/bin/python" "$here/render.py" "$tmp/elsewhere/prod" > "$tmp/elsewhere.yaml" \
+      || fail "the overlay outside the checkout"
+  fi
+  if diff -q "$tmp/overlays-example.yaml" "$tmp/elsewhere.yaml" >/dev/null; then
+    echo "the overlay copied out of the checkout with its base beside it renders the same"
+  else
+    diff "$tmp/overlays-example.yaml" "$tmp/elsewhere.yaml" | head -20 >&2
+    fail "the overlay copied out of the checkout renders differently"
+  fi
+fi
 : > "$tmp/crds.jsonl"
 if [ "${#rendered[@]}" -gt 0 ]; then
   "$here/.venv/bin/python" "$here/check_manifests.py" --crd-out "$tmp/crds.jsonl" "${rendered[@]}" \
