@@ -241,19 +241,13 @@ impl Db {
         new: &str,
         old: &str,
     ) -> Result<bool> {
-        Ok(sqlx::query(
+        self.replace_sealed(
             "UPDATE mcp_clients SET client_secret = $4 \
              WHERE provider = $1 AND issuer = $2 AND redirect_uri = $3 AND client_secret = $5",
+            &[provider, issuer, redirect_uri],
+            (new, old),
         )
-        .bind(provider)
-        .bind(issuer)
-        .bind(redirect_uri)
-        .bind(new)
-        .bind(old)
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
-            == 1)
+        .await
     }
 
     /// Every upstream MCP client's sealed secret.
@@ -284,17 +278,34 @@ impl Db {
         new: &str,
         old: &str,
     ) -> Result<bool> {
-        Ok(sqlx::query(
+        self.replace_sealed(
             "UPDATE dpop_keys SET private_key = $3 \
              WHERE provider = $1 AND issuer = $2 AND private_key = $4",
+            &[provider, issuer],
+            (new, old),
         )
-        .bind(provider)
-        .bind(issuer)
-        .bind(new)
-        .bind(old)
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
+        .await
+    }
+
+    /// Runs a compare-and-swap `UPDATE` whose placeholders are the row's key columns in order,
+    /// then the newly sealed value, then the value read: whether the row still held what was
+    /// read (a value that changed meanwhile is never overwritten).
+    async fn replace_sealed(
+        &self,
+        sql: &str,
+        key: &[&str],
+        (new, old): (&str, &str),
+    ) -> Result<bool> {
+        let mut query = sqlx::query(sql);
+        for k in key {
+            query = query.bind(*k);
+        }
+        Ok(query
+            .bind(new)
+            .bind(old)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
             == 1)
     }
 

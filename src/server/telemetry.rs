@@ -5,13 +5,18 @@
 //! Each output has its own filter: the log filter neither hides spans from the exporter nor does
 //! the exporter's interest in (debug-level) outbound spans turn on debug logs.
 
+use std::fmt;
 use std::io::IsTerminal;
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracerProvider};
+use tracing::span::Record;
 use tracing::{Level, Metadata};
+use tracing_subscriber::field::{RecordFields, VisitOutput};
+use tracing_subscriber::fmt::format::{DefaultVisitor, JsonVisitor, Writer};
+use tracing_subscriber::fmt::{FormatFields, FormattedFields};
 use tracing_subscriber::layer::{Context, Filter, SubscriberExt as _};
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
@@ -73,86 +78,74 @@ where
 /// did before traces existed (`JsonLogFields` does the same for JSON logs).
 struct LogFields;
 
-impl<'w> tracing_subscriber::fmt::FormatFields<'w> for LogFields {
-    fn format_fields<R: tracing_subscriber::field::RecordFields>(
-        &self,
-        writer: tracing_subscriber::fmt::format::Writer<'w>,
-        fields: R,
-    ) -> std::fmt::Result {
-        use tracing_subscriber::field::VisitOutput as _;
-        let mut visitor = WithoutOtel(tracing_subscriber::fmt::format::DefaultVisitor::new(
-            writer, true,
-        ));
-        fields.record(&mut visitor);
-        visitor.0.finish()
+impl<'w> FormatFields<'w> for LogFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'w>, fields: R) -> fmt::Result {
+        WithoutOtel::record(DefaultVisitor::new(writer, true), fields)
     }
 
-    fn add_fields(
-        &self,
-        current: &'w mut tracing_subscriber::fmt::FormattedFields<Self>,
-        fields: &tracing::span::Record<'_>,
-    ) -> std::fmt::Result {
+    fn add_fields(&self, span: &'w mut FormattedFields<Self>, fields: &Record<'_>) -> fmt::Result {
         // A separator only when something is added (recording `otel.status_code` adds nothing).
-        let mut added = String::new();
-        self.format_fields(
-            tracing_subscriber::fmt::format::Writer::new(&mut added),
-            fields,
-        )?;
+        let added = formatted(self, fields)?;
         if !added.is_empty() {
-            if !current.fields.is_empty() {
-                current.fields.push(' ');
+            if !span.fields.is_empty() {
+                span.fields.push(' ');
             }
-            current.fields.push_str(&added);
+            span.fields.push_str(&added);
         }
         Ok(())
     }
 }
 
+/// What `format` writes for the fields recorded later on a span, as a string of its own.
+fn formatted<F>(format: &F, fields: &Record<'_>) -> Result<String, fmt::Error>
+where
+    F: for<'a> FormatFields<'a>,
+{
+    let mut out = String::new();
+    format.format_fields(Writer::new(&mut out), fields)?;
+    Ok(out)
+}
+
 /// JSON logs' span fields as tracing-subscriber writes them, without the `otel.*` ones.
 struct JsonLogFields;
 
-impl<'w> tracing_subscriber::fmt::FormatFields<'w> for JsonLogFields {
-    fn format_fields<R: tracing_subscriber::field::RecordFields>(
-        &self,
-        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
-        fields: R,
-    ) -> std::fmt::Result {
-        use tracing_subscriber::field::VisitOutput as _;
-        let mut visitor = WithoutOtel(tracing_subscriber::fmt::format::JsonVisitor::new(
-            &mut writer,
-        ));
-        fields.record(&mut visitor);
-        visitor.0.finish()
+impl<'w> FormatFields<'w> for JsonLogFields {
+    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
+        WithoutOtel::record(JsonVisitor::new(&mut writer), fields)
     }
 
-    fn add_fields(
-        &self,
-        current: &'w mut tracing_subscriber::fmt::FormattedFields<Self>,
-        fields: &tracing::span::Record<'_>,
-    ) -> std::fmt::Result {
+    fn add_fields(&self, span: &'w mut FormattedFields<Self>, fields: &Record<'_>) -> fmt::Result {
         // The span's fields are one JSON object: merge the new ones into it.
-        let mut added = String::new();
-        self.format_fields(
-            tracing_subscriber::fmt::format::Writer::new(&mut added),
-            fields,
-        )?;
+        let added = formatted(self, fields)?;
         let parse = |s: &str| {
             serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s)
-                .map_err(|_| std::fmt::Error)
+                .map_err(|_| fmt::Error)
         };
-        let mut all = if current.fields.is_empty() {
+        let mut all = if span.fields.is_empty() {
             serde_json::Map::new()
         } else {
-            parse(&current.fields)?
+            parse(&span.fields)?
         };
         all.extend(parse(&added)?);
-        current.fields = serde_json::to_string(&all).map_err(|_| std::fmt::Error)?;
+        span.fields = serde_json::to_string(&all).map_err(|_| fmt::Error)?;
         Ok(())
     }
 }
 
 /// Passes every field on but the `otel.*` ones.
 struct WithoutOtel<V>(V);
+
+impl<V> WithoutOtel<V>
+where
+    V: VisitOutput<fmt::Result>,
+{
+    /// Formats `fields` with `visitor`, leaving out the `otel.*` ones.
+    fn record(visitor: V, fields: impl RecordFields) -> fmt::Result {
+        let mut without = WithoutOtel(visitor);
+        fields.record(&mut without);
+        without.0.finish()
+    }
+}
 
 impl<V: tracing::field::Visit> tracing::field::Visit for WithoutOtel<V> {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
@@ -438,15 +431,12 @@ impl<S> Filter<S> for SpanFilter {
 mod tests {
     use super::*;
 
-    #[test]
-    fn text_logs_leave_out_the_otel_fields() {
-        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-        let out = buf.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .fmt_fields(LogFields)
-            .with_writer(move || Sink(out.clone()))
-            .finish();
+    /// Logs one event inside an outbound span carrying the `otel.*` fields the exporter reads
+    /// (one set at creation, one recorded later), and returns what the subscriber wrote.
+    fn log_an_outbound_event(
+        subscriber: impl tracing::Subscriber + Send + Sync + 'static,
+        buf: &std::sync::Mutex<Vec<u8>>,
+    ) -> String {
         tracing::subscriber::with_default(subscriber, || {
             let span = tracing::info_span!(
                 "outbound",
@@ -460,7 +450,19 @@ mod tests {
             span.record("status", 502_i64);
             tracing::info!(answer = "late", "done");
         });
-        let log = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        String::from_utf8(buf.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn text_logs_leave_out_the_otel_fields() {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .fmt_fields(LogFields)
+            .with_writer(move || Sink(out.clone()))
+            .finish();
+        let log = log_an_outbound_event(subscriber, &buf);
         assert!(
             log.contains("outbound{method=\"POST\" status=502}: "),
             "{log}"
@@ -479,20 +481,7 @@ mod tests {
             .fmt_fields(JsonLogFields)
             .with_writer(move || Sink(out.clone()))
             .finish();
-        tracing::subscriber::with_default(subscriber, || {
-            let span = tracing::info_span!(
-                "outbound",
-                otel.kind = "client",
-                otel.status_code = tracing::field::Empty,
-                method = "POST",
-                status = tracing::field::Empty,
-            );
-            let _in = span.enter();
-            span.record("otel.status_code", "error");
-            span.record("status", 502_i64);
-            tracing::info!(answer = "late", "done");
-        });
-        let log = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        let log = log_an_outbound_event(subscriber, &buf);
         let line: serde_json::Value = serde_json::from_str(log.trim()).unwrap();
         assert_eq!(
             line["span"],
