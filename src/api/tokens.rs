@@ -84,12 +84,14 @@ pub struct DpopRequest {
     /// The HTTP method, in capitals (`POST`).
     #[schema(max_length = 16, pattern = r"^[A-Z]+$")]
     pub htm: String,
-    /// The absolute URL the request goes to, at the MCP server (its origin); a query or
-    /// fragment is left out of the proof.
-    #[schema(max_length = 2048)]
+    /// The absolute http(s) URL the request goes to, at the MCP server (its origin); a query or
+    /// fragment is left out of the proof. A URL that does not parse is refused with
+    /// `invalid_request`.
+    #[schema(max_length = 2048, pattern = r"^https?://")]
     pub htu: String,
-    /// The `DPoP-Nonce` the MCP server answered with (a `401` with `error="use_dpop_nonce"`).
-    #[schema(max_length = 1024)]
+    /// The `DPoP-Nonce` the MCP server answered with (a `401` with `error="use_dpop_nonce"`),
+    /// exactly: printable ASCII without `"` or `\` (RFC 9449 §8).
+    #[schema(max_length = 1024, pattern = r"^[!#-\[\]-~]+$")]
     pub nonce: Option<String>,
 }
 
