@@ -347,27 +347,32 @@ export class Client {
 
   /** `POST /v1/tokens`: the user's credential at the provider, refreshed first when needed. */
   async token(req: TokenRequest): Promise<Token> {
-    const body: Json = { provider: req.provider };
-    if (req.subject !== undefined) body.subject = req.subject;
-    if (req.subjectToken !== undefined) body.subject_token = req.subjectToken;
-    if (req.scopes !== undefined) body.scopes = req.scopes;
-    if (req.minTtlSeconds !== undefined) body.min_ttl_seconds = req.minTtlSeconds;
-    if (req.forceRefresh) body.force_refresh = true;
-    if (req.elicit) body.elicit = true;
-    if (req.elicitationId !== undefined) body.elicitation_id = req.elicitationId;
-    if (req.requestState !== undefined) body.request_state = req.requestState;
-    if (req.waitSeconds !== undefined) body.wait_seconds = clampWait(req.waitSeconds);
+    // JSON.stringify leaves out `undefined` fields: the API reads a missing field as its default.
+    const body: Json = {
+      provider: req.provider,
+      subject: req.subject,
+      subject_token: req.subjectToken,
+      scopes: req.scopes,
+      min_ttl_seconds: req.minTtlSeconds,
+      force_refresh: req.forceRefresh ? true : undefined,
+      elicit: req.elicit ? true : undefined,
+      elicitation_id: req.elicitationId,
+      request_state: req.requestState,
+      wait_seconds: req.waitSeconds === undefined ? undefined : clampWait(req.waitSeconds),
+    };
     return this.#call<Token>('POST', '/v1/tokens', { body });
   }
 
   /** `POST /v1/elicitations`: a connect URL for the user at the provider (a still-pending one for
    * the same request is handed out again). */
   async createElicitation(req: CreateElicitationRequest): Promise<Elicitation> {
-    const body: Json = { provider: req.provider };
-    if (req.subject !== undefined) body.subject = req.subject;
-    if (req.subjectToken !== undefined) body.subject_token = req.subjectToken;
-    if (req.scopes !== undefined) body.scopes = req.scopes;
-    if (req.params !== undefined) body.params = req.params;
+    const body: Json = {
+      provider: req.provider,
+      subject: req.subject,
+      subject_token: req.subjectToken,
+      scopes: req.scopes,
+      params: req.params,
+    };
     return this.#call<Elicitation>('POST', '/v1/elicitations', { body });
   }
 

@@ -143,25 +143,18 @@ class Client:
         `elicitation` instead of `not_connected`. `elicitation_id` or `request_state` with
         `wait_seconds` (at most 60): wait for that elicitation to finish first.
         """
-        body: dict[str, Any] = {"provider": provider}
-        if subject is not None:
-            body["subject"] = subject
-        if subject_token is not None:
-            body["subject_token"] = subject_token
-        if scopes is not None:
-            body["scopes"] = list(scopes)
-        if min_ttl_seconds is not None:
-            body["min_ttl_seconds"] = min_ttl_seconds
-        if force_refresh:
-            body["force_refresh"] = True
-        if elicit:
-            body["elicit"] = True
-        if elicitation_id is not None:
-            body["elicitation_id"] = elicitation_id
-        if request_state is not None:
-            body["request_state"] = request_state
-        if wait_seconds is not None:
-            body["wait_seconds"] = max(0, min(wait_seconds, MAX_WAIT_SECONDS))
+        body = _request_body(
+            provider=provider,
+            subject=subject,
+            subject_token=subject_token,
+            scopes=None if scopes is None else list(scopes),
+            min_ttl_seconds=min_ttl_seconds,
+            force_refresh=True if force_refresh else None,
+            elicit=True if elicit else None,
+            elicitation_id=elicitation_id,
+            request_state=request_state,
+            wait_seconds=None if wait_seconds is None else max(0, min(wait_seconds, MAX_WAIT_SECONDS)),
+        )
         return Token.from_json(await self._call("POST", "/v1/tokens", body=body))
 
     async def create_elicitation(
@@ -175,15 +168,13 @@ class Client:
     ) -> Elicitation:
         """`POST /v1/elicitations`: a connect URL for the user at `provider` (a still-pending one
         for the same request is handed out again)."""
-        body: dict[str, Any] = {"provider": provider}
-        if subject is not None:
-            body["subject"] = subject
-        if subject_token is not None:
-            body["subject_token"] = subject_token
-        if scopes is not None:
-            body["scopes"] = list(scopes)
-        if params is not None:
-            body["params"] = params
+        body = _request_body(
+            provider=provider,
+            subject=subject,
+            subject_token=subject_token,
+            scopes=None if scopes is None else list(scopes),
+            params=params,
+        )
         return Elicitation.from_json(await self._call("POST", "/v1/elicitations", body=body))
 
     async def get_elicitation(self, elicitation_id: str) -> Elicitation:
@@ -263,3 +254,9 @@ def _retry_after(resp: httpx.Response) -> float | None:
         return max(0.0, float(v))
     except ValueError:
         return None
+
+
+def _request_body(**fields: Any) -> dict[str, Any]:
+    """A JSON request body of the fields given a value: the API reads a missing field as its
+    default, so `None` (and a `False` flag, passed as `None`) is left out rather than sent."""
+    return {name: value for name, value in fields.items() if value is not None}
