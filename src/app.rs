@@ -54,7 +54,14 @@ impl Application {
             None => None,
         };
         let db = Db::connect(&config.database_url).await?;
-        db.migrate().await?;
+        let pending = db.migrate(crate::db::Migrations::Deploy).await?;
+        if !pending.is_empty() {
+            tracing::warn!(
+                pending = pending.join(", "),
+                "post-deploy migrations are pending: once every replica runs this release, run \
+                 `mcp-connect migrate --post-deploy` (until then a user connects one account per provider)"
+            );
+        }
         grants::rotation::check_key_ring(&db, &config.keys).await?;
         let (shutdown_tx, shutdown) = watch::channel(false);
         let state = AppState::new(config, db, shutdown)?;

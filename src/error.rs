@@ -27,6 +27,19 @@ pub enum Error {
     NotFound(String),
     #[error("{subject} has no {provider} connection")]
     NotConnected { subject: String, provider: String },
+    /// The grant lacks scopes the call needs (`scopes` of a token request, without `elicit`).
+    #[error("the {provider} grant lacks scopes this call needs: {}", missing_scopes.join(" "))]
+    InsufficientScope {
+        provider: String,
+        missing_scopes: Vec<String>,
+    },
+    /// The user holds several accounts at the provider and this client must name one.
+    #[error("{subject} has {} {provider} accounts: name one with `account` (its id or label)", accounts.len())]
+    AccountSelectionRequired {
+        subject: String,
+        provider: String,
+        accounts: Vec<AccountChoice>,
+    },
     /// The user must open the elicitation's URL; the body carries the ready elicitation.
     #[error("the user must connect {provider} first")]
     AuthorizationRequired {
@@ -89,6 +102,8 @@ named_enum! {
         InvalidRequestState,
         NotFound,
         NotConnected,
+        InsufficientScope,
+        AccountSelectionRequired,
         AuthorizationRequired,
         ReauthorizationRequired,
         AuthorizationDeclined,
@@ -211,6 +226,18 @@ impl RequestStateRefusal {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// One account a caller may name (`account_selection_required`): never a token.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct AccountChoice {
+    /// The provider's id of the account (empty where the provider names none).
+    pub id: String,
+    pub label: Option<String>,
+    pub nickname: Option<String>,
+    pub connection_id: String,
+    /// Whether it is the user's default account at the provider.
+    pub default: bool,
+}
+
 fn failed_message(provider: &str, reason: &FailureReason) -> String {
     match reason {
         FailureReason::ProviderMisconfigured => format!(
@@ -257,6 +284,8 @@ impl Error {
             Self::AuthorizationDeclined { .. } => ErrorCode::AuthorizationDeclined,
             Self::NotFound(_) => ErrorCode::NotFound,
             Self::NotConnected { .. } => ErrorCode::NotConnected,
+            Self::InsufficientScope { .. } => ErrorCode::InsufficientScope,
+            Self::AccountSelectionRequired { .. } => ErrorCode::AccountSelectionRequired,
             Self::AuthorizationRequired { .. } => ErrorCode::AuthorizationRequired,
             Self::ReauthorizationRequired { .. } => ErrorCode::ReauthorizationRequired,
             Self::Refused { refusal, .. } => refusal.code(),
@@ -341,6 +370,8 @@ mod tests {
                 "invalid_request_state",
                 "not_found",
                 "not_connected",
+                "insufficient_scope",
+                "account_selection_required",
                 "authorization_required",
                 "reauthorization_required",
                 "authorization_declined",

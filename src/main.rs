@@ -9,7 +9,10 @@ use mcp_connect::config::{Config, Files};
 use mcp_connect::db::audit::AuditFilter;
 use mcp_connect::db::connections::ConnectionFilter;
 use mcp_connect::server::telemetry;
-use mcp_connect::{Application, db::Db};
+use mcp_connect::{
+    Application,
+    db::{Db, Migrations},
+};
 
 /// mimalloc rather than glibc's malloc: a request allocates and frees many small buffers on
 /// whichever worker runs it, where glibc's arenas spent about a tenth of a token fetch's CPU
@@ -51,7 +54,12 @@ enum Command {
     /// Run the service (the default).
     Serve,
     /// Create the database if needed and apply migrations, then exit.
-    Migrate,
+    Migrate {
+        /// Also apply the post-deploy migrations (contract steps the previous release cannot
+        /// run on): only once every replica runs this release.
+        #[arg(long)]
+        post_deploy: bool,
+    },
     /// Validate the configuration and report every problem, key by key.
     CheckConfig {
         /// Read every `*_file` secret from this folder, by the file name the configuration
@@ -285,7 +293,7 @@ async fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Migrate => {
+        Command::Migrate { post_deploy } => {
             let c = match load(cli.config.as_deref()) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -293,12 +301,25 @@ async fn main() -> ExitCode {
             telemetry::init(c.log_format);
             let r = async {
                 let db = Db::connect(&c.database_url).await?;
-                db.migrate().await
+                db.migrate(if post_deploy {
+                    Migrations::PostDeploy
+                } else {
+                    Migrations::Deploy
+                })
+                .await
             }
             .await;
             match r {
-                Ok(()) => {
+                Ok(pending) if pending.is_empty() => {
                     tracing::info!(database = %c.database_url, "migrations applied");
+                    ExitCode::SUCCESS
+                }
+                Ok(pending) => {
+                    tracing::info!(
+                        database = %c.database_url,
+                        post_deploy_pending = pending.join(", "),
+                        "migrations applied; once every replica runs this release, run `mcp-connect migrate --post-deploy`"
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

@@ -24,7 +24,14 @@ pub struct ConnectionView {
     pub provider: String,
     pub status: ConnectionStatus,
     pub scopes: Vec<String>,
+    /// The account's label (also `account.label`; kept for callers written before accounts).
     pub account_label: Option<String>,
+    /// Which account at the provider this connection is: name it as `account` in
+    /// `POST /v1/tokens` (its `id`, or its label or nickname when no other account shares it).
+    pub account: crate::db::connections::AccountRef,
+    /// Whether it is the user's default account at the provider (the one a token request
+    /// without `account` gets).
+    pub default: bool,
     /// When the access token expires (RFC 3339), if it does.
     pub expires_at: Option<String>,
     pub has_refresh_token: bool,
@@ -44,6 +51,8 @@ impl From<&Connection> for ConnectionView {
             status: c.status,
             scopes: c.scopes.clone(),
             account_label: c.account_label.clone(),
+            account: c.account(),
+            default: false,
             expires_at: c.expires_at.map(rfc3339),
             has_refresh_token: c.has_refresh_token(),
             created_at: rfc3339(c.created_at),
@@ -113,7 +122,14 @@ pub async fn list(
         .filter(|c| client.0.providers.contains(&c.provider))
     {
         if state.grants.may_use(&client.0, c).await? {
-            connections.push(ConnectionView::from(c));
+            let mut v = ConnectionView::from(c);
+            // Listed default first per provider: the first live one is what a token request
+            // without `account` gets.
+            v.default = c.status != ConnectionStatus::Revoked
+                && !connections.iter().any(|x: &ConnectionView| {
+                    x.provider == v.provider && x.status != ConnectionStatus::Revoked
+                });
+            connections.push(v);
         }
     }
     Ok(Json(ConnectionList { connections }))

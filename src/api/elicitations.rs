@@ -37,9 +37,9 @@ pub struct CreateElicitation {
     /// such provider is configured).
     #[schema(pattern = r"^[A-Za-z0-9_-]+$")]
     pub provider: String,
-    /// Defaults to the provider's configured scopes; the scopes the user already granted at this
-    /// provider are added (one grant per user and provider). At most 50, each 1 to 200 characters
-    /// without whitespace, control characters or commas.
+    /// Defaults to the provider's configured scopes; the scopes the user already granted for the
+    /// account being reconnected are added (one grant per account). At most 50, each 1 to 200
+    /// characters without whitespace, control characters or commas.
     #[schema(max_items = 50, value_type = Option<Vec<Scope>>)]
     pub scopes: Option<Vec<String>>,
     /// Per-connection parameters the provider's catalog entry declares (`tenant`, `subdomain`,
@@ -47,6 +47,12 @@ pub struct CreateElicitation {
     /// consent page asks the user for those not given. Unknown names are refused.
     #[schema(value_type = Option<std::collections::BTreeMap<String, String>>)]
     pub params: Option<crate::db::connections::ConnParams>,
+    /// Ask the user to connect another account at the provider rather than reconnect the one
+    /// they have: the consent page says "Add another ... account", and the provider is asked to
+    /// let the user pick an account where its catalog entry says how. Which account it becomes
+    /// is the provider's answer: connecting one that is already connected reconnects it.
+    #[serde(default)]
+    pub add_account: bool,
 }
 
 /// One OAuth scope as `scopes` takes it (for the OpenAPI document; `validate_scopes` checks).
@@ -121,6 +127,10 @@ pub async fn create(
             provider,
             body.scopes,
             params,
+            crate::db::elicitations::AccountAsk {
+                add: body.add_account,
+                reconnect: None,
+            },
             rid.as_deref(),
         )
         .await?;

@@ -12,9 +12,10 @@ use crate::server::limits::TooMany;
 use crate::server::rendered::RenderedError;
 
 /// Every API error body. Stable codes: `unauthorized`, `invalid_subject_token`,
-/// `forbidden_provider`, `invalid_request`,
+/// `forbidden_provider`, `insufficient_scope` (with `missing_scopes`), `invalid_request`,
 /// `invalid_request_state`, `not_found`, `not_connected`, `authorization_required`,
-/// `reauthorization_required`, `authorization_declined`, `rate_limited` (with a `Retry-After`
+/// `reauthorization_required`, `authorization_declined`, `account_selection_required` (with
+/// `accounts`), `rate_limited` (with a `Retry-After`
 /// header), `unavailable`, `upstream_error`, `internal`.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
@@ -34,17 +35,23 @@ pub struct ErrorBody {
     /// `authorization_declined`: the elicitation the user declined; `upstream_error` with
     /// `reason`: the awaited elicitation that failed.
     pub elicitation_id: Option<String>,
+    /// `insufficient_scope`: the scopes the call needs that the grant does not hold (with
+    /// `elicit`, the answer is `authorization_required` with the upgrade elicitation instead).
+    pub missing_scopes: Option<Vec<String>>,
+    /// `account_selection_required`: the accounts to choose from (never a token).
+    pub accounts: Option<Vec<crate::error::AccountChoice>>,
 }
 
 /// The HTTP status an error is answered with.
 pub fn status(e: &Error) -> StatusCode {
     match e {
         Error::Unauthorized | Error::InvalidSubjectToken(_) => StatusCode::UNAUTHORIZED,
-        Error::ForbiddenProvider(_) => StatusCode::FORBIDDEN,
+        Error::ForbiddenProvider(_) | Error::InsufficientScope { .. } => StatusCode::FORBIDDEN,
         Error::InvalidRequest(_) | Error::InvalidRequestState(_) => StatusCode::BAD_REQUEST,
         Error::NotFound(_) | Error::NotConnected { .. } => StatusCode::NOT_FOUND,
         Error::AuthorizationRequired { .. }
         | Error::ReauthorizationRequired { .. }
+        | Error::AccountSelectionRequired { .. }
         | Error::AuthorizationDeclined { .. } => StatusCode::CONFLICT,
         Error::Refused { refusal, .. } => refusal_status(*refusal),
         Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -93,6 +100,10 @@ impl IntoResponse for Error {
                 ..
             } => body["elicitation"] = (**e).clone(),
             Self::InvalidRequestState(r) => body["reason"] = json!(r.reason()),
+            Self::InsufficientScope { missing_scopes, .. } => {
+                body["missing_scopes"] = json!(missing_scopes)
+            }
+            Self::AccountSelectionRequired { accounts, .. } => body["accounts"] = json!(accounts),
             Self::AuthorizationDeclined { elicitation_id, .. } => {
                 body["elicitation_id"] = json!(elicitation_id)
             }

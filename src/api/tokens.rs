@@ -34,14 +34,21 @@ pub struct TokenRequest {
     #[schema(max_length = 8192)]
     pub subject_token: Option<String>,
     /// Scopes this call needs. When the stored grant lacks any of them, the answer is
-    /// `authorization_required` with an elicitation for the union of the stored and the asked
-    /// scopes (the stored grant keeps working until the user approves). Same limits as on
-    /// `/v1/elicitations`.
+    /// `insufficient_scope` (403) with `missing_scopes`; with `elicit`, `authorization_required`
+    /// with an elicitation for the union of the stored and the asked scopes (the stored grant
+    /// keeps working until the user approves). Same limits as on `/v1/elicitations`.
     #[schema(max_items = 50, value_type = Option<Vec<super::elicitations::Scope>>)]
     pub scopes: Option<Vec<String>>,
     /// A provider this API client may use (a configured provider name: letters, digits, - and _).
     #[schema(pattern = r"^[A-Za-z0-9_-]+$", value_type = String)]
     pub provider: ProviderName,
+    /// Which of the user's accounts at the provider: its id (`account.id` in
+    /// `/v1/connections`), or its label or nickname when no other account shares it. Without
+    /// it: the user's default account (or, for a client with `account_selection = "explicit"`
+    /// and a user with several accounts, `account_selection_required`). An account that is not
+    /// connected is `not_connected` (with `elicit`, an elicitation to add it).
+    #[schema(min_length = 1, max_length = 255)]
+    pub account: Option<String>,
     /// Refresh first when the token expires within this many seconds (default 60, at most
     /// 86400).
     #[schema(minimum = 0, maximum = 86400)]
@@ -106,6 +113,8 @@ pub struct TokenResponse {
     pub scopes: Vec<String>,
     #[schema(value_type = String)]
     pub connection_id: ConnectionId,
+    /// Which of the user's accounts at the provider this token is for.
+    pub account: crate::db::connections::AccountRef,
     /// What was learned about the connection when it was made, by the names the provider's
     /// catalog entry gives them: Salesforce `instance_url`, QuickBooks `realm_id`, Slack
     /// `team_id`, Atlassian `cloud_id`, ... Empty for providers without any. Upstream MCP
@@ -147,6 +156,7 @@ impl TokenResponse {
             expires_at: t.expires_at.map(rfc3339),
             scopes: t.scopes,
             connection_id: t.connection_id,
+            account: t.account,
             metadata: t.metadata,
             params: t.params,
             credential_type: "oauth2",
@@ -183,9 +193,9 @@ impl TokenResponse {
     responses((status = 200, body = TokenResponse),
         (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request` (also: a DPoP-bound token asked for without `dpop`, or a `dpop` naming a URL off the MCP server), or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
         (status = 401, body = crate::api::error::ErrorBody, description = "`unauthorized` (API key), or `invalid_subject_token`: the subject_token is expired, for another audience, not signed by the identity issuer, or for another subject; or missing where this client must send one"),
-        (status = 403, body = crate::api::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
+        (status = 403, body = crate::api::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider; `insufficient_scope` (with `missing_scopes`): the grant lacks scopes named in `scopes` (without `elicit`)"),
         (status = 404, body = crate::api::error::ErrorBody, description = "`not_connected`; `not_found` when no such provider is configured or the awaited elicitation does not exist"),
-        (status = 409, body = crate::api::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set (always when `scopes` asks for more than the grant holds: an elicitation for the union); `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected"),
+        (status = 409, body = crate::api::error::ErrorBody, description = "`authorization_required` or `reauthorization_required`, with `elicitation` when `elicit` was set (with `scopes` the grant lacks: an elicitation for the union); `authorization_declined` (with `elicitation_id`) when the awaited elicitation was declined and nothing is connected; `account_selection_required` (with `accounts`) when the user holds several accounts at the provider and this client must name one"),
         (status = 413, body = crate::api::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB"),
         (status = 502, body = crate::api::error::ErrorBody, description = "`upstream_error`: the provider failed while refreshing; try again. With `reason` `provider_misconfigured` and `elicitation_id`: the awaited elicitation failed because the provider is misconfigured, and nothing is connected; an operator must fix it (a new elicitation would fail the same way)")),
     security(("api_key" = [])))]
@@ -197,6 +207,14 @@ pub async fn fetch(
     ApiJson(req): ApiJson<TokenRequest>,
 ) -> std::result::Result<Json<TokenResponse>, ApiError> {
     super::elicitations::validate_scopes(&req.scopes)?;
+    if let Some(a) = &req.account {
+        if a.is_empty() || a.chars().count() > 255 || a.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "account must be 1 to 255 characters without control characters",
+            )
+            .into());
+        }
+    }
     let dpop = req
         .dpop
         .map(|d| {
@@ -209,6 +227,7 @@ pub async fn fetch(
         subject: req.subject.as_deref(),
         subject_token: req.subject_token.as_deref(),
         provider: &req.provider,
+        account: req.account.as_deref(),
         scopes: req.scopes,
         min_ttl_seconds: req.min_ttl_seconds,
         force_refresh: req.force_refresh,

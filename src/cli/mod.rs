@@ -33,7 +33,7 @@ impl Cli {
     /// Connects to the configured database (applying migrations, as the service would).
     pub async fn open(config: Config) -> anyhow::Result<Self> {
         let db = Db::connect(&config.database_url).await?;
-        db.migrate().await?;
+        db.migrate(crate::db::Migrations::Deploy).await?;
         let (tx, rx) = watch::channel(false);
         Ok(Self {
             state: AppState::new(config, db, rx)?,

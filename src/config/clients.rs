@@ -29,6 +29,20 @@ struct RawClient {
     subject_token_introspection: bool,
     #[serde(default)]
     require_subject_token: bool,
+    #[serde(default)]
+    account_selection: AccountSelection,
+}
+
+/// What a token request without `account` gets when the user holds several accounts at the
+/// provider (`[[clients]] account_selection`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccountSelection {
+    /// The user's default account.
+    #[default]
+    Default,
+    /// `account_selection_required`, listing the accounts: the caller must name one.
+    Explicit,
 }
 
 /// An MCP server allowed to call the API. Only the SHA-256 of its key is kept.
@@ -51,6 +65,8 @@ pub struct ClientConfig {
     pub subject_token_introspection: bool,
     /// `/v1/tokens`, `/v1/elicitations` and `/v1/connections` refuse a bare `subject`.
     pub require_subject_token: bool,
+    /// A token request without `account`, for a user with several accounts.
+    pub account_selection: AccountSelection,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -244,6 +260,7 @@ pub(super) fn read(
                 subject_token_audience: c.subject_token_audience,
                 subject_token_introspection: c.subject_token_introspection,
                 require_subject_token: c.require_subject_token,
+                account_selection: c.account_selection,
             });
         }
     }

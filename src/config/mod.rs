@@ -37,7 +37,7 @@ use crate::crypto::KeyRing;
 
 pub use admin::AdminConfig;
 pub use cache::CacheConfig;
-pub use clients::{ClientConfig, Clients, WebhookConfig, parse_webhook_secret};
+pub use clients::{AccountSelection, ClientConfig, Clients, WebhookConfig, parse_webhook_secret};
 pub use database::{DEFAULT_DATABASE_URL, DatabaseUrl, Engine, redact_url};
 pub use identity::IdentityConfig;
 pub use limits::Limits;
@@ -95,6 +95,8 @@ pub struct Config {
     pub database_url: DatabaseUrl,
     pub keys: KeyRing,
     pub elicitation_ttl_seconds: u64,
+    /// Accounts one user may hold at one provider (`max_accounts_per_provider`).
+    pub max_accounts_per_provider: usize,
     pub session_ttl_seconds: u64,
     pub refresh: RefreshAhead,
     pub log_format: LogFormat,
@@ -473,6 +475,7 @@ fn validate(
                 database_url,
                 keys,
                 elicitation_ttl_seconds: server.elicitation_ttl_seconds,
+                max_accounts_per_provider: server.max_accounts_per_provider,
                 session_ttl_seconds: server.session_ttl_seconds,
                 refresh: server.refresh,
                 log_format: server.log_format,

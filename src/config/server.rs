@@ -35,6 +35,7 @@ pub(super) struct Server {
     pub listen: Option<SocketAddr>,
     pub log_format: LogFormat,
     pub elicitation_ttl_seconds: u64,
+    pub max_accounts_per_provider: usize,
     pub session_ttl_seconds: u64,
     pub refresh: RefreshAhead,
     pub drain_delay_seconds: u64,
@@ -66,6 +67,12 @@ pub(super) fn read(t: &mut Section, r: &mut Report) -> Server {
         .unwrap_or(900);
     if !(60..=86_400).contains(&elicitation_ttl_seconds) {
         r.err("elicitation_ttl_seconds", "must be between 60 and 86400");
+    }
+    let max_accounts_per_provider = t
+        .get::<Option<u64>>(r, "max_accounts_per_provider")
+        .unwrap_or(5);
+    if !(1..=50).contains(&max_accounts_per_provider) {
+        r.err("max_accounts_per_provider", "must be between 1 and 50");
     }
     let refresh = RefreshAhead {
         margin_seconds: t
@@ -137,6 +144,7 @@ pub(super) fn read(t: &mut Section, r: &mut Report) -> Server {
         listen,
         log_format,
         elicitation_ttl_seconds,
+        max_accounts_per_provider: max_accounts_per_provider as usize,
         session_ttl_seconds,
         refresh,
         drain_delay_seconds,

@@ -15,7 +15,10 @@ use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::Metadata;
-use crate::db::connections::{ConnectionStatus, Details, NewTokens, Stored, store_connected};
+use crate::db::connections::{
+    AccountRef, AccountRefused, ConnectionStatus, Details, NewAccount, NewTokens, Stored,
+    store_connected,
+};
 use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
 use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
@@ -275,22 +278,34 @@ impl Connect {
             }
         };
         let scopes = tokens.scopes.clone().unwrap_or_else(|| e.scopes.clone());
-        let (account_label, metadata) = provider
+        let learned = provider
             .learn(&self.http, endpoints, &tokens, &answer.redirect_query)
             .await;
+        // A provider that names its accounts must name this one: stored under no id, it could
+        // replace or duplicate another account of the user's.
+        let account_id = match learned.account_id {
+            Some(id) => id,
+            None if provider.names_accounts(endpoints) => {
+                let summary = "the provider did not say which account was connected".to_owned();
+                tracing::warn!(provider = %provider.name, elicitation_id = %e.id, "{summary}");
+                return Ok(Completion::ExchangeFailed { summary });
+            }
+            None => String::new(),
+        };
 
         self.store_grant(
             user,
             e,
+            &account_id,
             &NewTokens {
                 access_token: &tokens.access_token,
                 refresh_token: tokens.refresh_token.as_ref(),
                 token_type: &tokens.token_type,
                 expires_at: tokens.expires_in.map(|s| now() + s),
                 scopes: &scopes,
-                account_label: account_label.as_deref(),
+                account_label: learned.label.as_deref(),
             },
-            Some(&metadata),
+            Some(&learned.metadata),
             None,
             request_id,
         )
@@ -307,21 +322,23 @@ impl Connect {
         &self,
         user: &SignedInUser,
         e: &Elicitation,
+        account_id: &str,
         tokens: &NewTokens<'_>,
         metadata: Option<&Metadata>,
         detail: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<()> {
         let mut change = Change::begin(&self.db).await?;
-        let Stored {
-            id: connection_id,
-            before,
-        } = store_connected(
+        let stored = store_connected(
             change.conn(),
             &self.config.keys,
             &e.issuer,
             &e.subject,
             &e.provider,
+            &NewAccount {
+                id: account_id,
+                max: self.config.max_accounts_per_provider,
+            },
             tokens,
             metadata.map(|metadata| Details {
                 params: &e.params,
@@ -329,6 +346,34 @@ impl Connect {
             }),
         )
         .await?;
+        let Stored {
+            id: connection_id,
+            before,
+        } = match stored {
+            Ok(s) => s,
+            Err(refused) => {
+                // Nothing of this flow is kept; the elicitation stays pending for another try.
+                drop(change);
+                let provider = self
+                    .providers
+                    .get(&e.provider)
+                    .map_or_else(|| e.provider.to_string(), |p| p.display_name.clone());
+                return Err(match refused {
+                    AccountRefused::Limit { max } => Error::refused(
+                        Refusal::ConnectFailed,
+                        Msg::new("account-limit-title"),
+                        Msg::new("account-limit-lead")
+                            .arg("provider", &provider)
+                            .arg("max", max.to_string()),
+                    ),
+                    AccountRefused::PendingUpgrade => Error::refused(
+                        Refusal::ConnectFailed,
+                        Msg::new("account-pending-upgrade-title"),
+                        Msg::new("account-pending-upgrade-lead").arg("provider", &provider),
+                    ),
+                });
+            }
+        };
         let reconnected = before.is_some();
         let was_revoked = before == Some(ConnectionStatus::Revoked);
         self.grants
@@ -358,6 +403,11 @@ impl Connect {
                 e,
                 Ending::Completed {
                     connection_id: &ConnectionId::from(connection_id.as_str()),
+                    account: &AccountRef {
+                        id: account_id.to_owned(),
+                        label: tokens.account_label.map(str::to_owned),
+                        nickname: None,
+                    },
                 },
                 request_id,
             )

@@ -45,6 +45,18 @@ pub struct ConsentView {
     pub params: Vec<ParamView>,
     /// What disconnecting does at this provider.
     pub revocation: String,
+    /// Which account approving connects.
+    pub account: AccountIntent,
+}
+
+/// Which account a consent connects, as the page says it.
+pub enum AccountIntent {
+    /// The user has no account at the provider yet.
+    First,
+    /// Another account, beside the `held` ones the user has.
+    Another { held: usize },
+    /// The account the user has (or the one named): its label, when known.
+    Reconnect { label: Option<String> },
 }
 
 /// What `/connect/{id}` asks of the user.
@@ -73,12 +85,28 @@ impl Connect {
             .map(|id| self.client_name(id).to_owned())
             .collect();
         let (mut new_scopes, mut shared_with) = (Vec::new(), Vec::new());
-        if let Some(c) = self
+        let accounts = self
             .db
-            .find_connection(&e.issuer, &e.subject, &e.provider)
-            .await?
+            .find_accounts(&e.issuer, &e.subject, &e.provider)
+            .await?;
+        let live = accounts
+            .iter()
             .filter(|c| c.status != ConnectionStatus::Revoked)
-        {
+            .count();
+        let target = match (&e.account_connection_id, e.add_account) {
+            (_, true) => None,
+            (Some(id), false) => accounts.iter().find(|c| &c.id == id),
+            (None, false) => accounts.first(),
+        }
+        .filter(|c| c.status != ConnectionStatus::Revoked);
+        let account = match target {
+            _ if e.add_account && live > 0 => AccountIntent::Another { held: live },
+            Some(c) => AccountIntent::Reconnect {
+                label: c.nickname.clone().or_else(|| c.account_label.clone()),
+            },
+            None => AccountIntent::First,
+        };
+        if let Some(c) = target {
             new_scopes = e
                 .scopes
                 .iter()
@@ -104,6 +132,7 @@ impl Connect {
             shared_with,
             params: p.map(|p| param_views(p, values)).unwrap_or_default(),
             revocation: p.map(|p| p.revocation_summary()).unwrap_or_default(),
+            account,
         })))
     }
 }

@@ -98,9 +98,11 @@ impl Connect {
                 }));
             }
         }
+        // An API key names no account at the provider: one per user, as before accounts.
         self.store_grant(
             user,
             e,
+            "",
             &NewTokens {
                 access_token: &secret,
                 refresh_token: None,

@@ -11,7 +11,7 @@ use crate::db;
 use crate::db::audit::{AuditAction, AuditEvent};
 use crate::db::change::Change;
 use crate::db::connections::ConnParams;
-use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending, FailureReason};
+use crate::db::elicitations::{AccountAsk, Elicitation, ElicitationStatus, Ending, FailureReason};
 use crate::error::{Error, Result};
 use crate::i18n::{Lang, tr};
 use crate::ids::{ConnectionId, ElicitationId};
@@ -170,6 +170,7 @@ impl Connect {
         subject: &str,
         provider: &Provider,
         scopes: Option<Vec<String>>,
+        account: AccountAsk,
         request_id: Option<&str>,
     ) -> Result<Elicitation> {
         self.create_or_reuse_elicitation_with(
@@ -178,6 +179,7 @@ impl Connect {
             provider,
             scopes,
             ConnParams::new(),
+            account,
             request_id,
         )
         .await
@@ -192,19 +194,28 @@ impl Connect {
         provider: &Provider,
         scopes: Option<Vec<String>>,
         params: ConnParams,
+        account: AccountAsk,
         request_id: Option<&str>,
     ) -> Result<Elicitation> {
         let mut scopes = scopes.unwrap_or_else(|| provider.scopes.clone());
         let issuer = self.identity.issuer();
-        // The user's grant at this provider is one (shared by the apps they approved): asking
-        // again asks for the union, so no app loses a scope it was granted.
-        if let Some(c) = self
-            .db
-            .find_connection(issuer, subject, &provider.name)
-            .await?
-            .filter(|c| c.status != crate::db::connections::ConnectionStatus::Revoked)
-        {
-            scopes.extend(c.scopes);
+        // The user's grant for one account at this provider is one (shared by the apps they
+        // approved): asking again for it asks for the union, so no app loses a scope it was
+        // granted. Another account starts from what is asked.
+        if !account.add {
+            let accounts = self
+                .db
+                .find_accounts(issuer, subject, &provider.name)
+                .await?;
+            let target = match &account.reconnect {
+                Some(id) => accounts.into_iter().find(|c| &c.id == id),
+                None => accounts.into_iter().next(),
+            };
+            if let Some(c) =
+                target.filter(|c| c.status != crate::db::connections::ConnectionStatus::Revoked)
+            {
+                scopes.extend(c.scopes);
+            }
         }
         scopes.sort();
         scopes.dedup();
@@ -217,6 +228,7 @@ impl Connect {
                 &provider.name,
                 &scopes,
                 &params,
+                &account,
                 REUSE_MIN_REMAINING,
             )
             .await?
@@ -237,6 +249,8 @@ impl Connect {
             created_at: now,
             expires_at: now + self.config.elicitation_ttl_seconds as i64,
             params,
+            add_account: account.add,
+            account_connection_id: account.reconnect,
         };
         let mut change = Change::begin(&self.db).await?;
         db::elicitations::insert_elicitation(change.conn(), &e).await?;
@@ -311,7 +325,10 @@ impl Connect {
             ..e.clone()
         };
         change
-            .events(self.signals.elicitation_event_rows(&finished, status)?)
+            .events(
+                self.signals
+                    .elicitation_event_rows(&finished, status, end.account())?,
+            )
             .await?;
         change.elicitation_changed(&e.id).await?;
         Ok(true)

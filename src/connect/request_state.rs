@@ -113,6 +113,8 @@ mod tests {
             created_at: 1000,
             expires_at: 2000,
             params: Default::default(),
+            add_account: false,
+            account_connection_id: None,
         }
     }
 

@@ -9,10 +9,13 @@ use std::time::Duration;
 
 use secrecy::ExposeSecret;
 
+use crate::config::AccountSelection;
 use crate::config::ClientConfig;
 use crate::connect::Connect;
 use crate::db::connections::{Connection, ConnectionStatus};
+use crate::db::elicitations::AccountAsk;
 use crate::db::elicitations::{ElicitationStatus, FailureReason};
+use crate::error::AccountChoice;
 use crate::error::{Error, Result};
 use crate::grants::tokens::FreshToken;
 use crate::i18n::Lang;
@@ -39,6 +42,8 @@ pub struct TokenAsk<'a> {
     pub subject: Option<&'a str>,
     pub subject_token: Option<&'a str>,
     pub provider: &'a ProviderName,
+    /// Which of the user's accounts at the provider: its id or label (`None`: the default).
+    pub account: Option<&'a str>,
     pub scopes: Option<Vec<String>>,
     pub min_ttl_seconds: Option<i64>,
     pub force_refresh: bool,
@@ -105,7 +110,7 @@ impl Connect {
         };
 
         let Some(connection) = self
-            .usable_connection(ask.client, &subject, ask.provider)
+            .usable_connection(ask.client, &subject, ask.provider, ask.account)
             .await?
         else {
             // The user said no to this very request, or the provider is misconfigured: say so,
@@ -113,13 +118,24 @@ impl Connect {
             if let Some(refusal) = end.refusal(&provider) {
                 return Err(refusal);
             }
+            // A named account that is not connected (for this client) is another account.
+            let account = AccountAsk {
+                add: ask.account.is_some(),
+                reconnect: None,
+            };
             if ask.elicit {
                 return Err(Error::AuthorizationRequired {
                     provider: provider.name.clone(),
                     elicitation: Box::new(
-                        self.offer(&ask, &subject, &provider, ask.scopes.clone())
+                        self.offer(&ask, &subject, &provider, ask.scopes.clone(), account)
                             .await?,
                     ),
+                });
+            }
+            if let Some(a) = ask.account {
+                return Err(Error::NotConnected {
+                    subject: subject.into_string(),
+                    provider: format!("{} account {a:?}", ask.provider),
                 });
             }
             return Err(Error::NotConnected {
@@ -127,12 +143,28 @@ impl Connect {
                 provider: ask.provider.to_string(),
             });
         };
-        // Incremental authorization: scopes the grant lacks need the user's approval of the
-        // union. The stored grant keeps serving requests within its scopes meanwhile.
+        let this_account = AccountAsk {
+            add: false,
+            reconnect: Some(connection.id.clone()),
+        };
+        // Scopes the call needs that the grant lacks: with `elicit`, incremental authorization
+        // (the user approves the union; the stored grant keeps serving requests within its
+        // scopes meanwhile); without, the caller learns which.
         if let Some(asked) = &ask.scopes {
-            if asked.iter().any(|s| !connection.scopes.contains(s)) {
+            let missing: Vec<String> = asked
+                .iter()
+                .filter(|s| !connection.scopes.contains(s))
+                .cloned()
+                .collect();
+            if !missing.is_empty() {
                 if let Some(refusal) = end.refusal(&provider) {
                     return Err(refusal);
+                }
+                if !ask.elicit {
+                    return Err(Error::InsufficientScope {
+                        provider: provider.name.clone(),
+                        missing_scopes: missing,
+                    });
                 }
                 // What this client asks for by default, what is granted, and what is new.
                 let mut union = provider.scopes.clone();
@@ -140,7 +172,8 @@ impl Connect {
                 return Err(Error::AuthorizationRequired {
                     provider: provider.name.clone(),
                     elicitation: Box::new(
-                        self.offer(&ask, &subject, &provider, Some(union)).await?,
+                        self.offer(&ask, &subject, &provider, Some(union), this_account)
+                            .await?,
                     ),
                 });
             }
@@ -174,7 +207,7 @@ impl Connect {
                     });
                 }
                 let view = self
-                    .offer(&ask, &subject, &provider, ask.scopes.clone())
+                    .offer(&ask, &subject, &provider, ask.scopes.clone(), this_account)
                     .await?;
                 Err(Error::ReauthorizationRequired {
                     provider: p,
@@ -280,26 +313,42 @@ impl Connect {
         Ok(Ok(end))
     }
 
-    /// The user's live connection at `provider`, if `client` may use it. Another app's grant
-    /// is, for this client, no grant at all (and says nothing about it).
+    /// The user's live connection at `provider` for `account` (its id, label or nickname;
+    /// `None`: the default account), if `client` may use it. Another app's grant is, for this
+    /// client, no grant at all (and says nothing about it). Without `account`, a client that
+    /// must choose (`account_selection = "explicit"`) learns the accounts it may use when there
+    /// are several.
     async fn usable_connection(
         &self,
         client: &ClientConfig,
         subject: &Subject,
         provider: &ProviderName,
+        account: Option<&str>,
     ) -> Result<Option<Arc<Connection>>> {
-        let Some(g) = self
-            .grants
-            .connection_for_token(subject, provider)
-            .await?
-            .filter(|g| g.row.status != ConnectionStatus::Revoked)
-        else {
-            return Ok(None);
-        };
-        if !self.grants.may_use_granted(client, &g).await? {
-            return Ok(None);
+        let accounts = self.grants.accounts_for_token(subject, provider).await?;
+        let mut usable = Vec::with_capacity(accounts.len());
+        for g in accounts.iter() {
+            if g.row.status != ConnectionStatus::Revoked
+                && self.grants.may_use_granted(client, g).await?
+            {
+                usable.push(&g.row);
+            }
         }
-        Ok(Some(g.row))
+        let Some(a) = account else {
+            if usable.len() > 1 && client.account_selection == AccountSelection::Explicit {
+                return Err(Error::AccountSelectionRequired {
+                    subject: subject.to_string(),
+                    provider: provider.to_string(),
+                    accounts: usable
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| account_choice(c, i == 0))
+                        .collect(),
+                });
+            }
+            return Ok(usable.first().map(|c| Arc::clone(c)));
+        };
+        Ok(select_account(&usable, a).map(Arc::clone))
     }
 
     /// A ready elicitation (new, or the pending one) for the caller to hand to its MCP client.
@@ -309,6 +358,7 @@ impl Connect {
         subject: &Subject,
         provider: &Provider,
         scopes: Option<Vec<String>>,
+        account: AccountAsk,
     ) -> Result<serde_json::Value> {
         let e = self
             .create_or_reuse_elicitation(
@@ -316,10 +366,44 @@ impl Connect {
                 subject,
                 provider,
                 scopes,
+                account,
                 ask.request_id.as_deref(),
             )
             .await?;
         serde_json::to_value(self.elicitation_view_in(&e, ask.lang)?).map_err(Error::internal)
+    }
+}
+
+/// The account `named` (its provider id, else its label, else its nickname) among `accounts`.
+/// A label or nickname two accounts share names neither: the caller must use the id.
+pub fn select_account<'c>(
+    accounts: &[&'c Arc<Connection>],
+    named: &str,
+) -> Option<&'c Arc<Connection>> {
+    if let Some(c) = accounts
+        .iter()
+        .find(|c| !c.account_id.is_empty() && c.account_id == named)
+    {
+        return Some(c);
+    }
+    let unique = |f: &dyn Fn(&Connection) -> Option<&str>| {
+        let mut found = accounts.iter().filter(|c| f(c) == Some(named));
+        match (found.next(), found.next()) {
+            (Some(c), None) => Some(*c),
+            _ => None,
+        }
+    };
+    unique(&|c| c.account_label.as_deref()).or_else(|| unique(&|c| c.nickname.as_deref()))
+}
+
+/// How an account is listed to a caller that must choose.
+pub fn account_choice(c: &Connection, default: bool) -> AccountChoice {
+    AccountChoice {
+        id: c.account_id.clone(),
+        label: c.account_label.clone(),
+        nickname: c.nickname.clone(),
+        connection_id: c.id.to_string(),
+        default,
     }
 }
 

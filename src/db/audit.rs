@@ -28,6 +28,12 @@ named_enum! {
         ConnectionRefreshed = "connection.refreshed",
         ConnectionNeedsReauth = "connection.needs_reauth",
         ConnectionRevoked = "connection.revoked",
+        /// The user made this account their default at the provider.
+        ConnectionMadeDefault = "connection.made_default",
+        /// The user named (or unnamed) this account.
+        ConnectionNicknamed = "connection.nicknamed",
+        /// An operator imported this grant from another token store (`connections import`).
+        ConnectionImported = "connection.imported",
         AdminConnectionRevoked = "admin.connection_revoked",
         AdminAccessRefused = "admin.access_refused",
         KeysRotated = "keys.rotated",

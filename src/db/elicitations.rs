@@ -22,8 +22,11 @@ named_enum! {
 /// and two optional strings that could be passed the wrong way round).
 #[derive(Debug, Clone, Copy)]
 pub enum Ending<'a> {
-    /// Connected: the connection it produced.
-    Completed { connection_id: &'a ConnectionId },
+    /// Connected: the connection it produced, and which account that is.
+    Completed {
+        connection_id: &'a ConnectionId,
+        account: &'a super::connections::AccountRef,
+    },
     /// The user said no, on the consent page (`reason: None`) or at the provider (its answer).
     Declined { reason: Option<&'a str> },
     /// The provider or the code exchange failed; `failure` says how (no secrets).
@@ -41,7 +44,15 @@ impl<'a> Ending<'a> {
 
     pub fn connection_id(self) -> Option<&'a ConnectionId> {
         match self {
-            Self::Completed { connection_id } => Some(connection_id),
+            Self::Completed { connection_id, .. } => Some(connection_id),
+            _ => None,
+        }
+    }
+
+    /// The account connected, for `Completed`.
+    pub fn account(self) -> Option<&'a super::connections::AccountRef> {
+        match self {
+            Self::Completed { account, .. } => Some(account),
             _ => None,
         }
     }
@@ -54,6 +65,14 @@ impl<'a> Ending<'a> {
             Self::Failed { failure } => Some(failure),
         }
     }
+}
+
+/// Which account an elicitation is for: another one (`add`), or the reconnect of one named
+/// connection (`reconnect`), or neither (the user's default account, or their first).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccountAsk {
+    pub add: bool,
+    pub reconnect: Option<ConnectionId>,
 }
 
 #[derive(Debug, Clone, FromRow)]
@@ -71,6 +90,8 @@ pub(super) struct Row {
     created_at: i64,
     expires_at: i64,
     params: Option<String>,
+    add_account: i64,
+    account_connection_id: Option<ConnectionId>,
 }
 
 #[derive(Debug, Clone)]
@@ -88,6 +109,10 @@ pub struct Elicitation {
     pub expires_at: i64,
     /// Per-connection parameters given so far (API caller, consent page).
     pub params: super::connections::ConnParams,
+    /// Asks for another account at the provider, not a reconnect.
+    pub add_account: bool,
+    /// The connection (one account) this elicitation reconnects, when one was named.
+    pub account_connection_id: Option<ConnectionId>,
 }
 
 /// How the `failure` of an elicitation that ended for a security refusal begins (then `: ` and
@@ -170,6 +195,8 @@ impl TryFrom<Row> for Elicitation {
             created_at: r.created_at,
             expires_at: r.expires_at,
             params,
+            add_account: r.add_account != 0,
+            account_connection_id: r.account_connection_id,
         })
     }
 }
@@ -206,7 +233,8 @@ pub fn split_scopes(s: &str) -> Vec<String> {
         .collect()
 }
 
-const COLUMNS: &str = "id, client_id, issuer, subject, provider, scopes, status, connection_id, failure, created_at, expires_at, params";
+const COLUMNS: &str = "id, client_id, issuer, subject, provider, scopes, status, connection_id, failure, created_at, expires_at, params, \
+                       add_account, account_connection_id";
 
 impl Db {
     /// A still-pending, unexpired elicitation for the same request, to hand out again.
@@ -219,12 +247,14 @@ impl Db {
         provider: &str,
         scopes: &[String],
         params: &super::connections::ConnParams,
+        account: &AccountAsk,
         min_remaining: i64,
     ) -> Result<Option<Elicitation>> {
         let row: Option<Row> = sqlx::query_as(&Elicitation::select(
             "client_id = $1 AND issuer = $2 AND subject = $3 \
              AND provider = $4 AND scopes = $5 AND status = 'pending' AND expires_at > $6 \
-             AND COALESCE(params, '') = $7 ORDER BY created_at DESC LIMIT 1",
+             AND COALESCE(params, '') = $7 AND add_account = $8 AND COALESCE(account_connection_id, '') = $9 \
+             ORDER BY created_at DESC LIMIT 1",
         ))
         .bind(client_id)
         .bind(issuer)
@@ -233,6 +263,8 @@ impl Db {
         .bind(scopes.join(" "))
         .bind(now() + min_remaining)
         .bind(encode_params(params)?.unwrap_or_default())
+        .bind(i64::from(account.add))
+        .bind(account.reconnect.as_ref().map_or("", |c| c.as_str()))
         .fetch_optional(&self.pool)
         .await?;
         row.map(TryInto::try_into).transpose()
@@ -323,8 +355,8 @@ impl Db {
 
 pub async fn insert_elicitation(conn: &mut AnyConnection, e: &Elicitation) -> Result<()> {
     sqlx::query(
-        "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, created_at, expires_at, params) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9)",
+        "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, created_at, expires_at, params, \
+         add_account, account_connection_id) VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11)",
     )
     .bind(&e.id)
     .bind(&e.client_id)
@@ -335,6 +367,8 @@ pub async fn insert_elicitation(conn: &mut AnyConnection, e: &Elicitation) -> Re
     .bind(e.created_at)
     .bind(e.expires_at)
     .bind(encode_params(&e.params)?)
+    .bind(i64::from(e.add_account))
+    .bind(&e.account_connection_id)
     .execute(conn)
     .await?;
     Ok(())

@@ -21,9 +21,9 @@ pub mod token_cache;
 use crate::config::Engine;
 use std::str::FromStr;
 
-use sqlx::Any;
 use sqlx::any::install_default_drivers;
 use sqlx::migrate::{MigrateDatabase, Migrator};
+use sqlx::{Any, AnyConnection};
 
 pub use error::{Error, Result};
 pub use pool::{Pool, Tx};
@@ -78,6 +78,29 @@ fn migrator(engine: Engine) -> Migrator {
     };
     m.set_ignore_missing(true);
     m
+}
+
+/// This binary's post-deploy migrations (`migrations/<engine>/post-deploy/`): contract steps
+/// that the previous release cannot run on, applied only once every replica runs this one
+/// (`mcp-connect migrate --post-deploy`), or at once on a database no release used before.
+/// They share the migrations table (their numbers continue the same sequence), so each
+/// migrator tolerates the other's rows.
+fn post_deploy_migrator(engine: Engine) -> Migrator {
+    let mut m = match engine {
+        Engine::Postgres => sqlx::migrate!("migrations/postgres/post-deploy"),
+        Engine::Sqlite => sqlx::migrate!("migrations/sqlite/post-deploy"),
+    };
+    m.set_ignore_missing(true);
+    m
+}
+
+/// Which migrations [`Db::migrate`] applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Migrations {
+    /// The expand-only ones; the post-deploy ones too on a database no release used before.
+    Deploy,
+    /// The expand-only ones and then the post-deploy ones: every replica runs this release.
+    PostDeploy,
 }
 
 #[derive(Clone)]
@@ -135,12 +158,48 @@ impl Db {
         self.pool.close().await;
     }
 
-    pub async fn migrate(&self) -> Result<()> {
+    /// Applies this binary's migrations (`which`); returns the post-deploy migrations still
+    /// pending afterwards (their descriptions), for the caller to report.
+    pub async fn migrate(&self, which: Migrations) -> Result<Vec<String>> {
         let mut conn = self.pool.acquire().await?;
+        let fresh = self.applied_versions(&mut conn).await?.is_empty();
         migrator(self.engine)
             .run_direct(&mut *conn)
             .await
-            .map_err(|e| Error::setup("running migrations", e))
+            .map_err(|e| Error::setup("running migrations", e))?;
+        let post = post_deploy_migrator(self.engine);
+        if fresh || which == Migrations::PostDeploy {
+            post.run_direct(&mut *conn)
+                .await
+                .map_err(|e| Error::setup("running post-deploy migrations", e))?;
+        }
+        let applied = self.applied_versions(&mut conn).await?;
+        Ok(post
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .map(|m| format!("{:04} {}", m.version, m.description))
+            .collect())
+    }
+
+    /// The versions in the migrations table (none when it does not exist yet).
+    async fn applied_versions(&self, conn: &mut AnyConnection) -> Result<Vec<i64>> {
+        let exists = match self.engine {
+            Engine::Postgres => {
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = '_sqlx_migrations'"
+            }
+            Engine::Sqlite => {
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'"
+            }
+        };
+        let (n,): (i64,) = sqlx::query_as(exists).fetch_one(&mut *conn).await?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(i64,)> =
+            sqlx::query_as("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(&mut *conn)
+                .await?;
+        Ok(rows.into_iter().map(|(v,)| v).collect())
     }
 
     /// A transaction for writes to short-lived tables only (sign-in sessions, pending provider

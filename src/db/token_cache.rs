@@ -73,10 +73,13 @@ impl Granted {
     }
 }
 
+/// One user's accounts at one provider, the default first (`DEFAULT_FIRST`), as read together.
+pub type Accounts = Arc<[Granted]>;
+
 /// What a lookup found.
 pub enum Lookup {
-    /// A row to use as if just read.
-    Hit(Granted),
+    /// The user's accounts, to use as if just read.
+    Hit(Accounts),
     /// Not cached: read the database, then `fill` with this ticket.
     Miss(Ticket),
     /// The cache cannot be trusted right now (or is off): read the database, store nothing.
@@ -114,17 +117,17 @@ struct Counters {
 }
 
 struct Entry {
-    row: Granted,
+    accounts: Accounts,
     expires: Instant,
     bytes: usize,
     serial: u64,
 }
 
-/// provider → subject → row: looked up with the request's `&str`s, no allocation.
+/// provider → subject → accounts: looked up with the request's `&str`s, no allocation.
 #[derive(Default)]
 struct Inner {
     rows: HashMap<Box<str>, HashMap<Box<str>, Entry>>,
-    /// connection id → (provider, subject), for changes, which name the id.
+    /// connection id (each account's) → (provider, subject), for changes, which name the id.
     by_id: HashMap<Box<str>, (Box<str>, Box<str>)>,
     /// Insertion order for eviction; entries replaced or removed since are skipped.
     order: VecDeque<(Box<str>, Box<str>, u64)>,
@@ -145,7 +148,9 @@ impl Inner {
         if let Some(e) = by_subject.remove(subject) {
             self.entries -= 1;
             self.bytes -= e.bytes;
-            self.by_id.remove(e.row.row.id.as_str());
+            for g in e.accounts.iter() {
+                self.by_id.remove(g.row.id.as_str());
+            }
         }
     }
 
@@ -175,8 +180,12 @@ impl std::fmt::Debug for TokenCache {
     }
 }
 
-/// Heap bytes an entry takes, roughly: its strings and a fixed overhead.
-fn size_of(g: &Granted) -> usize {
+/// Heap bytes an entry takes, roughly: its rows' strings and a fixed overhead.
+fn size_of(accounts: &[Granted]) -> usize {
+    accounts.iter().map(size_of_one).sum()
+}
+
+fn size_of_one(g: &Granted) -> usize {
     let c = &g.row;
     256 + g.clients.iter().map(|id| id.len() + 16).sum::<usize>()
         + c.id.len()
@@ -186,6 +195,8 @@ fn size_of(g: &Granted) -> usize {
         + c.token_type.len()
         + c.sealed_len()
         + c.account_label.as_ref().map_or(0, String::len)
+        + c.account_id.len()
+        + c.nickname.as_ref().map_or(0, String::len)
         + c.last_error.as_ref().map_or(0, String::len)
 }
 
@@ -238,7 +249,7 @@ impl TokenCache {
             .rows
             .get(provider)
             .and_then(|m| m.get(subject))
-            .map(|e| (e.expires > now, e.row.clone()));
+            .map(|e| (e.expires > now, e.accounts.clone()));
         match found {
             Some((true, row)) => {
                 drop(inner);
@@ -261,20 +272,28 @@ impl TokenCache {
         }
     }
 
-    /// Stores `row`, read after `ticket` was taken, unless a change was applied since (the row
-    /// may predate it), the cache is not usable, or the row is not worth keeping.
-    pub fn fill(&self, ticket: Ticket, granted: &Granted) {
-        let row = &granted.row;
-        if row.status != ConnectionStatus::Active || !row.has_access_token() {
+    /// Stores one user's `accounts` at a provider, read after `ticket` was taken, unless a
+    /// change was applied since (a row may predate it), the cache is not usable, or a row is not
+    /// worth keeping (only live rows with an access token are: the others are read each time).
+    pub fn fill(&self, ticket: Ticket, accounts: &Accounts) {
+        let Some(first) = accounts.first() else {
             return;
-        }
-        let now_s = crate::time::now();
-        let ttl = match row.expires_at {
-            Some(e) if e <= now_s => return,
-            Some(e) => self.max_age.min(Duration::from_secs((e - now_s) as u64)),
-            None => self.max_age,
         };
-        let bytes = size_of(granted);
+        let now_s = crate::time::now();
+        let mut ttl = self.max_age;
+        for g in accounts.iter() {
+            let row = &g.row;
+            if row.status != ConnectionStatus::Active || !row.has_access_token() {
+                return;
+            }
+            match row.expires_at {
+                Some(e) if e <= now_s => return,
+                Some(e) => ttl = ttl.min(Duration::from_secs((e - now_s) as u64)),
+                None => {}
+            }
+        }
+        let row = &first.row;
+        let bytes = size_of(accounts);
         if bytes > self.max_bytes {
             return;
         }
@@ -302,16 +321,19 @@ impl TokenCache {
         let serial = inner.serial;
         let provider: Box<str> = row.provider.as_str().into();
         let subject: Box<str> = row.subject.as_str().into();
-        inner
-            .by_id
-            .insert(row.id.as_str().into(), (provider.clone(), subject.clone()));
+        for g in accounts.iter() {
+            inner.by_id.insert(
+                g.row.id.as_str().into(),
+                (provider.clone(), subject.clone()),
+            );
+        }
         inner
             .order
             .push_back((provider.clone(), subject.clone(), serial));
         inner.rows.entry(provider).or_default().insert(
             subject,
             Entry {
-                row: granted.clone(),
+                accounts: accounts.clone(),
                 expires: now + ttl,
                 bytes,
                 serial,
@@ -403,7 +425,7 @@ impl TokenCache {
             .rows
             .values()
             .flat_map(|m| m.values())
-            .map(|e| format!("{:?}", e.row.row))
+            .flat_map(|e| e.accounts.iter().map(|g| format!("{:?}", g.row)))
             .collect()
     }
 
@@ -427,14 +449,14 @@ mod tests {
         c
     }
 
-    fn granted(c: Connection) -> Granted {
-        Granted {
+    fn granted(c: Connection) -> Accounts {
+        Arc::new([Granted {
             row: Arc::new(c),
             clients: Arc::new(["demo-mcp".into()]),
-        }
+        }])
     }
 
-    fn row(n: usize) -> Granted {
+    fn row(n: usize) -> Accounts {
         granted(Connection::for_tests(
             &format!("c{n}"),
             &format!("user{n}"),

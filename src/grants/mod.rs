@@ -3,6 +3,7 @@
 //! everything under a new key.
 
 pub mod access;
+pub mod accounts;
 pub mod lookup;
 pub mod refresh_ahead;
 pub mod revoke;

@@ -33,6 +33,8 @@ pub struct FreshToken {
     pub expires_at: Option<i64>,
     pub scopes: Vec<String>,
     pub connection_id: ConnectionId,
+    /// Which of the user's accounts at the provider the token is for.
+    pub account: crate::db::connections::AccountRef,
     /// The connection's parameters and what was learned at its callback (never a token).
     pub params: crate::db::connections::ConnParams,
     pub metadata: crate::db::connections::Metadata,
@@ -324,6 +326,7 @@ impl Grants {
                     token_type: t.token_type,
                     expires_at,
                     scopes,
+                    account: c.account(),
                     connection_id: c.id,
                     params: c.params,
                     metadata: c.metadata,
@@ -519,6 +522,7 @@ impl Grants {
             expires_at: c.expires_at,
             scopes: c.scopes.clone(),
             connection_id: c.id.clone(),
+            account: c.account(),
             params: c.params.clone(),
             metadata: c.metadata.clone(),
             dpop_proof: None,

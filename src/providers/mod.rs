@@ -175,6 +175,14 @@ impl Provider {
                 || c.issuer.is_some())
     }
 
+    /// Whether this provider tells which account a grant is for (`[account] id_from_token`,
+    /// or `id_fields` with a userinfo endpoint): then a user may hold several accounts here, and
+    /// a grant whose account it did not name is not stored.
+    pub fn names_accounts(&self, endpoints: &Endpoints) -> bool {
+        let a = &self.entry.account;
+        a.id_from_token.is_some() || (!a.id_fields.is_empty() && endpoints.userinfo_url.is_some())
+    }
+
     /// The catalog kind (`github`, ...), when configured with one.
     pub fn kind(&self) -> Option<&str> {
         self.config.kind.as_ref().map(ProviderKind::as_str)
@@ -188,6 +196,7 @@ impl Provider {
         state: &str,
         code_challenge: Option<&str>,
         scopes: &[String],
+        add_account: bool,
     ) -> anyhow::Result<String> {
         let mut url = Url::parse(&endpoints.authorization_url)
             .context("authorization endpoint is not a URL")?;
@@ -219,8 +228,18 @@ impl Provider {
                 q.append_pair("code_challenge", ch)
                     .append_pair("code_challenge_method", "S256");
             }
+            // Adding another account: the provider's own account picker (catalog
+            // `[account] select_params`) in place of the same-named parameters.
+            let select = &self.entry.account.select_params;
             for (k, v) in &self.authorize_params {
-                q.append_pair(k, v);
+                if !(add_account && select.contains_key(k)) {
+                    q.append_pair(k, v);
+                }
+            }
+            if add_account {
+                for (k, v) in select {
+                    q.append_pair(k, v);
+                }
             }
         }
         Ok(url.into())

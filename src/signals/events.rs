@@ -98,6 +98,10 @@ pub struct EventData {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub connection_id: Option<ConnectionId>,
+    /// Which account at the provider the connection is (connection events, and a completed
+    /// elicitation's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<crate::db::connections::AccountRef>,
     /// Elicitation events: the final status (`completed`, `declined`, `failed`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
@@ -186,6 +190,7 @@ impl Signals {
         &self,
         e: &Elicitation,
         status: ElicitationStatus,
+        account: Option<&crate::db::connections::AccountRef>,
     ) -> Result<Vec<NewEvent>, serde_json::Error> {
         let event_type = match status {
             ElicitationStatus::Completed => EventType::ElicitationCompleted,
@@ -202,6 +207,7 @@ impl Signals {
             provider: e.provider.clone(),
             elicitation_id: Some(e.id.clone()),
             connection_id: e.connection_id.clone(),
+            account: account.cloned(),
             status: Some(status.as_str().to_owned()),
         };
         self.event_rows(event_type, data, &[client])
@@ -226,6 +232,7 @@ impl Signals {
             provider: c.provider.clone(),
             elicitation_id: None,
             connection_id: Some(c.id.clone()),
+            account: Some(c.account()),
             status: None,
         };
         self.event_rows(event_type, data, &clients)

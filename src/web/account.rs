@@ -29,6 +29,16 @@ pub struct Row {
     pub provider: String,
     /// The upstream account, as the provider names it (when it says).
     pub account: Option<String>,
+    /// The user's own name for the account.
+    pub nickname: Option<String>,
+    /// The provider and the account, as buttons' labels name them ("GitHub octocat").
+    pub name: String,
+    /// The user's default account at this provider, among several.
+    pub is_default: bool,
+    /// Live, not the default, with another live account at the provider.
+    pub can_make_default: bool,
+    /// The provider holds several of the user's accounts (so they are told apart).
+    pub several: bool,
     pub status: &'static str,
     pub status_text: String,
     pub scopes: Vec<ScopeView>,
@@ -89,14 +99,36 @@ pub async fn show(
     }
     // What disconnecting does is said once per provider, under its first connection.
     let mut explained = std::collections::HashSet::new();
+    let live_at = |provider: &str| {
+        connections
+            .iter()
+            .filter(|c| c.provider == provider && c.status != ConnectionStatus::Revoked)
+            .count()
+    };
+    let live: Vec<usize> = connections.iter().map(|c| live_at(&c.provider)).collect();
     let rows = connections
         .into_iter()
         .zip(apps)
-        .map(|(c, apps)| {
+        .zip(live)
+        .map(|((c, apps), live)| {
             let p = state.providers.get(&c.provider);
             let is_credential = crate::config::AuthKind::is_credential_type(&c.token_type);
             let first_of_provider = explained.insert(c.provider.clone());
+            // Listed default first per provider (`DEFAULT_FIRST`).
+            let is_default = first_of_provider && live > 1 && c.status != ConnectionStatus::Revoked;
+            let display = p
+                .map(|p| p.display_name.clone())
+                .unwrap_or(c.provider.clone());
+            let shown = c.nickname.clone().or_else(|| c.account_label.clone());
             Row {
+                name: match &shown {
+                    Some(a) => format!("{display} {a}"),
+                    None => display.clone(),
+                },
+                nickname: c.nickname.clone(),
+                is_default,
+                can_make_default: !is_default && live > 1 && c.status != ConnectionStatus::Revoked,
+                several: live > 1,
                 apps,
                 revocation: p
                     .filter(|_| first_of_provider)
@@ -129,6 +161,8 @@ pub async fn show(
     let csrf = session.csrf_token().await?;
     let notice = match q.done.as_deref() {
         Some("disconnected") => Some(ui.t("account-notice-disconnected")),
+        Some("default") => Some(ui.t("account-notice-default")),
+        Some("nickname") => Some(ui.t("account-notice-nickname")),
         _ => None,
     };
     Ok(render(
@@ -167,6 +201,52 @@ pub async fn disconnect(
             .await?;
     }
     Ok(Redirect::to("/account?done=disconnected").into_response())
+}
+
+/// Makes the account the user's default at its provider.
+pub async fn make_default(
+    State(state): State<AppState>,
+    rid: RequestId,
+    own: OwnConnection<CsrfForm<ActionForm>>,
+) -> Result<Response> {
+    let (user, c) = (own.user, own.item);
+    state
+        .grants
+        .make_default(&c, &user.subject, rid.as_deref())
+        .await?;
+    Ok(Redirect::to("/account?done=default").into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NicknameForm {
+    csrf: String,
+    #[serde(default)]
+    nickname: String,
+}
+
+impl CsrfProtected for NicknameForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// Names the account (an empty name removes it).
+pub async fn nickname(
+    State(state): State<AppState>,
+    rid: RequestId,
+    own: OwnConnection<CsrfForm<NicknameForm>>,
+) -> Result<Response> {
+    let (user, c) = (own.user, own.item);
+    state
+        .grants
+        .set_nickname(
+            &c,
+            Some(&own.form.0.nickname),
+            &user.subject,
+            rid.as_deref(),
+        )
+        .await?;
+    Ok(Redirect::to("/account?done=nickname").into_response())
 }
 
 /// Starts a new connect flow for a broken or disconnected connection: an elicitation for the
@@ -227,6 +307,10 @@ pub async fn reconnect(
             &provider,
             scopes,
             c.params.clone(),
+            crate::db::elicitations::AccountAsk {
+                add: false,
+                reconnect: Some(c.id.clone()),
+            },
             rid.as_deref(),
         )
         .await?;

@@ -13,7 +13,7 @@ use super::refusals::RefusalRecord;
 use super::session::BrowserSession;
 use super::ui::Ui;
 use crate::AppState;
-use crate::connect::consent::ConsentAsk;
+use crate::connect::consent::{AccountIntent, ConsentAsk};
 use crate::connect::elicitations::is_valid_id;
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
@@ -244,6 +244,29 @@ async fn consent_page(
             params: &view.params,
             param_error: error,
             revocation: view.revocation.clone(),
+            heading: match &view.account {
+                AccountIntent::Reconnect { label: Some(l) } => ui.t2(
+                    "consent-heading-reconnect",
+                    "provider",
+                    &view.provider,
+                    "account",
+                    l,
+                ),
+                AccountIntent::Another { .. } => {
+                    ui.t1("consent-heading-another", "provider", &view.provider)
+                }
+                _ => ui.t1("consent-heading", "provider", &view.provider),
+            },
+            account_note: match &view.account {
+                AccountIntent::Another { held } => Some(ui.t2(
+                    "consent-account-another",
+                    "provider",
+                    &view.provider,
+                    "held",
+                    held,
+                )),
+                _ => None,
+            },
         },
         status,
     ))

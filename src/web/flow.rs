@@ -190,6 +190,7 @@ pub async fn start_provider(
             &st,
             challenge.as_ref().map(|c| c.as_str()),
             &e.scopes,
+            e.add_account,
         )
         .map_err(Error::Upstream)?;
     state

@@ -77,6 +77,14 @@ pub fn router(state: AppState) -> Router {
             "/account/connections/{id}/reconnect",
             post(account::reconnect),
         )
+        .route(
+            "/account/connections/{id}/default",
+            post(account::make_default),
+        )
+        .route(
+            "/account/connections/{id}/nickname",
+            post(account::nickname),
+        )
         .merge(admin::routes())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -40,6 +40,10 @@ pub struct ConsentPage<'a> {
     pub param_error: Option<String>,
     /// What disconnecting does at this provider.
     pub revocation: String,
+    /// The page's heading: connect, reconnect the named account, or add another.
+    pub heading: String,
+    /// Said under the lead when adding another account.
+    pub account_note: Option<String>,
 }
 
 /// After a connection: what was connected, for which app, with which access.

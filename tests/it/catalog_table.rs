@@ -58,7 +58,7 @@ async fn exercise(entry: &'static Entry) -> Result<(), String> {
 
     // The authorization redirect.
     let url = p
-        .authorize_url(&ep, REDIRECT, "st", Some("challenge"), &p.scopes)
+        .authorize_url(&ep, REDIRECT, "st", Some("challenge"), &p.scopes, false)
         .map_err(|e| e.to_string())?;
     let url = url::Url::parse(&url).unwrap();
     let q: std::collections::BTreeMap<String, String> = url.query_pairs().into_owned().collect();
@@ -133,7 +133,9 @@ async fn exercise(entry: &'static Entry) -> Result<(), String> {
         .iter()
         .map(|(name, param)| (param.clone(), meta_value(name)))
         .collect();
-    let (label, metadata) = p.learn(&http, &ep, &t, &redirect_query).await;
+    let mcp_connect::providers::tokens::Learned {
+        label, metadata, ..
+    } = p.learn(&http, &ep, &t, &redirect_query).await;
     let mut want: Vec<&String> = entry.metadata.from_token.keys().collect();
     want.extend(entry.metadata.from_redirect.keys());
     if ep.userinfo_url.is_some() {

@@ -338,9 +338,6 @@ on_both_databases!(
 on_both_databases!(
     rows_from_before_the_migration_stay_usable_by_their_client,
     |kind| async move {
-        use mcp_connect::db::connections::{NewTokens, store_connected};
-        use secrecy::SecretString;
-
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let peers = Peers::start(&url, 3600).await;
@@ -388,27 +385,8 @@ on_both_databases!(
             let issuer = issuer.clone();
             let pool = db.pool.clone();
             async move {
-                let at = SecretString::from(format!("at-{subject}"));
                 let mut conn = pool.acquire().await.unwrap();
-                store_connected(
-                    &mut conn,
-                    &keys,
-                    &issuer,
-                    subject,
-                    "acme",
-                    &NewTokens {
-                        access_token: &at,
-                        refresh_token: None,
-                        token_type: "Bearer",
-                        expires_at: Some(mcp_connect::time::now() + 3600),
-                        scopes: &["api".to_owned()],
-                        account_label: None,
-                    },
-                    None,
-                )
-                .await
-                .unwrap()
-                .id
+                previous_release_insert(&mut conn, &keys, &issuer, subject).await
             }
         };
         let alice_id = store("alice").await;
@@ -435,25 +413,7 @@ on_both_databases!(
         let app = TestApp::spawn_on(listener, peers, db_url, &opts).await;
         let carol = {
             let mut conn = app.db().pool.acquire().await.unwrap();
-            store_connected(
-                &mut conn,
-                &config.keys,
-                &issuer,
-                "carol",
-                "acme",
-                &NewTokens {
-                    access_token: &SecretString::from("at-carol".to_owned()),
-                    refresh_token: None,
-                    token_type: "Bearer",
-                    expires_at: Some(now + 3600),
-                    scopes: &["api".to_owned()],
-                    account_label: None,
-                },
-                None,
-            )
-            .await
-            .unwrap()
-            .id
+            previous_release_insert(&mut conn, &config.keys, &issuer, "carol").await
         };
         let granted = app.db().connection_clients(&alice_id).await.unwrap();
         assert_eq!(
@@ -814,10 +774,26 @@ on_both_databases!(
         assert_eq!(s, StatusCode::OK, "{old}");
         let old_token = old["access_token"].as_str().unwrap().to_owned();
 
+        // Without `elicit`, the caller learns which scopes are missing.
         let (s, v) = app
             .post(
                 "/v1/tokens",
                 json!({"subject": "alice", "provider": "acme", "scopes": ["api", "files"]}),
+            )
+            .await;
+        assert_eq!(
+            (s, v["error"].as_str(), &v["missing_scopes"]),
+            (
+                StatusCode::FORBIDDEN,
+                Some("insufficient_scope"),
+                &json!(["files"])
+            ),
+            "{v}"
+        );
+        let (s, v) = app
+            .post(
+                "/v1/tokens",
+                json!({"subject": "alice", "provider": "acme", "scopes": ["api", "files"], "elicit": true}),
             )
             .await;
         assert_eq!(
@@ -866,3 +842,42 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+/// A grant stored as the previous release stores one (its `INSERT ... ON CONFLICT (issuer,
+/// subject, provider)`, naming only the columns it knows); returns the connection id.
+async fn previous_release_insert(
+    conn: &mut sqlx::AnyConnection,
+    keys: &mcp_connect::crypto::KeyRing,
+    issuer: &str,
+    subject: &str,
+) -> String {
+    let id = mcp_connect::crypto::random_token(16);
+    let sealed = keys
+        .seal(
+            format!("at-{subject}").as_bytes(),
+            &mcp_connect::crypto::connection_aad(&id, "access_token"),
+        )
+        .unwrap();
+    let now = mcp_connect::time::now();
+    let n = sqlx::query(
+        "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
+         expires_at, account_label, created_at, updated_at, last_refresh_at) \
+         VALUES ($1, $2, $3, 'acme', 'active', 'api', 'Bearer', $4, NULL, $5, NULL, $6, $6, $6) \
+         ON CONFLICT (issuer, subject, provider) DO NOTHING",
+    )
+    .bind(&id)
+    .bind(issuer)
+    .bind(subject)
+    .bind(sealed)
+    .bind(now + 3600)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(
+        n, 1,
+        "the previous release's insert stored {subject}'s grant"
+    );
+    id
+}

@@ -123,10 +123,10 @@ async fn rotate_while_serving(kind: DbKind, n: usize) {
                 let subject = format!("bulk-{i:05}");
                 let c = state
                     .db
-                    .find_connection(&issuer, &subject, "acme")
+                    .find_accounts(&issuer, &subject, "acme")
                     .await
                     .unwrap()
-                    .unwrap();
+                    .remove(0);
                 let at = SecretString::from(format!("bulk-at-{i}-v2"));
                 let rt = SecretString::from(format!("bulk-rt-{i}-v2"));
                 let stored = mcp_connect::db::connections::save_refreshed_tokens(

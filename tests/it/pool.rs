@@ -168,7 +168,9 @@ crate::on_both_databases!(
         let db = Db::connect(&DatabaseUrl::parse(&url).unwrap())
             .await
             .unwrap();
-        db.migrate().await.unwrap();
+        db.migrate(mcp_connect::db::Migrations::Deploy)
+            .await
+            .unwrap();
         // More rows than one multi-row INSERT takes, and values that must not be confused.
         let mut change = Change::begin(&db).await.unwrap();
         for i in 0..250 {

@@ -115,6 +115,7 @@ async fn seed_steady(app: &TestApp) {
         &issuer,
         "steady",
         "other",
+        &mcp_connect::db::connections::NewAccount { id: "", max: 5 },
         &mcp_connect::db::connections::NewTokens {
             access_token: &at,
             refresh_token: None,
@@ -126,6 +127,7 @@ async fn seed_steady(app: &TestApp) {
         None,
     )
     .await
+    .unwrap()
     .unwrap();
 }
 

@@ -102,6 +102,7 @@ pub async fn seed_due_grant(
         issuer,
         subject,
         "other",
+        &mcp_connect::db::connections::NewAccount { id: "", max: 5 },
         &mcp_connect::db::connections::NewTokens {
             access_token: &at,
             refresh_token: Some(&rt),
@@ -113,6 +114,7 @@ pub async fn seed_due_grant(
         None,
     )
     .await
+    .unwrap()
     .unwrap();
     // Not "just refreshed": a refresh really is due.
     sqlx::query(

@@ -173,7 +173,9 @@ impl Fleet {
         let config = Config::from_parts(&toml, &[]).unwrap_or_else(|e| panic!("{e}\n{toml}"));
         // Migrated once, here; each replica's own migration run then finds nothing to do.
         let db = Db::connect(&db_url.parse().unwrap()).await.unwrap();
-        db.migrate().await.unwrap();
+        db.migrate(mcp_connect::db::Migrations::Deploy)
+            .await
+            .unwrap();
 
         let mut replicas = Vec::new();
         let mut servers = Vec::new();

@@ -828,8 +828,8 @@ fn upgrade_expand_only_check_finds_contract_steps() {
 /// migration's checksum and refuses to start on a database whose applied migration no longer
 /// matches ("migration N was previously applied but has been modified"), so every existing
 /// deployment would stop coming up. `migrations/SHA256SUMS` records each migration's SHA-256;
-/// a new migration is added to it (`sha256sum migrations/*/*.sql > migrations/SHA256SUMS`) and
-/// an existing line never changes.
+/// a new migration is added to it (`sha256sum migrations/*/*.sql migrations/*/post-deploy/*.sql
+/// > migrations/SHA256SUMS`) and an existing line never changes.
 #[test]
 fn upgrade_shipped_migrations_are_never_edited() {
     use sha2::Digest;
@@ -847,10 +847,15 @@ fn upgrade_shipped_migrations_are_never_edited() {
         );
         listed.insert(path.to_owned());
     }
-    for engine in ["postgres", "sqlite"] {
-        for entry in std::fs::read_dir(Path::new(ROOT).join("migrations").join(engine)).unwrap() {
+    for dir in [
+        "postgres",
+        "sqlite",
+        "postgres/post-deploy",
+        "sqlite/post-deploy",
+    ] {
+        for entry in std::fs::read_dir(Path::new(ROOT).join("migrations").join(dir)).unwrap() {
             let name = entry.unwrap().file_name().into_string().unwrap();
-            let path = format!("migrations/{engine}/{name}");
+            let path = format!("migrations/{dir}/{name}");
             assert!(
                 !name.ends_with(".sql") || listed.contains(&path),
                 "{path} is not recorded in migrations/SHA256SUMS: add its line"

@@ -26,6 +26,7 @@ fn ask<'a>(
         subject: Some("alice"),
         subject_token: None,
         provider,
+        account: None,
         scopes: None,
         min_ttl_seconds: None,
         force_refresh: false,

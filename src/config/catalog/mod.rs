@@ -352,6 +352,18 @@ pub struct AccountSpec {
     pub label_fields: Vec<String>,
     /// Instead of userinfo: a dotted path into the token answer.
     pub label_from_token: Option<String>,
+    /// Dotted paths into the userinfo answer naming the provider's stable id of the account
+    /// (a number or a string), first non-empty one wins. Without it (and `id_from_token`) a user
+    /// holds one account at the provider.
+    #[serde(default)]
+    pub id_fields: Vec<String>,
+    /// Instead of userinfo: a dotted path into the token answer (Slack `team.id`).
+    pub id_from_token: Option<String>,
+    /// Authorize parameters that let the user pick or switch accounts at the provider, sent
+    /// when adding another account (Google `prompt = "select_account consent"`); they replace
+    /// the same-named ones of `[authorize] params`.
+    #[serde(default)]
+    pub select_params: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

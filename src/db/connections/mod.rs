@@ -52,6 +52,9 @@ pub(super) struct Row {
     token_version: i64,
     params: Option<String>,
     metadata: Option<String>,
+    account_id: String,
+    nickname: Option<String>,
+    default_at: Option<i64>,
 }
 
 /// Parameter values of one connection, by name.
@@ -86,6 +89,13 @@ pub struct Connection {
     pub params: ConnParams,
     /// Values learned at the callback (instance_url, realmId, team). Never a token.
     pub metadata: Metadata,
+    /// The provider's stable identifier of the account; empty where the provider says nothing
+    /// (one account per user there) and for rows stored before accounts, until reconnected.
+    pub account_id: String,
+    /// The user's own name for the account.
+    pub nickname: Option<String>,
+    /// When the user made this account their default for the provider (see [`DEFAULT_FIRST`]).
+    pub default_at: Option<i64>,
 }
 
 /// A row whose status does not decode is an error naming the row, never a default.
@@ -121,11 +131,35 @@ impl TryFrom<Row> for Connection {
             token_version: r.token_version,
             params,
             metadata,
+            account_id: r.account_id,
+            nickname: r.nickname,
+            default_at: r.default_at,
         })
     }
 }
 
+/// Which account a connection is, as callers see it (never a token).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct AccountRef {
+    /// The provider's stable id of the account; empty where the provider names none.
+    pub id: String,
+    /// A label people recognise (login, email, workspace name), when the provider gave one.
+    pub label: Option<String>,
+    /// The user's own name for it, when they gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nickname: Option<String>,
+}
+
 impl Connection {
+    /// Which account this is.
+    pub fn account(&self) -> AccountRef {
+        AccountRef {
+            id: self.account_id.clone(),
+            label: self.account_label.clone(),
+            nickname: self.nickname.clone(),
+        }
+    }
+
     /// The user whose grant this is.
     pub fn user_ref(&self) -> crate::ids::UserRef {
         crate::ids::UserRef::new(self.issuer.as_str(), self.subject.as_str())
@@ -194,8 +228,14 @@ pub struct NewTokens<'a> {
     pub account_label: Option<&'a str>,
 }
 
+/// The order of one user's accounts at one provider: the default first — the one the user made
+/// their default most recently, else the first connected — and revoked ones last.
+pub const DEFAULT_FIRST: &str = "CASE WHEN status = 'revoked' THEN 1 ELSE 0 END, \
+                                 COALESCE(default_at, 0) DESC, created_at, id";
+
 const COLUMNS: &str = "id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, expires_at, \
-                       account_label, created_at, updated_at, last_refresh_at, last_error, token_version, params, metadata";
+                       account_label, created_at, updated_at, last_refresh_at, last_error, token_version, params, metadata, \
+                       account_id, nickname, default_at";
 
 impl Table for Connection {
     type Row = Row;
@@ -226,58 +266,61 @@ impl Db {
         r
     }
 
-    pub async fn find_connection(
+    /// The user's accounts at `provider`, the default first (see [`DEFAULT_FIRST`]).
+    pub async fn find_accounts(
         &self,
         issuer: &str,
         subject: &str,
         provider: &str,
-    ) -> Result<Option<Connection>> {
+    ) -> Result<Vec<Connection>> {
         static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            Connection::select("issuer = $1 AND subject = $2 AND provider = $3")
+            Connection::select(&format!(
+                "issuer = $1 AND subject = $2 AND provider = $3 ORDER BY {DEFAULT_FIRST}"
+            ))
         });
-        let row: Option<Row> = self.token_read(&SQL, issuer, subject, provider).await?;
-        row.map(TryInto::try_into).transpose()
+        let rows: Vec<Row> = self.token_read(&SQL, issuer, subject, provider).await?;
+        rows.into_iter().map(TryInto::try_into).collect()
     }
 
-    /// The token path's read on a cache miss: the connection for `(issuer, subject, provider)`
-    /// and the ids of the clients that may use it (sorted), in one statement — one round trip
-    /// where `find_connection` + `connection_clients` took two.
-    pub async fn find_connection_with_clients(
+    /// The token path's read on a cache miss: the user's accounts at `provider` (the default
+    /// first), each with the ids of the clients that may use it (sorted), in one statement —
+    /// one round trip, however many accounts.
+    pub async fn find_accounts_with_clients(
         &self,
         issuer: &str,
         subject: &str,
         provider: &str,
-    ) -> Result<Option<(Connection, Vec<String>)>> {
+    ) -> Result<Vec<(Connection, Vec<String>)>> {
         // The clients as a JSON array of strings: any client id survives the trip.
         static PG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             format!(
                 "SELECT {COLUMNS}, (SELECT COALESCE(json_agg(client_id), '[]'::json)::text \
                  FROM connection_clients WHERE connection_id = connections.id) AS clients \
-                 FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
+                 FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3 ORDER BY {DEFAULT_FIRST}"
             )
         });
         static SQLITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             format!(
                 "SELECT {COLUMNS}, (SELECT json_group_array(client_id) \
                  FROM connection_clients WHERE connection_id = connections.id) AS clients \
-                 FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3"
+                 FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3 ORDER BY {DEFAULT_FIRST}"
             )
         });
         let sql = match self.engine {
             super::Engine::Postgres => &PG,
             super::Engine::Sqlite => &SQLITE,
         };
-        let Some(r): Option<RowWithClients> =
-            self.token_read(sql, issuer, subject, provider).await?
-        else {
-            return Ok(None);
-        };
-        let mut clients: Vec<String> = serde_json::from_str(r.clients.as_deref().unwrap_or("[]"))
-            .map_err(|e| {
-            Error::undecodable(Connection::TABLE, &r.row.id, format!("clients: {e}"))
-        })?;
-        clients.sort_unstable();
-        Ok(Some((r.row.try_into()?, clients)))
+        let rows: Vec<RowWithClients> = self.token_read(sql, issuer, subject, provider).await?;
+        rows.into_iter()
+            .map(|r| {
+                let mut clients: Vec<String> =
+                    serde_json::from_str(r.clients.as_deref().unwrap_or("[]")).map_err(|e| {
+                        Error::undecodable(Connection::TABLE, &r.row.id, format!("clients: {e}"))
+                    })?;
+                clients.sort_unstable();
+                Ok((r.row.try_into()?, clients))
+            })
+            .collect()
     }
 
     /// A read on the token path by `(issuer, subject, provider)`, repeated once on another
@@ -288,7 +331,7 @@ impl Db {
         issuer: &str,
         subject: &str,
         provider: &str,
-    ) -> Result<Option<T>>
+    ) -> Result<Vec<T>>
     where
         T: for<'r> FromRow<'r, sqlx::any::AnyRow> + Send + Unpin + 'static,
     {
@@ -297,7 +340,7 @@ impl Db {
                 .bind(issuer)
                 .bind(subject)
                 .bind(provider)
-                .fetch_optional(&self.pool)
+                .fetch_all(&self.pool)
         };
         // A pooled connection used in the last second is not pinged before use (see
         // `Db::connect`), so one the server dropped since fails here. The failed one leaves the
@@ -305,11 +348,12 @@ impl Db {
         Ok(crate::db::error::retry_dropped(2, read).await?)
     }
 
+    /// The user's connections: by provider, each provider's default account first.
     pub async fn list_connections(&self, issuer: &str, subject: &str) -> Result<Vec<Connection>> {
         self.fetch_rows(
-            sqlx::query_as(&Connection::select(
-                "issuer = $1 AND subject = $2 ORDER BY provider",
-            ))
+            sqlx::query_as(&Connection::select(&format!(
+                "issuer = $1 AND subject = $2 ORDER BY provider, {DEFAULT_FIRST}"
+            )))
             .bind(issuer)
             .bind(subject),
         )
@@ -442,6 +486,9 @@ impl Connection {
             token_version: 0,
             params: Default::default(),
             metadata: Default::default(),
+            account_id: String::new(),
+            nickname: None,
+            default_at: None,
         }
     }
 }

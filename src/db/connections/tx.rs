@@ -21,6 +21,24 @@ pub struct Stored {
     pub before: Option<ConnectionStatus>,
 }
 
+/// Why [`store_connected`] stored nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccountRefused {
+    /// The user holds `max` accounts at the provider already (none of them revoked).
+    Limit { max: usize },
+    /// A second account, while the schema still allows one per user and provider: the
+    /// post-deploy migration (0023) has not run yet.
+    PendingUpgrade,
+}
+
+/// The account a connect flow connected, as the provider identified it.
+pub struct NewAccount<'a> {
+    /// The provider's stable account id; empty where the provider says nothing.
+    pub id: &'a str,
+    /// Accounts a user may hold at one provider (`max_accounts_per_provider`).
+    pub max: usize,
+}
+
 /// The connection's parameters and what the provider told about the account, stored with its
 /// tokens.
 pub struct Details<'a> {
@@ -28,19 +46,84 @@ pub struct Details<'a> {
     pub metadata: &'a Metadata,
 }
 
-/// Stores the tokens of a completed connect flow: a new connection, or the existing one for
-/// `(issuer, subject, provider)` replaced in place (same id), with the connection's `details`
-/// when given (`None` keeps those stored). A new connection is one statement: the `INSERT`
-/// carries everything; a reconnect reads the row's id and status, then replaces it.
+/// One of the user's accounts at a provider, as a connect flow sees it before storing.
+#[derive(Debug, FromRow)]
+struct Held {
+    id: ConnectionId,
+    status: String,
+    account_id: String,
+    account_label: Option<String>,
+}
+
+/// Stores the tokens of a completed connect flow for `account`: the user's existing connection
+/// for that account replaced in place (same id), or a new connection — a second account when the
+/// user holds others. A row stored before accounts existed (no account id) is taken as this
+/// account when its label matches or either label is unknown: the user reconnected it. With
+/// `details`, the connection's parameters and metadata are replaced (`None` keeps those stored).
+/// A new account beyond `account.max` takes the place of the oldest revoked one, or is refused.
 pub async fn store_connected(
     conn: &mut AnyConnection,
     keys: &KeyRing,
     issuer: &str,
     subject: &str,
     provider: &str,
+    account: &NewAccount<'_>,
     t: &NewTokens<'_>,
     details: Option<Details<'_>>,
-) -> Result<Stored> {
+) -> Result<std::result::Result<Stored, AccountRefused>> {
+    // Write first: on SQLite a transaction that reads and then writes cannot take the write
+    // lock once another writer committed after its read (SQLITE_BUSY, not retried by the busy
+    // timeout); a write statement, even one that changes nothing, takes the lock up front and
+    // waits for it. A no-op on Postgres.
+    sqlx::query("DELETE FROM connections WHERE 1 = 0")
+        .execute(&mut *conn)
+        .await?;
+    let held: Vec<Held> = sqlx::query_as(
+        "SELECT id, status, account_id, account_label FROM connections \
+         WHERE issuer = $1 AND subject = $2 AND provider = $3 ORDER BY created_at, id",
+    )
+    .bind(issuer)
+    .bind(subject)
+    .bind(provider)
+    .fetch_all(&mut *conn)
+    .await?;
+    let same = held
+        .iter()
+        .find(|h| h.account_id == account.id)
+        .or_else(|| {
+            (!account.id.is_empty())
+                .then(|| {
+                    held.iter().find(|h| {
+                        h.account_id.is_empty()
+                            && match (&h.account_label, t.account_label) {
+                                (Some(a), Some(b)) => a == b,
+                                _ => true,
+                            }
+                    })
+                })
+                .flatten()
+        });
+    if let Some(h) = same {
+        let before: ConnectionStatus = h
+            .status
+            .parse()
+            .map_err(|p| Error::undecodable(Connection::TABLE, &h.id, p))?;
+        replace_tokens(conn, keys, &h.id, account.id, t, details).await?;
+        return Ok(Ok(Stored {
+            id: h.id.clone(),
+            before: Some(before),
+        }));
+    }
+    if held.len() >= account.max {
+        let Some(oldest_revoked) = held.iter().find(|h| h.status == "revoked") else {
+            return Ok(Err(AccountRefused::Limit { max: account.max }));
+        };
+        crate::db::grants::clear_clients(conn, &oldest_revoked.id).await?;
+        sqlx::query("DELETE FROM connections WHERE id = $1")
+            .bind(&oldest_revoked.id)
+            .execute(&mut *conn)
+            .await?;
+    }
     let now = now();
     let id = ConnectionId::new(random_token(16));
     let (params, metadata) = match &details {
@@ -50,56 +133,77 @@ pub async fn store_connected(
         ),
         None => (None, None),
     };
-    // Without details the statement names only the columns every schema since 0001 has.
-    let (detail_columns, detail_values) = match details {
-        Some(_) => (", params, metadata", ", $12, $13"),
-        None => ("", ""),
-    };
-    let insert = format!(
-        "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
-         expires_at, account_label, created_at, updated_at, last_refresh_at{detail_columns}) \
-         VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11{detail_values}) \
-         ON CONFLICT (issuer, subject, provider) DO NOTHING"
-    );
-    let q = sqlx::query(&insert)
+    let insert = "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
+         expires_at, account_label, created_at, updated_at, last_refresh_at, params, metadata, account_id) \
+         VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11, $12, $13, $14) \
+         ON CONFLICT (issuer, subject, provider, account_id) DO NOTHING";
+    let q = sqlx::query(insert)
         .bind(&id)
         .bind(issuer)
         .bind(subject)
         .bind(provider);
-    let q = bind_tokens(q, keys, &id, t, now)?;
-    let q = match details {
-        Some(_) => q.bind(params).bind(metadata),
-        None => q,
+    let q = bind_tokens(q, keys, &id, t, now)?
+        .bind(params)
+        .bind(metadata)
+        .bind(account.id);
+    let inserted = match q.execute(&mut *conn).await.map_err(Error::from) {
+        Ok(r) => r.rows_affected(),
+        // Another account's row holds the old one-per-provider key (see `AccountRefused`).
+        Err(Error::UniqueViolation(_)) if !held.is_empty() => {
+            return Ok(Err(AccountRefused::PendingUpgrade));
+        }
+        Err(e) => return Err(e),
     };
-    let inserted = q.execute(&mut *conn).await?.rows_affected();
     if inserted == 1 {
-        return Ok(Stored { id, before: None });
+        return Ok(Ok(Stored { id, before: None }));
     }
-    let Some((id, before)) =
-        crate::db::grants::existing_status(conn, issuer, subject, provider).await?
-    else {
-        // Not inserted, yet not there: deleted between the two statements.
-        return Err(Error::RowNotFound);
-    };
-    // A reconnect replaces the tokens. A provider that issues no new refresh token on
-    // re-consent usually keeps the old one valid, so it is kept (a dead one only leads back
-    // to `needs_reauth`).
+    // The same account was stored by a concurrent flow since the read above: replace it.
+    let (id, before): (ConnectionId, String) = sqlx::query_as(
+        "SELECT id, status FROM connections \
+         WHERE issuer = $1 AND subject = $2 AND provider = $3 AND account_id = $4",
+    )
+    .bind(issuer)
+    .bind(subject)
+    .bind(provider)
+    .bind(account.id)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(Error::RowNotFound)?;
+    let before: ConnectionStatus = before
+        .parse()
+        .map_err(|p| Error::undecodable(Connection::TABLE, &id, p))?;
+    replace_tokens(conn, keys, &id, account.id, t, details).await?;
+    Ok(Ok(Stored {
+        id,
+        before: Some(before),
+    }))
+}
+
+/// A reconnect: replaces the tokens of connection `id` (now known as `account_id`). A provider
+/// that issues no new refresh token on re-consent usually keeps the old one valid, so it is kept
+/// (a dead one only leads back to `needs_reauth`).
+async fn replace_tokens(
+    conn: &mut AnyConnection,
+    keys: &KeyRing,
+    id: &ConnectionId,
+    account_id: &str,
+    t: &NewTokens<'_>,
+    details: Option<Details<'_>>,
+) -> Result<()> {
     let update = sqlx::query(
         "UPDATE connections SET status = 'active', scopes = $2, token_type = $3, access_token = $4, refresh_token = COALESCE($5, refresh_token), \
          expires_at = $6, account_label = COALESCE($7, account_label), updated_at = $8, last_refresh_at = $8, \
-         last_error = NULL, refresh_failures = 0, token_version = token_version + 1 WHERE id = $1",
+         last_error = NULL, refresh_failures = 0, token_version = token_version + 1, account_id = $9 WHERE id = $1",
     )
-    .bind(&id);
-    bind_tokens(update, keys, &id, t, now)?
+    .bind(id);
+    bind_tokens(update, keys, id, t, now())?
+        .bind(account_id)
         .execute(&mut *conn)
         .await?;
     if let Some(d) = details {
-        set_connection_details(conn, &id, d.params, d.metadata).await?;
+        set_connection_details(conn, id, d.params, d.metadata).await?;
     }
-    Ok(Stored {
-        id,
-        before: Some(before),
-    })
+    Ok(())
 }
 
 /// Binds what a connect flow stores of `t`, sealed for connection `id`, and `now`: the seven
@@ -212,4 +316,28 @@ pub async fn mark_revoked(conn: &mut AnyConnection, id: &str, note: Option<&str>
     .execute(&mut *conn)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+/// Makes connection `id` its user's default account at its provider (see `DEFAULT_FIRST`).
+pub async fn make_default(conn: &mut AnyConnection, id: &str) -> Result<()> {
+    sqlx::query("UPDATE connections SET default_at = $2 WHERE id = $1")
+        .bind(id)
+        .bind(crate::time::now_ms())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Sets (or, with `None`, clears) the user's own name for connection `id`.
+pub async fn set_nickname(
+    conn: &mut AnyConnection,
+    id: &str,
+    nickname: Option<&str>,
+) -> Result<()> {
+    sqlx::query("UPDATE connections SET nickname = $2 WHERE id = $1")
+        .bind(id)
+        .bind(nickname)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }

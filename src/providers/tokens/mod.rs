@@ -62,6 +62,18 @@ pub struct TokenSet {
     pub metadata: Metadata,
     /// The account label, when the catalog takes it from the token answer.
     pub label: Option<String>,
+    /// The provider's id of the account, when the catalog takes it from the token answer.
+    pub account_id: Option<String>,
+}
+
+/// What the provider told about a new grant beyond its tokens (`Provider::learn`).
+#[derive(Debug, Default)]
+pub struct Learned {
+    /// The provider's stable id of the account; `None` when it named none.
+    pub account_id: Option<String>,
+    /// A label people recognise (login, email, workspace name).
+    pub label: Option<String>,
+    pub metadata: Metadata,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -282,8 +294,8 @@ impl Provider {
         out
     }
 
-    /// What the provider tells about the new grant beyond the tokens: a human label for the
-    /// upstream account (from userinfo or the token answer) and the metadata the catalog names
+    /// What the provider tells about the new grant beyond the tokens: the account's id and a
+    /// human label for it (from userinfo or the token answer) and the metadata the catalog names
     /// (token answer, redirect query, userinfo, further calls). Best effort: a call that fails
     /// only leaves its values out.
     pub async fn learn(
@@ -292,7 +304,7 @@ impl Provider {
         endpoints: &Endpoints,
         tokens: &TokenSet,
         redirect_query: &BTreeMap<String, String>,
-    ) -> (Option<String>, Metadata) {
+    ) -> Learned {
         let spec = &self.entry.metadata;
         let mut metadata = tokens.metadata.clone();
         for (name, param) in &spec.from_redirect {
@@ -333,6 +345,17 @@ impl Provider {
             })
             .or_else(|| tokens.label.clone())
             .map(|s| s.chars().take(200).collect());
+        let account_id = userinfo
+            .as_ref()
+            .and_then(|info| {
+                self.entry
+                    .account
+                    .id_fields
+                    .iter()
+                    .find_map(|k| at_path(info, k).and_then(label_text))
+            })
+            .or_else(|| tokens.account_id.clone())
+            .filter(|id| id.len() <= 255);
         // Upstream MCP servers: which authorization server issued the grant (see
         // `mcp::issued_elsewhere`).
         if let Some(server) = endpoints.authorization_server() {
@@ -341,7 +364,11 @@ impl Provider {
                 Value::String(server.to_owned()),
             );
         }
-        (label, metadata)
+        Learned {
+            account_id,
+            label,
+            metadata,
+        }
     }
 
     fn basic_auth(
@@ -468,13 +495,11 @@ impl Provider {
                 t.metadata.insert(name.clone(), v);
             }
         }
-        t.label = self
-            .entry
-            .account
-            .label_from_token
-            .as_deref()
-            .and_then(|p| at_path(&body, p))
-            .and_then(label_text);
+        let account = &self.entry.account;
+        let from_token =
+            |path: Option<&str>| path.and_then(|p| at_path(&body, p)).and_then(label_text);
+        t.label = from_token(account.label_from_token.as_deref());
+        t.account_id = from_token(account.id_from_token.as_deref());
         Ok(t)
     }
 }

@@ -129,6 +129,7 @@ pub fn parse_token_set(body: &Value) -> anyhow::Result<TokenSet> {
         scopes,
         metadata: Metadata::new(),
         label: None,
+        account_id: None,
     })
 }
 
