@@ -59,6 +59,10 @@ pub struct Args {
     /// `--hot-set 1` is the single-user case.
     #[arg(long)]
     pub hot_set: Option<u64>,
+    /// Name the account in every request (`"account": "user<N>"`, after setting each stored
+    /// row's account id to its subject): the cost of choosing among a user's accounts.
+    #[arg(long)]
+    pub account: bool,
 }
 
 /// Which of `n` users request `i` asks for: uniform (`s` = 0) or Zipf with exponent `s`.
@@ -100,11 +104,12 @@ impl Users {
 }
 
 pub fn target(addr: std::net::SocketAddr, n: u64) -> Target {
-    target_over(addr, Arc::new(Users::new(n, 0.0)))
+    target_over(addr, Arc::new(Users::new(n, 0.0)), false)
 }
 
-/// Like `target`, users drawn by `users`.
-pub fn target_over(addr: std::net::SocketAddr, users: Arc<Users>) -> Target {
+/// Like `target`, users drawn by `users`; with `account`, each request names the user's
+/// account (`user<N>`).
+pub fn target_over(addr: std::net::SocketAddr, users: Arc<Users>, account: bool) -> Target {
     Target {
         addr,
         method: hyper::Method::POST,
@@ -120,7 +125,13 @@ pub fn target_over(addr: std::net::SocketAddr, users: Arc<Users>) -> Target {
         // A different user each request, spread over the hot set.
         body: Box::new(move |i| {
             let u = users.pick(i);
-            Bytes::from(format!(r#"{{"subject":"user{u}","provider":"acme"}}"#))
+            if account {
+                Bytes::from(format!(
+                    r#"{{"subject":"user{u}","provider":"acme","account":"user{u}"}}"#
+                ))
+            } else {
+                Bytes::from(format!(r#"{{"subject":"user{u}","provider":"acme"}}"#))
+            }
         }),
         ok_status: 200,
     }
@@ -327,8 +338,16 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             // tables compare with older rounds.
             let label = "main pool";
             let users = Arc::new(Users::new(args.hot_set.unwrap_or(size).min(size), args.zipf));
-            let token_target = Arc::new(target_over(app.addr, users.clone()));
-            let fixed_target = Arc::new(target_over(fixed_addr, users));
+            if args.account {
+                // The app has migrated the database by now (migration 0022's `account_id`).
+                let db = mcp_connect::db::Db::connect(&url.parse()?).await?;
+                sqlx::query("UPDATE connections SET account_id = subject WHERE account_id = ''")
+                    .execute(&db.pool)
+                    .await?;
+                db.close().await;
+            }
+            let token_target = Arc::new(target_over(app.addr, users.clone(), args.account));
+            let fixed_target = Arc::new(target_over(fixed_addr, users, args.account));
             // Warm the pool and the caches once.
             let _ = load::closed_loop(token_target.clone(), 16, warmup, warmup).await;
             for &c in &args.conns {

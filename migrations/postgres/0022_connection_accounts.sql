@@ -19,3 +19,21 @@ CREATE UNIQUE INDEX connections_account ON connections (issuer, subject, provide
 -- grant stopped working), so the consent page says which.
 ALTER TABLE elicitations ADD COLUMN add_account BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE elicitations ADD COLUMN account_connection_id TEXT;
+
+-- A new account changes which accounts a user holds at a provider, and a replica may have
+-- cached the user's earlier list (keyed by provider and subject, not by the new row's id): an
+-- insert also names the user, `user:<provider>/<subject>` (provider names hold no `/`). A
+-- previous release takes that for an elicitation id it does not wait for, and ignores it.
+CREATE OR REPLACE FUNCTION mcp_connect_connection_changed() RETURNS trigger AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM pg_notify('mcp_connect_elicitations', 'connection:' || OLD.id);
+    ELSE
+        PERFORM pg_notify('mcp_connect_elicitations', 'connection:' || NEW.id);
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        PERFORM pg_notify('mcp_connect_elicitations', 'user:' || NEW.provider || '/' || NEW.subject);
+    END IF;
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;

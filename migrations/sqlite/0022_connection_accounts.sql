@@ -19,3 +19,12 @@ CREATE UNIQUE INDEX connections_account ON connections (issuer, subject, provide
 -- grant stopped working), so the consent page says which.
 ALTER TABLE elicitations ADD COLUMN add_account BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE elicitations ADD COLUMN account_connection_id TEXT;
+
+-- A new account changes which accounts a user holds at a provider, and a process may have
+-- cached the user's earlier list (keyed by provider and subject, not by the new row's id): an
+-- insert also logs the user, `user:<provider>/<subject>` (provider names hold no `/`). A
+-- previous release takes that for a connection id it does not hold, and ignores it.
+CREATE TRIGGER connections_added_user AFTER INSERT ON connections BEGIN
+    INSERT INTO connection_changes (connection_id, changed_at)
+    VALUES ('user:' || NEW.provider || '/' || NEW.subject, CAST(strftime('%s', 'now') AS INTEGER));
+END;

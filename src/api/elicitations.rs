@@ -125,11 +125,13 @@ pub async fn create(
             &client.0,
             &subject,
             provider,
-            body.scopes,
-            params,
-            crate::db::elicitations::AccountAsk {
-                add: body.add_account,
-                reconnect: None,
+            crate::connect::elicitations::ElicitationAsk {
+                scopes: body.scopes,
+                params,
+                account: crate::db::elicitations::AccountAsk {
+                    add: body.add_account,
+                    reconnect: None,
+                },
             },
             rid.as_deref(),
         )

@@ -80,6 +80,15 @@ fn connect_failed(refusal: Refusal, title: &'static str, message: Msg) -> Error 
 /// secret).
 const MAX_FAILURE_CHARS: usize = 500;
 
+/// What a completed flow stores ([`Connect::store_grant`]): the provider's id of the account
+/// (empty where it names none), the credential, and what the provider told about the account
+/// (`None` keeps what is stored).
+pub struct Grant<'a> {
+    pub account_id: &'a str,
+    pub tokens: NewTokens<'a>,
+    pub metadata: Option<&'a Metadata>,
+}
+
 impl Connect {
     /// Finishes a provider callback whose state, browser and user were checked: the provider's
     /// endpoints (an upstream MCP server that moved to another authorization server during the
@@ -296,16 +305,18 @@ impl Connect {
         self.store_grant(
             user,
             e,
-            &account_id,
-            &NewTokens {
-                access_token: &tokens.access_token,
-                refresh_token: tokens.refresh_token.as_ref(),
-                token_type: &tokens.token_type,
-                expires_at: tokens.expires_in.map(|s| now() + s),
-                scopes: &scopes,
-                account_label: learned.label.as_deref(),
+            &Grant {
+                account_id: &account_id,
+                tokens: NewTokens {
+                    access_token: &tokens.access_token,
+                    refresh_token: tokens.refresh_token.as_ref(),
+                    token_type: &tokens.token_type,
+                    expires_at: tokens.expires_in.map(|s| now() + s),
+                    scopes: &scopes,
+                    account_label: learned.label.as_deref(),
+                },
+                metadata: Some(&learned.metadata),
             },
-            Some(&learned.metadata),
             None,
             request_id,
         )
@@ -322,20 +333,19 @@ impl Connect {
         &self,
         user: &SignedInUser,
         e: &Elicitation,
-        account_id: &str,
-        tokens: &NewTokens<'_>,
-        metadata: Option<&Metadata>,
+        grant: &Grant<'_>,
         detail: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<()> {
+        let (account_id, tokens, metadata) = (grant.account_id, &grant.tokens, grant.metadata);
         let mut change = Change::begin(&self.db).await?;
         let stored = store_connected(
             change.conn(),
             &self.config.keys,
-            &e.issuer,
-            &e.subject,
-            &e.provider,
             &NewAccount {
+                issuer: &e.issuer,
+                subject: &e.subject,
+                provider: &e.provider,
                 id: account_id,
                 max: self.config.max_accounts_per_provider,
             },
@@ -374,6 +384,9 @@ impl Connect {
                 });
             }
         };
+        // A new account: this process's cached list of the user's accounts goes at once (other
+        // processes learn it from the row's trigger).
+        change.connection_changed(&crate::db::token_cache::user_key(&e.provider, &e.subject));
         let reconnected = before.is_some();
         let was_revoked = before == Some(ConnectionStatus::Revoked);
         self.grants

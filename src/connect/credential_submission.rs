@@ -7,6 +7,7 @@ use secrecy::SecretString;
 
 use crate::config::AuthKind;
 use crate::connect::Connect;
+use crate::connect::complete::Grant;
 use crate::connect::credentials::{Validation, secret_from_form, validate};
 use crate::connect::identity::SignedInUser;
 use crate::db::audit::{AuditAction, AuditEvent};
@@ -102,16 +103,18 @@ impl Connect {
         self.store_grant(
             user,
             e,
-            "",
-            &NewTokens {
-                access_token: &secret,
-                refresh_token: None,
-                token_type: settings.kind.as_str(),
-                expires_at: None,
-                scopes: &e.scopes,
-                account_label: None,
+            &Grant {
+                account_id: "",
+                tokens: NewTokens {
+                    access_token: &secret,
+                    refresh_token: None,
+                    token_type: settings.kind.as_str(),
+                    expires_at: None,
+                    scopes: &e.scopes,
+                    account_label: None,
+                },
+                metadata: None,
             },
-            None,
             Some(settings.kind.as_str()),
             request_id,
         )

@@ -76,6 +76,15 @@ pub struct ElicitationView {
     pub request_state: String,
 }
 
+/// What an elicitation asks the user for beyond who and which provider: scopes (`None`: the
+/// provider's configured ones), per-connection parameters given up front (each already checked
+/// with `params::check_given`; the consent page asks for the rest), and which account.
+pub struct ElicitationAsk {
+    pub scopes: Option<Vec<String>>,
+    pub params: ConnParams,
+    pub account: AccountAsk,
+}
+
 impl Connect {
     /// The configured API client `id`, if it still is.
     pub fn client(&self, id: &str) -> Option<&ClientConfig> {
@@ -177,9 +186,11 @@ impl Connect {
             client,
             subject,
             provider,
-            scopes,
-            ConnParams::new(),
-            account,
+            ElicitationAsk {
+                scopes,
+                params: ConnParams::new(),
+                account,
+            },
             request_id,
         )
         .await
@@ -192,11 +203,14 @@ impl Connect {
         client: &ClientConfig,
         subject: &str,
         provider: &Provider,
-        scopes: Option<Vec<String>>,
-        params: ConnParams,
-        account: AccountAsk,
+        ask: ElicitationAsk,
         request_id: Option<&str>,
     ) -> Result<Elicitation> {
+        let ElicitationAsk {
+            scopes,
+            params,
+            account,
+        } = ask;
         let mut scopes = scopes.unwrap_or_else(|| provider.scopes.clone());
         let issuer = self.identity.issuer();
         // The user's grant for one account at this provider is one (shared by the apps they

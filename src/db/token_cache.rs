@@ -73,6 +73,15 @@ impl Granted {
     }
 }
 
+/// How a change names a user's accounts at a provider rather than one connection (a new
+/// account: the triggers of migration 0022, and `user_key`).
+pub const USER_PREFIX: &str = "user:";
+
+/// The change key of `subject`'s accounts at `provider`.
+pub fn user_key(provider: &str, subject: &str) -> String {
+    format!("{USER_PREFIX}{provider}/{subject}")
+}
+
 /// One user's accounts at one provider, the default first (`DEFAULT_FIRST`), as read together.
 pub type Accounts = Arc<[Granted]>;
 
@@ -354,11 +363,15 @@ impl TokenCache {
         self.counters.fills.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Connection `id` changed: drop its row, and any fill in flight.
+    /// Connection `id` changed — or, for `user:<provider>/<subject>` (a new account, whose id
+    /// no entry holds yet), that user's accounts at that provider: drop the entry, and any fill
+    /// in flight.
     pub fn invalidate(&self, id: &str) {
         let mut inner = self.lock();
         inner.generation += 1;
-        if let Some((p, s)) = inner.by_id.get(id).cloned() {
+        if let Some((p, s)) = id.strip_prefix(USER_PREFIX).and_then(|u| u.split_once('/')) {
+            inner.remove(p, s);
+        } else if let Some((p, s)) = inner.by_id.get(id).cloned() {
             inner.remove(&p, &s);
         }
         drop(inner);
@@ -512,6 +525,21 @@ mod tests {
         assert!(c.holds("c1"));
         c.invalidate("c1");
         assert!(!c.holds("c1") && !is_hit(&c, 1));
+    }
+
+    #[test]
+    fn a_new_account_drops_its_users_cached_accounts() {
+        let c = cache(10, 1 << 20);
+        let t = ticket(&c, 1);
+        c.fill(t, &row(1));
+        let t = ticket(&c, 2);
+        c.fill(t, &row(2));
+        // A new row's id is in no entry: only the user key reaches the entry.
+        c.invalidate("c-new");
+        assert!(is_hit(&c, 1));
+        c.invalidate(&user_key("acme", "user1"));
+        assert!(!is_hit(&c, 1) && !c.holds("c1"));
+        assert!(is_hit(&c, 2), "another user's entry stays");
     }
 
     #[test]

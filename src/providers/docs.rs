@@ -236,6 +236,22 @@ pub fn facts(e: &Entry, redirect_uri: &str) -> Vec<Fact> {
         }
         out.push(fact("Account label from", l));
     }
+    let a = &e.account;
+    let accounts = match (&a.id_from_token, a.id_fields.is_empty()) {
+        (Some(t), _) => format!("several per user, told apart by the token answer's {t}"),
+        (None, false) => format!(
+            "several per user, told apart by userinfo {}",
+            a.id_fields.join(", ")
+        ),
+        (None, true) => "one per user (the provider names no account id)".to_owned(),
+    };
+    out.push(fact("Accounts", accounts));
+    if !a.select_params.is_empty() {
+        out.push(fact(
+            "Adding another account sends",
+            join_map(&a.select_params),
+        ));
+    }
     out.push(fact("Last checked", e.last_checked.clone()));
     out
 }

@@ -305,11 +305,13 @@ pub async fn reconnect(
             client,
             &user.subject,
             &provider,
-            scopes,
-            c.params.clone(),
-            crate::db::elicitations::AccountAsk {
-                add: false,
-                reconnect: Some(c.id.clone()),
+            crate::connect::elicitations::ElicitationAsk {
+                scopes,
+                params: c.params.clone(),
+                account: crate::db::elicitations::AccountAsk {
+                    add: false,
+                    reconnect: Some(c.id.clone()),
+                },
             },
             rid.as_deref(),
         )

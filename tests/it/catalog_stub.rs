@@ -183,6 +183,9 @@ fn token_answer(s: &mut Stub, refresh: bool) -> Value {
         }
         None => tok,
     };
+    if let Some(p) = &e.account.id_from_token {
+        set_path(&mut body, p, json!(meta_value("account_id")));
+    }
     if let Some(p) = &e.account.label_from_token {
         set_path(&mut body, p, json!(meta_value("label")));
     }
@@ -319,6 +322,9 @@ async fn handle(State(shared): State<Shared>, req: Request) -> Response {
     }
     if Some(&path) == path_of(&e.endpoints.userinfo_url).as_ref() || path == "/userinfo" {
         let mut info = json!({});
+        if let Some(f) = e.account.id_fields.first() {
+            set_path(&mut info, f, json!(meta_value("account_id")));
+        }
         if let Some(f) = e.account.label_fields.first() {
             set_path(&mut info, f, json!(meta_value("label")));
         }

@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod accounts;
 mod admin;
 mod api_input;
 mod api_key;

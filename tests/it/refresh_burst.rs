@@ -112,10 +112,13 @@ async fn seed_steady(app: &TestApp) {
     mcp_connect::db::connections::store_connected(
         &mut app.db().pool.acquire().await.unwrap(),
         &app.state.config.keys,
-        &issuer,
-        "steady",
-        "other",
-        &mcp_connect::db::connections::NewAccount { id: "", max: 5 },
+        &mcp_connect::db::connections::NewAccount {
+            issuer: &issuer,
+            subject: "steady",
+            provider: "other",
+            id: "",
+            max: 5,
+        },
         &mcp_connect::db::connections::NewTokens {
             access_token: &at,
             refresh_token: None,

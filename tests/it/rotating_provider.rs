@@ -99,10 +99,13 @@ pub async fn seed_due_grant(
     mcp_connect::db::connections::store_connected(
         &mut conn,
         keys,
-        issuer,
-        subject,
-        "other",
-        &mcp_connect::db::connections::NewAccount { id: "", max: 5 },
+        &mcp_connect::db::connections::NewAccount {
+            issuer,
+            subject,
+            provider: "other",
+            id: "",
+            max: 5,
+        },
         &mcp_connect::db::connections::NewTokens {
             access_token: &at,
             refresh_token: Some(&rt),

@@ -391,7 +391,7 @@ on_both_databases!(undelivered_webhooks_survive_a_restart, |kind| async move {
 });
 
 /// Reads server-sent events until `want` has arrived; returns every (event, data) seen.
-async fn read_events(
+pub(crate) async fn read_events(
     mut resp: reqwest::Response,
     want: &str,
 ) -> (Vec<(String, Value, String)>, bool) {
@@ -427,7 +427,11 @@ async fn read_events(
     panic!("no {want} event within 20 s; got {got:?}");
 }
 
-async fn open_stream(app: &TestApp, key: &str, last_event_id: Option<&str>) -> reqwest::Response {
+pub(crate) async fn open_stream(
+    app: &TestApp,
+    key: &str,
+    last_event_id: Option<&str>,
+) -> reqwest::Response {
     let mut req = app
         .api
         .get(format!("{}/v1/events", app.url))

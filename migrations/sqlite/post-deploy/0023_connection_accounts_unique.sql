@@ -55,3 +55,7 @@ CREATE TRIGGER connections_changed_delete AFTER DELETE ON connections BEGIN
     INSERT INTO connection_changes (connection_id, changed_at)
     VALUES (OLD.id, CAST(strftime('%s', 'now') AS INTEGER));
 END;
+CREATE TRIGGER connections_added_user AFTER INSERT ON connections BEGIN
+    INSERT INTO connection_changes (connection_id, changed_at)
+    VALUES ('user:' || NEW.provider || '/' || NEW.subject, CAST(strftime('%s', 'now') AS INTEGER));
+END;

@@ -31,9 +31,12 @@ pub enum AccountRefused {
     PendingUpgrade,
 }
 
-/// The account a connect flow connected, as the provider identified it.
+/// The account a connect flow connected: whose, at which provider, and the provider's stable
+/// id for it (empty where the provider says nothing).
 pub struct NewAccount<'a> {
-    /// The provider's stable account id; empty where the provider says nothing.
+    pub issuer: &'a str,
+    pub subject: &'a str,
+    pub provider: &'a str,
     pub id: &'a str,
     /// Accounts a user may hold at one provider (`max_accounts_per_provider`).
     pub max: usize,
@@ -64,13 +67,11 @@ struct Held {
 pub async fn store_connected(
     conn: &mut AnyConnection,
     keys: &KeyRing,
-    issuer: &str,
-    subject: &str,
-    provider: &str,
     account: &NewAccount<'_>,
     t: &NewTokens<'_>,
     details: Option<Details<'_>>,
 ) -> Result<std::result::Result<Stored, AccountRefused>> {
+    let (issuer, subject, provider) = (account.issuer, account.subject, account.provider);
     // Write first: on SQLite a transaction that reads and then writes cannot take the write
     // lock once another writer committed after its read (SQLITE_BUSY, not retried by the busy
     // timeout); a write statement, even one that changes nothing, takes the lock up front and
@@ -133,9 +134,15 @@ pub async fn store_connected(
         ),
         None => (None, None),
     };
+    // The user's first live account is their default (said explicitly: two accounts
+    // connected within one second would otherwise tie on `created_at`).
+    let default_at = held
+        .iter()
+        .all(|h| h.status == "revoked")
+        .then(crate::time::now_ms);
     let insert = "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
-         expires_at, account_label, created_at, updated_at, last_refresh_at, params, metadata, account_id) \
-         VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11, $12, $13, $14) \
+         expires_at, account_label, created_at, updated_at, last_refresh_at, params, metadata, account_id, default_at) \
+         VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11, $12, $13, $14, $15) \
          ON CONFLICT (issuer, subject, provider, account_id) DO NOTHING";
     let q = sqlx::query(insert)
         .bind(&id)
@@ -145,7 +152,8 @@ pub async fn store_connected(
     let q = bind_tokens(q, keys, &id, t, now)?
         .bind(params)
         .bind(metadata)
-        .bind(account.id);
+        .bind(account.id)
+        .bind(default_at);
     let inserted = match q.execute(&mut *conn).await.map_err(Error::from) {
         Ok(r) => r.rows_affected(),
         // Another account's row holds the old one-per-provider key (see `AccountRefused`).

@@ -35,6 +35,8 @@ pub struct Row {
     pub id: String,
     pub subject: String,
     pub provider: String,
+    /// Which account at the provider: its label, else its id (a user may hold several).
+    pub account: String,
     pub status: &'static str,
     pub status_text: &'static str,
     pub scopes: String,
@@ -49,6 +51,11 @@ impl Row {
             id: c.id.to_string(),
             subject: c.subject.clone(),
             provider: provider_name(state, &c.provider),
+            account: c
+                .account_label
+                .clone()
+                .or_else(|| (!c.account_id.is_empty()).then(|| c.account_id.clone()))
+                .unwrap_or_else(|| "—".into()),
             status: c.status.as_str(),
             status_text: status_text(c.status),
             scopes: c.scopes.join(" "),
@@ -254,7 +261,16 @@ pub async fn show(
                     (k.clone(), v)
                 })
                 .collect(),
-            account_label: c.account_label.clone().unwrap_or_else(|| "—".into()),
+            account_label: {
+                let mut a = c.account_label.clone().unwrap_or_else(|| "—".into());
+                if !c.account_id.is_empty() {
+                    a.push_str(&format!(" (provider's account id {})", c.account_id));
+                }
+                if let Some(n) = &c.nickname {
+                    a.push_str(&format!(", named “{n}” by the user"));
+                }
+                a
+            },
             has_refresh_token: c.has_refresh_token(),
             created: when(c.created_at),
             last_refresh: when_opt(c.last_refresh_at),
