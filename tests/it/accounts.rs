@@ -341,74 +341,80 @@ on_both_databases!(
     }
 );
 
-/// Until `migrate --post-deploy` has run on a database the previous release used, the schema
-/// keeps one account per user and provider: adding another is refused with a page that says
-/// why, reconnecting works, and after the post-deploy migration the second account connects.
-#[tokio::test]
-async fn a_second_account_waits_for_the_post_deploy_migration() {
-    let kind = DbKind::Sqlite;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let peers = Peers::start(&url, 3600).await;
-    let db_url = db_url(kind);
-    // A database the previous release (migrations up to 0021) created.
-    {
+// Until `migrate --post-deploy` has run on a database the previous release used, the schema
+// keeps one account per user and provider: adding another is refused with a page that says
+// why, reconnecting works, and after the post-deploy migration the second account connects.
+on_both_databases!(
+    a_second_account_waits_for_the_post_deploy_migration,
+    |kind| async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let peers = Peers::start(&url, 3600).await;
+        let db_url = db_url(kind);
+        // A database the previous release (migrations up to 0021) created.
+        {
+            let db = mcp_connect::db::Db::connect(&db_url.parse().unwrap())
+                .await
+                .unwrap();
+            let engine = if kind == DbKind::Sqlite {
+                "sqlite"
+            } else {
+                "postgres"
+            };
+            let dir = format!("{}/migrations/{engine}", env!("CARGO_MANIFEST_DIR"));
+            let mut old = sqlx::migrate::Migrator::new(std::path::Path::new(&dir))
+                .await
+                .unwrap();
+            old.migrations = old
+                .migrations
+                .iter()
+                .filter(|m| m.version <= 21)
+                .cloned()
+                .collect::<Vec<_>>()
+                .into();
+            old.run(&mut *db.pool.acquire().await.unwrap())
+                .await
+                .unwrap();
+            db.close().await;
+        }
+        let app = TestApp::spawn_on(listener, peers, db_url.clone(), &Options::default()).await;
+        app.connect("alice").await;
+        let (s, e) = app
+            .post(
+                "/v1/elicitations",
+                json!({"subject": "alice", "provider": "acme", "add_account": true}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{e}");
+        let browser = app.browser();
+        let consent = browser
+            .sign_in_to_consent(e["url"].as_str().unwrap(), "alice")
+            .await;
+        let refused = browser.consent_and_allow(&consent, "alice-work").await;
+        assert!(
+            refused.has("Another account cannot be added yet"),
+            "{}",
+            refused.body
+        );
+        let (_, list) = app.get("/v1/connections?subject=alice").await;
+        assert_eq!(list["connections"].as_array().unwrap().len(), 1, "{list}");
+
         let db = mcp_connect::db::Db::connect(&db_url.parse().unwrap())
             .await
             .unwrap();
-        let dir = format!("{}/migrations/sqlite", env!("CARGO_MANIFEST_DIR"));
-        let mut old = sqlx::migrate::Migrator::new(std::path::Path::new(&dir))
+        let pending = db
+            .migrate(mcp_connect::db::Migrations::PostDeploy)
             .await
             .unwrap();
-        old.migrations = old
-            .migrations
-            .iter()
-            .filter(|m| m.version <= 21)
-            .cloned()
-            .collect::<Vec<_>>()
-            .into();
-        old.run(&mut *db.pool.acquire().await.unwrap())
-            .await
-            .unwrap();
+        assert!(pending.is_empty(), "{pending:?}");
         db.close().await;
+        let (_, work) = add_account(&app, "alice", "alice-work").await;
+        let (s, v) = token_for(&app, "alice", Some("alice-work")).await;
+        assert_eq!(
+            (s, &v["connection_id"]),
+            (StatusCode::OK, &json!(work)),
+            "{v}"
+        );
+        app.shutdown().await;
     }
-    let app = TestApp::spawn_on(listener, peers, db_url.clone(), &Options::default()).await;
-    app.connect("alice").await;
-    let (s, e) = app
-        .post(
-            "/v1/elicitations",
-            json!({"subject": "alice", "provider": "acme", "add_account": true}),
-        )
-        .await;
-    assert_eq!(s, StatusCode::CREATED, "{e}");
-    let browser = app.browser();
-    let consent = browser
-        .sign_in_to_consent(e["url"].as_str().unwrap(), "alice")
-        .await;
-    let refused = browser.consent_and_allow(&consent, "alice-work").await;
-    assert!(
-        refused.has("Another account cannot be added yet"),
-        "{}",
-        refused.body
-    );
-    let (_, list) = app.get("/v1/connections?subject=alice").await;
-    assert_eq!(list["connections"].as_array().unwrap().len(), 1, "{list}");
-
-    let db = mcp_connect::db::Db::connect(&db_url.parse().unwrap())
-        .await
-        .unwrap();
-    let pending = db
-        .migrate(mcp_connect::db::Migrations::PostDeploy)
-        .await
-        .unwrap();
-    assert!(pending.is_empty(), "{pending:?}");
-    db.close().await;
-    let (_, work) = add_account(&app, "alice", "alice-work").await;
-    let (s, v) = token_for(&app, "alice", Some("alice-work")).await;
-    assert_eq!(
-        (s, &v["connection_id"]),
-        (StatusCode::OK, &json!(work)),
-        "{v}"
-    );
-    app.shutdown().await;
-}
+);
