@@ -318,6 +318,7 @@ impl Connect {
     /// is stored), the apps that may use it, its audit row (`detail`: the credential type for
     /// API keys), the elicitation completed and its event — one transaction, one commit that
     /// waits for the disk. Used by the OAuth callback and the API-key page alike.
+    #[allow(clippy::too_many_arguments)]
     pub async fn store_grant(
         &self,
         user: &SignedInUser,

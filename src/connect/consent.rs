@@ -115,7 +115,7 @@ impl Connect {
                 .collect();
             shared_with = self
                 .grants
-                .connection_apps(&c)
+                .connection_apps(c)
                 .await?
                 .iter()
                 .filter(|id| !app_ids.contains(id))

@@ -187,6 +187,7 @@ impl Connect {
 
     /// `create_or_reuse_elicitation` with per-connection parameters given up front (each one
     /// already checked with `params::check_given`; the consent page asks for the rest).
+    #[allow(clippy::too_many_arguments)]
     pub async fn create_or_reuse_elicitation_with(
         &self,
         client: &ClientConfig,

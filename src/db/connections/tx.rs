@@ -61,6 +61,7 @@ struct Held {
 /// account when its label matches or either label is unknown: the user reconnected it. With
 /// `details`, the connection's parameters and metadata are replaced (`None` keeps those stored).
 /// A new account beyond `account.max` takes the place of the oldest revoked one, or is refused.
+#[allow(clippy::too_many_arguments)]
 pub async fn store_connected(
     conn: &mut AnyConnection,
     keys: &KeyRing,
