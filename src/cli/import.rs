@@ -923,6 +923,12 @@ mod tests {
         );
         assert_eq!(grants[0].expires_at, Some(1_893_456_000));
         assert!(grants[0].scopes.is_empty());
+        // As Nango writes it: milliseconds after the point, a null refresh token.
+        let (grants, _) = read(
+            r#"{"subject":"bob","provider":"github","access_token":"t","refresh_token":null,"expires_at":"2030-01-01T00:00:00.000Z","scopes":"","clients":["a"]}"#,
+        );
+        assert_eq!(grants[0].expires_at, Some(1_893_456_000));
+        assert!(grants[0].refresh_token.is_none());
     }
 
     #[test]
