@@ -154,9 +154,10 @@ enum ConnectionsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Import grants from another token store: a JSON Lines file, one grant a line (see
-    /// docs/operations.md, "Importing grants"). Nothing is written unless every line is valid;
-    /// a grant already stored is left as it is.
+    /// Import grants from another token store (JSON Lines, one grant a line).
+    ///
+    /// The format is in docs/operations.md, "Importing grants". Nothing is written unless every
+    /// line is valid; a grant already stored is left as it is.
     Import {
         /// The file, or `-` for standard input.
         file: PathBuf,
@@ -166,6 +167,7 @@ enum ConnectionsCommand {
         /// Grants per transaction (1 to 5000).
         #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u16).range(1..=5000))]
         batch_size: u16,
+        /// The summary as one JSON object.
         #[arg(long)]
         json: bool,
     },
