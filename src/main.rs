@@ -94,7 +94,7 @@ enum Command {
         #[command(flatten)]
         ignored: IgnoredConfig,
     },
-    /// Inspect and revoke connected accounts.
+    /// Inspect, import and revoke connected accounts.
     Connections {
         #[command(subcommand)]
         command: ConnectionsCommand,
@@ -151,6 +151,23 @@ enum ConnectionsCommand {
     /// Show one connection and its history.
     Show {
         id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import grants from another token store (JSON Lines, one grant a line).
+    ///
+    /// The format is in docs/operations.md, "Importing grants". Nothing is written unless every
+    /// line is valid; a grant already stored is left as it is.
+    Import {
+        /// The file, or `-` for standard input.
+        file: PathBuf,
+        /// Check every line and say what would be imported; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Grants per transaction (1 to 5000).
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u16).range(1..=5000))]
+        batch_size: u16,
+        /// The summary as one JSON object.
         #[arg(long)]
         json: bool,
     },
@@ -348,6 +365,31 @@ async fn main() -> ExitCode {
                     }
                     ConnectionsCommand::Show { id, json } => {
                         cli::connections_show(&o, &id, json, &mut out).await
+                    }
+                    ConnectionsCommand::Import {
+                        file,
+                        dry_run,
+                        batch_size,
+                        json,
+                    } => {
+                        let opts = cli::ImportOptions {
+                            dry_run,
+                            batch_size: batch_size.into(),
+                            json,
+                        };
+                        let actor = cli::cli_actor();
+                        if file.as_os_str() == "-" {
+                            let input = std::io::stdin().lock();
+                            cli::connections_import(&o, input, "stdin", opts, &actor, &mut out)
+                                .await
+                        } else {
+                            let input = std::fs::File::open(&file)
+                                .map(std::io::BufReader::new)
+                                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+                            let source = file.display().to_string();
+                            cli::connections_import(&o, input, &source, opts, &actor, &mut out)
+                                .await
+                        }
                     }
                     ConnectionsCommand::Revoke { id, yes, reason } => {
                         if !yes

@@ -19,8 +19,10 @@ use crate::db::connections::ConnectionFilter;
 use crate::grants::rotation;
 use crate::time::{readable, rfc3339};
 
+mod import;
 mod providers;
 
+pub use import::{ImportOptions, connections_import};
 pub use providers::{providers_list, providers_show};
 
 /// The state the commands work with, and the sender that keeps its background parts alive.

@@ -181,6 +181,14 @@ impl Db {
             .collect())
     }
 
+    /// Whether migration `version` (expand-only or post-deploy) has been applied here.
+    pub async fn has_applied(&self, version: i64) -> Result<bool> {
+        let mut conn = self.pool.acquire().await?;
+        let applied = self.applied_versions(&mut conn).await;
+        conn.finished(&applied);
+        Ok(applied?.contains(&version))
+    }
+
     /// The versions in the migrations table (none when it does not exist yet).
     async fn applied_versions(&self, conn: &mut AnyConnection) -> Result<Vec<i64>> {
         let exists = match self.engine {

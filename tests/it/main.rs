@@ -22,6 +22,7 @@ mod docs_quotes;
 mod edges;
 mod failover;
 mod grants;
+mod import;
 mod invariants;
 mod layering;
 mod lifecycle;

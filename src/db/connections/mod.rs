@@ -396,6 +396,46 @@ impl Db {
     }
 }
 
+/// One account a user holds at a provider, as an import compares it with the grants it brings
+/// (no token).
+#[derive(Debug, Clone, FromRow)]
+pub struct HeldAccount {
+    pub subject: String,
+    pub provider: String,
+    pub account_id: String,
+    pub account_label: Option<String>,
+}
+
+/// Subjects per statement in [`Db::held_accounts`] (well below both engines' limits on bound
+/// values).
+const SUBJECTS_PER_READ: usize = 500;
+
+impl Db {
+    /// Every account the users `subjects` of `issuer` hold, at any provider and in any status.
+    pub async fn held_accounts(&self, issuer: &str, subjects: &[&str]) -> Result<Vec<HeldAccount>> {
+        let mut held = Vec::new();
+        for chunk in subjects.chunks(SUBJECTS_PER_READ) {
+            let list: Vec<String> = (2..chunk.len() + 2).map(|i| format!("${i}")).collect();
+            let sql = format!(
+                "SELECT subject, provider, account_id, account_label FROM connections \
+                 WHERE issuer = $1 AND subject IN ({})",
+                list.join(", ")
+            );
+            let q = chunk
+                .iter()
+                .fold(sqlx::query_as(&sql).bind(issuer), |q, s| q.bind(*s));
+            held.extend(q.fetch_all(&self.pool).await?);
+        }
+        Ok(held)
+    }
+
+    /// Whether a user may hold several accounts at one provider: the post-deploy migration
+    /// dropped the one-per-provider constraint (see [`AccountRefused::PendingUpgrade`]).
+    pub async fn several_accounts_allowed(&self) -> Result<bool> {
+        self.has_applied(SEVERAL_ACCOUNTS_MIGRATION).await
+    }
+}
+
 /// Filters for the operator's connection list. Empty means "any".
 #[derive(Debug, Default, Clone)]
 pub struct ConnectionFilter {

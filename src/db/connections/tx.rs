@@ -27,9 +27,12 @@ pub enum AccountRefused {
     /// The user holds `max` accounts at the provider already (none of them revoked).
     Limit { max: usize },
     /// A second account, while the schema still allows one per user and provider: the
-    /// post-deploy migration (0023) has not run yet.
+    /// post-deploy migration ([`SEVERAL_ACCOUNTS_MIGRATION`]) has not run yet.
     PendingUpgrade,
 }
+
+/// The post-deploy migration that lets a user hold several accounts at one provider.
+pub const SEVERAL_ACCOUNTS_MIGRATION: i64 = 23;
 
 /// The account a connect flow connected: whose, at which provider, and the provider's stable
 /// id for it (empty where the provider says nothing).
@@ -187,6 +190,72 @@ pub async fn store_connected(
     }))
 }
 
+/// A grant from another token store (`connections import`), to store as a new connection.
+pub struct ImportedGrant<'a> {
+    pub issuer: &'a str,
+    pub subject: &'a str,
+    pub provider: &'a str,
+    /// The provider's stable account id; empty where the export names none.
+    pub account_id: &'a str,
+    pub tokens: NewTokens<'a>,
+}
+
+/// Grants per multi-row `INSERT` in [`insert_imported`]: 1,500 bound values, far below both
+/// engines' limits.
+const IMPORTED_PER_STATEMENT: usize = 100;
+/// Values [`insert_imported`] binds per grant.
+const IMPORTED_COLUMNS: usize = 15;
+
+/// Stores `grants` as new active connections, each sealed for a new id of its own, a hundred
+/// per statement. A grant whose account is stored already (by a connect flow since the caller
+/// looked) is left out: an import never overwrites. Returns, for each grant in order, the id it
+/// was stored under, or `None` when it was left out.
+pub async fn insert_imported(
+    conn: &mut AnyConnection,
+    keys: &KeyRing,
+    grants: &[ImportedGrant<'_>],
+) -> Result<Vec<Option<ConnectionId>>> {
+    use sqlx::Row as _;
+    let now = now();
+    let mut stored = Vec::with_capacity(grants.len());
+    for chunk in grants.chunks(IMPORTED_PER_STATEMENT) {
+        let ids: Vec<ConnectionId> = chunk
+            .iter()
+            .map(|_| ConnectionId::new(random_token(16)))
+            .collect();
+        let sql = format!(
+            "INSERT INTO connections (id, issuer, subject, provider, account_id, status, scopes, token_type, \
+             access_token, refresh_token, expires_at, account_label, created_at, updated_at, last_refresh_at) \
+             VALUES {} ON CONFLICT (issuer, subject, provider, account_id) DO NOTHING RETURNING id",
+            crate::db::change::placeholders(1, IMPORTED_COLUMNS, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for (g, id) in chunk.iter().zip(&ids) {
+            q = q
+                .bind(id)
+                .bind(g.issuer)
+                .bind(g.subject)
+                .bind(g.provider)
+                .bind(g.account_id)
+                .bind(ConnectionStatus::Active.as_str());
+            q = bind_tokens(q, keys, id, &g.tokens, now)?
+                .bind(now)
+                .bind(now);
+        }
+        let inserted = q
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>(0))
+            .collect::<std::result::Result<std::collections::HashSet<String>, _>>()?;
+        stored.extend(
+            ids.into_iter()
+                .map(|id| inserted.contains(id.as_str()).then_some(id)),
+        );
+    }
+    Ok(stored)
+}
+
 /// A reconnect: replaces the tokens of connection `id` (now known as `account_id`). A provider
 /// that issues no new refresh token on re-consent usually keeps the old one valid, so it is kept
 /// (a dead one only leads back to `needs_reauth`).
@@ -214,9 +283,9 @@ async fn replace_tokens(
     Ok(())
 }
 
-/// Binds what a connect flow stores of `t`, sealed for connection `id`, and `now`: the seven
-/// parameters after the ones naming the row, in the order both statements of
-/// [`store_connected`] number them (scopes, token type, access token, refresh token, expiry,
+/// Binds what a connect flow (or an import) stores of `t`, sealed for connection `id`, and
+/// `now`: seven parameters in the order the statements of [`store_connected`] and
+/// [`insert_imported`] number them (scopes, token type, access token, refresh token, expiry,
 /// account label, time).
 fn bind_tokens<'q>(
     q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
