@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import unittest
+from types import SimpleNamespace
 from typing import Any
 
 import httpx2 as httpx
 
 from mcp_connect_client import Account, AccountChoice, Client, ConnectError, Event
+from mcp_connect_client.mcp_sdk import token_or_input_required
 
 TOKEN = {
     "access_token": "t",
@@ -127,6 +129,25 @@ class AccountEventsTest(unittest.TestCase):
         self.assertEqual(revoked.data.account, Account("1234", None, "Work"))
         declined = Event.from_json({"type": "elicitation.declined", "timestamp": "t", "data": data | {"status": "declined"}})
         self.assertIsNone(declined.data.account)
+
+
+class McpHelperAccountTest(unittest.IsolatedAsyncioTestCase):
+    """token_or_input_required passes `account` through (a stand-in for the SDK's Context)."""
+
+    ctx: Any = SimpleNamespace(input_responses=None, request_state=None)
+
+    async def test_the_account_reaches_the_token_request(self) -> None:
+        c, sent = stub(httpx.Response(200, json=TOKEN))
+        got = await token_or_input_required(c, self.ctx, "sandbox", subject="kate", account="Work")
+        self.assertEqual(getattr(got, "account", None), Account("1234", "kate@work.example", "Work"))
+        self.assertEqual(sent, [{"provider": "sandbox", "subject": "kate", "account": "Work", "elicit": True}])
+
+    async def test_account_selection_required_reaches_the_caller(self) -> None:
+        c, _ = stub(httpx.Response(409, json=SELECT))
+        with self.assertRaises(ConnectError) as cm:
+            await token_or_input_required(c, self.ctx, "sandbox", subject="kate")
+        self.assertTrue(cm.exception.needs_account_selection)
+        self.assertEqual([a.id for a in cm.exception.accounts], ["1", "1234"])
 
 
 if __name__ == "__main__":

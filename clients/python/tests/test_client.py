@@ -369,6 +369,19 @@ class McpHelperTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(asked[0]["mode"], "url")
         self.assertTrue(asked[0]["url"].startswith(f"{DEMO.base}/connect/"))
 
+    async def test_a_named_account_that_is_not_connected_is_asked_for_and_then_served(self) -> None:
+        users: list[Any] = []
+
+        def accept(params: Any) -> str:
+            users.append(demo.later(0.5, demo.user_opens, params.url, "lena", "continue", "lena-work"))
+            return "accept"
+
+        result, asked = await self.call(self.server("lena", account="lena-work"), accept)
+        for u in users:
+            u.join()
+        self.assertEqual(self.text(result), "sandbox says you are lena-work")
+        self.assertEqual(len(asked), 1)
+
     async def test_decline_in_the_client_ends_the_call_with_a_sentence(self) -> None:
         result, asked = await self.call(self.server("fred"), lambda _: "decline")
         self.assertEqual(len(asked), 1)
