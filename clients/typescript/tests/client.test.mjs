@@ -107,6 +107,45 @@ describe('the API against the demo', () => {
     assert.ok(seen.some(([type, id]) => type === 'elicitation.completed' && id === el.id), JSON.stringify(seen));
   });
 
+  test('a second account is added, listed, named and reported', STEP, async () => {
+    let e = await rejects(connect.token({ provider: 'sandbox', subject: 'kate', elicit: true }));
+    const el = e.elicitation;
+    await userOpens(el.url, 'kate');
+    const first = await connect.token({ provider: 'sandbox', subject: 'kate' });
+    assert.deepEqual(first.account, { id: 'kate', label: 'kate' });
+
+    // A scope the grant lacks, asked without elicit: what is missing, not a connect URL.
+    e = await rejects(connect.token({ provider: 'sandbox', subject: 'kate', scopes: ['api', 'admin'] }));
+    assert.deepEqual([e.code, e.status, e.missingScopes, e.isInsufficientScope, e.elicitation], ['insufficient_scope', 403, ['admin'], true, undefined]);
+
+    const added = await connect.createElicitation({ provider: 'sandbox', subject: 'kate', addAccount: true });
+    assert.notEqual(added.id, el.id);
+    await userOpens(added.url, 'kate', 'continue', 'kate-work');
+    const conns = new Map((await connect.connections({ subject: 'kate' })).map((c) => [c.account?.id, c]));
+    assert.deepEqual([...conns.keys()].sort(), ['kate', 'kate-work']);
+    assert.deepEqual([conns.get('kate').default, conns.get('kate-work').default], [true, false]);
+    const work = conns.get('kate-work');
+    assert.deepEqual([work.account, work.account_label], [{ id: 'kate-work', label: 'kate-work' }, 'kate-work']);
+
+    // Without `account`: the default one; with it: the one named.
+    assert.equal((await connect.token({ provider: 'sandbox', subject: 'kate' })).connection_id, first.connection_id);
+    const named = await connect.token({ provider: 'sandbox', subject: 'kate', account: 'kate-work' });
+    assert.deepEqual([named.connection_id, named.account], [work.id, work.account]);
+    assert.equal(await whoami(named.access_token), 'kate-work');
+    e = await rejects(connect.token({ provider: 'sandbox', subject: 'kate', account: 'kate-home' }));
+    assert.equal(e.code, 'not_connected');
+
+    const stop = new AbortController();
+    const timer = setTimeout(() => stop.abort(), 15_000);
+    let event;
+    for await (const m of connect.events({ lastEventId: 0, signal: stop.signal })) {
+      if (m.event.data.elicitation_id === added.id) { event = m.event; break; }
+    }
+    clearTimeout(timer);
+    stop.abort();
+    assert.deepEqual([event?.type, event?.data.account], ['elicitation.completed', work.account]);
+  });
+
   test('a user who declines ends the wait with authorization_declined', STEP, async () => {
     const el = await connect.createElicitation({ provider: 'sandbox', subject: 'dora' });
     const user = sleep(300).then(() => userOpens(el.url, 'dora', 'decline'));
@@ -202,6 +241,7 @@ describe('webhook verification', () => {
     const v = new Verifier(secret);
     const event = v.verify({ 'Webhook-Id': id, 'webhook-timestamp': ts, 'webhook-signature': sig }, Buffer.from(body), Number(ts));
     assert.deepEqual([event.type, event.data.subject, event.data.provider], ['elicitation.completed', 'alice', 'sandbox']);
+    assert.deepEqual(event.data.account, { id: 'alice-work', label: 'alice-work' });
     assert.equal(v.verify(new Headers({ 'webhook-id': id, 'webhook-timestamp': ts, 'webhook-signature': sig }), body, Number(ts)).type, 'elicitation.completed');
     assert.throws(() => v.verify({ 'webhook-id': id, 'webhook-timestamp': ts }, body, Number(ts)), /webhook-signature/);
   });
