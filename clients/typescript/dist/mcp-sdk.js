@@ -134,7 +134,7 @@ export class Completions {
 export async function tokenOrElicit(server, connect, req, opts = {}) {
     const maxRounds = opts.maxRounds ?? DEFAULT_MAX_ROUNDS;
     const waitSeconds = opts.waitSeconds ?? DEFAULT_WAIT_SECONDS;
-    const who = { provider: req.provider, subject: req.subject, subjectToken: req.subjectToken, scopes: req.scopes };
+    const who = { provider: req.provider, subject: req.subject, subjectToken: req.subjectToken, scopes: req.scopes, account: req.account };
     let el;
     try {
         return await connect.token({ ...who, elicit: true });

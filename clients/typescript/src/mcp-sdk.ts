@@ -54,6 +54,10 @@ export interface TokenOrElicitRequest {
   /** The MCP access token that user presented (proof of subject). */
   subjectToken?: string;
   scopes?: string[];
+  /** Which of the user's accounts at the provider (its id, label or nickname): a token for it,
+   * or, when it is not connected, the request to add it. Without it: the user's default account;
+   * a client that must name one gets `ConnectError` with `needsAccountSelection` and `accounts`. */
+  account?: string;
 }
 
 export interface TokenOrElicitOptions {
@@ -164,7 +168,7 @@ export class Completions {
 export async function tokenOrElicit(server: Server, connect: Client, req: TokenOrElicitRequest, opts: TokenOrElicitOptions = {}): Promise<Token> {
   const maxRounds = opts.maxRounds ?? DEFAULT_MAX_ROUNDS;
   const waitSeconds = opts.waitSeconds ?? DEFAULT_WAIT_SECONDS;
-  const who = { provider: req.provider, subject: req.subject, subjectToken: req.subjectToken, scopes: req.scopes };
+  const who = { provider: req.provider, subject: req.subject, subjectToken: req.subjectToken, scopes: req.scopes, account: req.account };
   let el;
   try {
     return await connect.token({ ...who, elicit: true });

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
 import { Client, ConnectError } from 'mcp-connect-client';
+import { tokenOrElicit } from 'mcp-connect-client/mcp-sdk';
 import { parseEvent } from 'mcp-connect-client/webhooks';
 
 const TOKEN = {
@@ -98,4 +99,22 @@ test('connection and completion events carry the account', () => {
   const revoked = parseEvent({ type: 'connection.revoked', timestamp: 't', data: { ...data, account: { id: '1234', label: null, nickname: 'Work' } } });
   assert.deepEqual(revoked.data.account, { id: '1234', label: null, nickname: 'Work' });
   assert.equal(parseEvent({ type: 'elicitation.declined', timestamp: 't', data }).data.account, undefined);
+});
+
+describe('tokenOrElicit passes the account through (a stand-in for the SDK server)', () => {
+  const server = { getClientCapabilities: () => ({}) };
+
+  test('the account reaches the token request', async () => {
+    const { client, sent } = stub({ status: 200, body: TOKEN });
+    const token = await tokenOrElicit(server, client, { provider: 'sandbox', subject: 'kate', account: 'Work' });
+    assert.equal(token.account.nickname, 'Work');
+    assert.deepEqual(sent, [{ provider: 'sandbox', subject: 'kate', account: 'Work', elicit: true }]);
+  });
+
+  test('account_selection_required reaches the caller', async () => {
+    const { client } = stub({ status: 409, body: SELECT });
+    const e = await rejects(tokenOrElicit(server, client, { provider: 'sandbox', subject: 'kate' }));
+    assert.equal(e.needsAccountSelection, true);
+    assert.deepEqual(e.accounts.map((a) => a.id), ['1', '1234']);
+  });
 });

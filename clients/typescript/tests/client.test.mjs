@@ -295,6 +295,31 @@ describe('tokenOrElicit in an McpServer tool, called by the official SDK client 
     assert.deepEqual(r.completed, [r.asked[0].elicitationId]);
   });
 
+  test('a named account that is not connected is asked for, then served', STEP, async () => {
+    const mcp = new McpServer({ name: 'helper-test', version: '0.0.0' });
+    mcp.registerTool('whoami', { description: 'who you are at the sandbox' }, async () => {
+      const token = await tokenOrElicit(mcp.server, connect, { provider: 'sandbox', subject: 'lena', account: 'lena-work' });
+      return { content: [{ type: 'text', text: `sandbox says you are ${await whoami(token.access_token)}` }] };
+    });
+    const client = new McpClient({ name: 'helper-test-client', version: '0.0.0' }, { capabilities: { elicitation: { url: {} } } });
+    const users = [];
+    client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      users.push(sleep(500).then(() => userOpens(req.params.url, 'lena', 'continue', 'lena-work')));
+      return { action: 'accept' };
+    });
+    const [ct, st] = InMemoryTransport.createLinkedPair();
+    await mcp.connect(st);
+    await client.connect(ct);
+    try {
+      const result = await client.callTool({ name: 'whoami', arguments: {} }, undefined, { timeout: 80_000 });
+      await Promise.all(users);
+      assert.equal(users.length, 1);
+      assert.equal(result.content.map((c) => c.text).join(''), 'sandbox says you are lena-work');
+    } finally {
+      await client.close();
+    }
+  });
+
   test('decline in the client ends the call with a sentence', STEP, async () => {
     const r = await call('fred', { onElicit: () => ({ action: 'decline' }) });
     assert.equal(r.result.isError, true);

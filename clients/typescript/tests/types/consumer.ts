@@ -25,7 +25,7 @@ mcp.registerTool('whoami', { description: 'who you are' }, async () => {
 });
 mcp.registerTool('work', { description: 'at your work account' }, async () => {
   try {
-    const token = await connect.token({ provider: 'github', subject: 'alice', account: 'work' });
+    const token = await tokenOrElicit(mcp.server, connect, { provider: 'github', subject: 'alice', account: 'work' });
     const account: Account | undefined = token.account;
     return { content: [{ type: 'text' as const, text: account?.nickname ?? account?.label ?? account?.id ?? '' }] };
   } catch (e) {
