@@ -164,8 +164,9 @@ export async function tokenOrElicit(server, connect, req, opts = {}) {
                 throw e;
             if (e.isDeclined)
                 throw new NotConnectedError(`Not connected to ${req.provider}: you declined.`, 'declined', req.provider);
-            // Still pending: the same elicitation again (or not_connected without `elicit`).
-            if (!(e.needsAuthorization || e.code === 'not_connected'))
+            // Still pending: the same elicitation again, or, as these waits do not set `elicit`,
+            // not_connected (nothing connected yet) or insufficient_scope (a scope upgrade).
+            if (!(e.needsAuthorization || e.code === 'not_connected' || e.isInsufficientScope))
                 throw e;
         }
     }

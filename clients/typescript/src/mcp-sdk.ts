@@ -191,8 +191,9 @@ export async function tokenOrElicit(server: Server, connect: Client, req: TokenO
     } catch (e) {
       if (!(e instanceof ConnectError)) throw e;
       if (e.isDeclined) throw new NotConnectedError(`Not connected to ${req.provider}: you declined.`, 'declined', req.provider);
-      // Still pending: the same elicitation again (or not_connected without `elicit`).
-      if (!(e.needsAuthorization || e.code === 'not_connected')) throw e;
+      // Still pending: the same elicitation again, or, as these waits do not set `elicit`,
+      // not_connected (nothing connected yet) or insufficient_scope (a scope upgrade).
+      if (!(e.needsAuthorization || e.code === 'not_connected' || e.isInsufficientScope)) throw e;
     }
   }
   throw new NotConnectedError(`Still not connected to ${req.provider}. Open the link whenever you are ready, then ask again.`, 'rounds', req.provider);

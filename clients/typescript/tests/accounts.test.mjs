@@ -111,6 +111,26 @@ describe('tokenOrElicit passes the account through (a stand-in for the SDK serve
     assert.deepEqual(sent, [{ provider: 'sandbox', subject: 'kate', account: 'Work', elicit: true }]);
   });
 
+  test('a scope upgrade still pending after a wait is another round, not a failure', async () => {
+    const params = { mode: 'url', url: 'http://connect.test/connect/e', message: 'm', elicitationId: 'e' };
+    const el = { id: 'e', url: params.url, message: 'm', status: 'pending', mcp: { '2025-11-25': { params, error: { code: -32042, message: 'm', data: { elicitations: [params] } } } } };
+    const { client, sent } = stub(
+      { status: 409, body: { error: 'authorization_required', message: 'm', elicitation: el } },
+      { status: 403, body: { error: 'insufficient_scope', message: 'm', missing_scopes: ['admin'] } },
+      { status: 200, body: TOKEN },
+    );
+    const notified = [];
+    const urlServer = {
+      getClientCapabilities: () => ({ elicitation: { url: {} } }),
+      elicitInput: async () => ({ action: 'accept' }),
+      createElicitationCompletionNotifier: (id) => async () => { notified.push(id); },
+    };
+    const token = await tokenOrElicit(urlServer, client, { provider: 'sandbox', subject: 'kate', scopes: ['admin'], account: 'Work' }, { waitSeconds: 1 });
+    assert.equal(token.access_token, 't');
+    assert.deepEqual(notified, ['e']);
+    assert.deepEqual(sent.slice(1), [1, 2].map(() => ({ provider: 'sandbox', subject: 'kate', scopes: ['admin'], account: 'Work', elicitation_id: 'e', wait_seconds: 1 })));
+  });
+
   test('account_selection_required reaches the caller', async () => {
     const { client } = stub({ status: 409, body: SELECT });
     const e = await rejects(tokenOrElicit(server, client, { provider: 'sandbox', subject: 'kate' }));
