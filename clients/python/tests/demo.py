@@ -109,10 +109,11 @@ def _form(html: str, action_contains: str) -> tuple[str, dict[str, str]]:
     raise AssertionError(f"no form posting to {action_contains!r} on the page:\n{html[:1500]}")
 
 
-def user_opens(connect_url: str, user: str, choice: str = "continue") -> str:
+def user_opens(connect_url: str, user: str, choice: str = "continue", sandbox_login: str | None = None) -> str:
     """The user opens the connect URL: signs in at the development issuer, then Continue (sign
-    in and Allow at the sandbox) or Decline on mcp-connect's consent page. Returns the last
-    page's text."""
+    in and Allow at the sandbox, as `sandbox_login`: another name there is another account of
+    theirs, by default `user`) or Decline on mcp-connect's consent page. Returns the last page's
+    text."""
     base = connect_url.split("/connect/")[0]
     with httpx.Client(follow_redirects=True, headers={"origin": base}, timeout=30) as b:
 
@@ -129,7 +130,7 @@ def user_opens(connect_url: str, user: str, choice: str = "continue") -> str:
         page = post(page, "/connect/", action=choice)
         if choice != "continue":
             return page.text
-        page = post(page, "/dev/sandbox/authorize/login", login=user)
+        page = post(page, "/dev/sandbox/authorize/login", login=sandbox_login or user)
         page = post(page, "/dev/sandbox/authorize/decision", decision="allow")
         if "is connected" not in page.text:
             raise AssertionError(f"not connected after Allow ({page.url}):\n{page.text[:1500]}")

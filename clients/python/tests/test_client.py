@@ -25,6 +25,7 @@ from mcp_connect_client import (
     MCP_2025_11_25,
     MCP_2026_07_28,
     TRANSPORT_ERROR,
+    Account,
     Client,
     ConnectError,
     Verifier,
@@ -138,6 +139,50 @@ class ApiTest(unittest.IsolatedAsyncioTestCase):
 
             await asyncio.wait_for(read(), 15)
             self.assertIn(("elicitation.completed", el.id), seen)
+
+    async def test_a_second_account_is_added_listed_named_and_reported(self) -> None:
+        async with connect() as c:
+            with self.assertRaises(ConnectError) as cm:
+                await c.token("sandbox", subject="kate", elicit=True)
+            el = cm.exception.elicitation
+            assert el is not None
+            await asyncio.to_thread(demo.user_opens, el.url, "kate")
+            first = await c.token("sandbox", subject="kate")
+            self.assertEqual(first.account, Account("kate", "kate"))
+
+            # A scope the grant lacks, asked without elicit: what is missing, not a connect URL.
+            with self.assertRaises(ConnectError) as cm:
+                await c.token("sandbox", subject="kate", scopes=["api", "admin"])
+            e = cm.exception
+            self.assertEqual((e.code, e.status, e.missing_scopes), ("insufficient_scope", 403, ("admin",)))
+            self.assertTrue(e.is_insufficient_scope)
+            self.assertIsNone(e.elicitation)
+
+            added = await c.create_elicitation("sandbox", subject="kate", add_account=True)
+            self.assertNotEqual(added.id, el.id)
+            await asyncio.to_thread(demo.user_opens, added.url, "kate", "continue", "kate-work")
+            conns = {x.account.id if x.account else None: x for x in await c.connections("kate")}
+            self.assertEqual(set(conns), {"kate", "kate-work"})
+            self.assertEqual((conns["kate"].default, conns["kate-work"].default), (True, False))
+            work = conns["kate-work"]
+            self.assertEqual((work.account, work.account_label), (Account("kate-work", "kate-work"), "kate-work"))
+
+            # Without `account`: the default one; with it: the one named.
+            self.assertEqual((await c.token("sandbox", subject="kate")).connection_id, first.connection_id)
+            named = await c.token("sandbox", subject="kate", account="kate-work")
+            self.assertEqual((named.connection_id, named.account), (work.id, work.account))
+            self.assertEqual(await whoami(named.access_token), "kate-work")
+            with self.assertRaises(ConnectError) as cm:
+                await c.token("sandbox", subject="kate", account="kate-home")
+            self.assertEqual(cm.exception.code, "not_connected")
+
+            async def completed() -> Any:
+                async for m in c.events(last_event_id=0):
+                    if m.event.data.elicitation_id == added.id:
+                        return m.event
+
+            event = await asyncio.wait_for(completed(), 15)
+            self.assertEqual((event.type, event.data.account), ("elicitation.completed", work.account))
 
     async def test_a_user_who_declines_ends_the_wait_with_authorization_declined(self) -> None:
         async with connect() as c:
@@ -263,6 +308,7 @@ class WebhookTest(unittest.TestCase):
             {"Webhook-Id": wid, "Webhook-Timestamp": ts, "Webhook-Signature": sig}, body, now=int(ts)
         )
         self.assertEqual((event.type, event.data.subject, event.data.provider), ("elicitation.completed", "alice", "sandbox"))
+        self.assertEqual(event.data.account, Account("alice-work", "alice-work"))
         with self.assertRaisesRegex(WebhookError, "webhook-signature"):
             Verifier(secret).verify({"webhook-id": wid, "webhook-timestamp": ts}, body, now=int(ts))
 
@@ -322,6 +368,19 @@ class McpHelperTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(len(asked), 1)
         self.assertEqual(asked[0]["mode"], "url")
         self.assertTrue(asked[0]["url"].startswith(f"{DEMO.base}/connect/"))
+
+    async def test_a_named_account_that_is_not_connected_is_asked_for_and_then_served(self) -> None:
+        users: list[Any] = []
+
+        def accept(params: Any) -> str:
+            users.append(demo.later(0.5, demo.user_opens, params.url, "lena", "continue", "lena-work"))
+            return "accept"
+
+        result, asked = await self.call(self.server("lena", account="lena-work"), accept)
+        for u in users:
+            u.join()
+        self.assertEqual(self.text(result), "sandbox says you are lena-work")
+        self.assertEqual(len(asked), 1)
 
     async def test_decline_in_the_client_ends_the_call_with_a_sentence(self) -> None:
         result, asked = await self.call(self.server("fred"), lambda _: "decline")

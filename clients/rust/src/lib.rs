@@ -69,6 +69,36 @@ impl Error {
     pub fn is_invalid_request_state(&self) -> bool {
         self.code() == Some("invalid_request_state")
     }
+
+    /// `account_selection_required`: the user holds several accounts at the provider and this
+    /// client must name one ([`TokenRequest::account`], e.g. the `id` of one of
+    /// [`Self::accounts`]).
+    pub fn needs_account_selection(&self) -> bool {
+        self.code() == Some("account_selection_required")
+    }
+
+    /// `insufficient_scope`: the grant lacks [`Self::missing_scopes`] (asked without `elicit`;
+    /// with it, the answer is `authorization_required` with an elicitation for the upgrade).
+    pub fn is_insufficient_scope(&self) -> bool {
+        self.code() == Some("insufficient_scope")
+    }
+
+    /// `insufficient_scope`: the scopes the call needs that the grant does not hold (else empty).
+    pub fn missing_scopes(&self) -> &[String] {
+        match self {
+            Self::Api { body, .. } => &body.missing_scopes,
+            Self::Http(_) => &[],
+        }
+    }
+
+    /// `account_selection_required`: the user's accounts at the provider, one of which to name
+    /// (else empty).
+    pub fn accounts(&self) -> &[AccountChoice] {
+        match self {
+            Self::Api { body, .. } => &body.accounts,
+            Self::Http(_) => &[],
+        }
+    }
 }
 
 /// The JSON error body: `{error, message}` plus what some codes carry.
@@ -81,6 +111,66 @@ pub struct ApiError {
     pub elicitation: Option<Elicitation>,
     /// `authorization_declined`: the declined elicitation.
     pub elicitation_id: Option<String>,
+    /// `insufficient_scope`: the scopes the call needs that the grant does not hold.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub missing_scopes: Vec<String>,
+    /// `account_selection_required`: the accounts to choose from.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub accounts: Vec<AccountChoice>,
+}
+
+impl ApiError {
+    /// What a body that is not mcp-connect's JSON error (a proxy's page, say) becomes.
+    fn unexpected(text: &str) -> Self {
+        Self {
+            error: "unexpected_response".into(),
+            message: text.chars().take(200).collect(),
+            reason: None,
+            elicitation: None,
+            elicitation_id: None,
+            missing_scopes: Vec::new(),
+            accounts: Vec::new(),
+        }
+    }
+}
+
+/// A field the service may send as `null` or leave out, read as its default (an empty list).
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Which of the user's accounts at a provider (`AccountRef`): on a [`Token`], a [`Connection`]
+/// and connection events. Never a token. Name it with [`TokenRequest::account`] (its `id`, or its
+/// label or nickname when no other account of the user's shares it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Account {
+    /// The provider's stable id of the account; empty where the provider names none.
+    #[serde(default)]
+    pub id: String,
+    /// A label people recognise (login, email, workspace name), when the provider gave one.
+    pub label: Option<String>,
+    /// The user's own name for it, when they gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nickname: Option<String>,
+}
+
+/// One account the caller may name, as `account_selection_required` lists them
+/// ([`Error::accounts`]). Never a token.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct AccountChoice {
+    #[serde(default)]
+    pub id: String,
+    pub label: Option<String>,
+    pub nickname: Option<String>,
+    #[serde(default)]
+    pub connection_id: String,
+    /// Whether it is the user's default account at the provider.
+    #[serde(default)]
+    pub default: bool,
 }
 
 /// An elicitation as the service hands it out.
@@ -149,6 +239,10 @@ pub struct Token {
     #[serde(default)]
     pub scopes: Vec<String>,
     pub connection_id: String,
+    /// Which of the user's accounts at the provider this token is for (`None` from a service
+    /// older than accounts).
+    #[serde(default)]
+    pub account: Option<Account>,
 }
 
 impl std::fmt::Debug for Token {
@@ -158,6 +252,7 @@ impl std::fmt::Debug for Token {
             .field("token_type", &self.token_type)
             .field("expires_at", &self.expires_at)
             .field("connection_id", &self.connection_id)
+            .field("account", &self.account)
             .finish()
     }
 }
@@ -170,7 +265,11 @@ pub struct TokenRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subject_token: Option<String>,
     pub provider: String,
-    /// Scopes this call needs (more than the grant holds: `authorization_required`).
+    /// Which of the user's accounts at the provider (see [`Self::account`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// Scopes this call needs (more than the grant holds: `insufficient_scope`, or with
+    /// `elicit` `authorization_required`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scopes: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -196,6 +295,7 @@ impl std::fmt::Debug for TokenRequest {
                 &self.subject_token.as_ref().map(|_| "[redacted]"),
             )
             .field("provider", &self.provider)
+            .field("account", &self.account)
             .field("scopes", &self.scopes)
             .field("elicit", &self.elicit)
             .field("elicitation_id", &self.elicitation_id)
@@ -220,7 +320,18 @@ impl TokenRequest {
         self
     }
 
-    /// The scopes this call needs; more than the grant holds asks the user for the union.
+    /// Which of the user's accounts at the provider: its [`Account::id`], or its label or
+    /// nickname when no other account shares it. Without it: the user's default account, or
+    /// `account_selection_required` ([`Error::accounts`]) for a client that must name one. One
+    /// that is not connected is `not_connected` (with [`Self::elicit`], an elicitation to add
+    /// it).
+    pub fn account(mut self, account: impl Into<String>) -> Self {
+        self.account = Some(account.into());
+        self
+    }
+
+    /// The scopes this call needs. More than the grant holds: `insufficient_scope`
+    /// ([`Error::missing_scopes`]); with [`Self::elicit`], the user is asked for the union.
     pub fn scopes<S: Into<String>>(mut self, scopes: impl IntoIterator<Item = S>) -> Self {
         self.scopes = Some(scopes.into_iter().map(Into::into).collect());
         self
@@ -266,10 +377,55 @@ pub struct Connection {
     pub status: String,
     #[serde(default)]
     pub scopes: Vec<String>,
+    /// The account's label (also `account.label`; kept for callers written before accounts).
     pub account_label: Option<String>,
     pub expires_at: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// Which account at the provider this connection is (`None` from a service older than
+    /// accounts).
+    #[serde(default)]
+    pub account: Option<Account>,
+    /// Whether it is the user's default account at the provider: what a token request without
+    /// [`TokenRequest::account`] gets.
+    #[serde(default)]
+    pub default: bool,
+}
+
+/// `POST /v1/elicitations`, for [`Client::create_elicitation_with`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ElicitationRequest {
+    pub subject: String,
+    pub provider: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub add_account: bool,
+}
+
+impl ElicitationRequest {
+    pub fn new(subject: impl Into<String>, provider: impl Into<String>) -> Self {
+        Self {
+            subject: subject.into(),
+            provider: provider.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The scopes to ask for (default: the provider's configured ones, plus what the user
+    /// already granted for the account being reconnected).
+    pub fn scopes<S: Into<String>>(mut self, scopes: impl IntoIterator<Item = S>) -> Self {
+        self.scopes = Some(scopes.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Ask the user to connect another account at the provider rather than reconnect the one
+    /// they have (which account it becomes is the provider's answer: one already connected is
+    /// reconnected).
+    pub fn add_account(mut self) -> Self {
+        self.add_account = true;
+        self
+    }
 }
 
 /// What revoking a connection did.
@@ -332,13 +488,8 @@ impl Client {
             return Ok(resp.json().await?);
         }
         let text = resp.text().await?;
-        let body = serde_json::from_str::<ApiError>(&text).unwrap_or_else(|_| ApiError {
-            error: "unexpected_response".into(),
-            message: text.chars().take(200).collect(),
-            reason: None,
-            elicitation: None,
-            elicitation_id: None,
-        });
+        let body =
+            serde_json::from_str::<ApiError>(&text).unwrap_or_else(|_| ApiError::unexpected(&text));
         Err(Error::Api {
             status: status.as_u16(),
             body: Box::new(body),
@@ -353,14 +504,23 @@ impl Client {
         provider: &str,
         scopes: Option<&[String]>,
     ) -> Result<Elicitation, Error> {
-        let mut body = serde_json::json!({ "subject": subject, "provider": provider });
-        if let Some(s) = scopes {
-            body["scopes"] = serde_json::json!(s);
-        }
+        self.create_elicitation_with(&ElicitationRequest {
+            scopes: scopes.map(<[String]>::to_vec),
+            ..ElicitationRequest::new(subject, provider)
+        })
+        .await
+    }
+
+    /// `POST /v1/elicitations` with every option, e.g.
+    /// `ElicitationRequest::new(sub, provider).add_account()` to connect another account.
+    pub async fn create_elicitation_with(
+        &self,
+        req: &ElicitationRequest,
+    ) -> Result<Elicitation, Error> {
         self.call(
             self.http
                 .post(format!("{}/v1/elicitations", self.base))
-                .json(&body),
+                .json(req),
         )
         .await
     }
@@ -434,13 +594,8 @@ impl Client {
         if !resp.status().is_success() {
             let status = resp.status().as_u16();
             let text = resp.text().await?;
-            let body = serde_json::from_str::<ApiError>(&text).unwrap_or_else(|_| ApiError {
-                error: "unexpected_response".into(),
-                message: text.chars().take(200).collect(),
-                reason: None,
-                elicitation: None,
-                elicitation_id: None,
-            });
+            let body = serde_json::from_str::<ApiError>(&text)
+                .unwrap_or_else(|_| ApiError::unexpected(&text));
             return Err(Error::Api {
                 status,
                 body: Box::new(body),

@@ -54,6 +54,9 @@ pub struct EventData {
     pub provider: String,
     pub elicitation_id: Option<String>,
     pub connection_id: Option<String>,
+    /// Which account the connection is: on connection events and a completed elicitation's.
+    #[serde(default)]
+    pub account: Option<crate::Account>,
     pub status: Option<String>,
 }
 

@@ -39,4 +39,12 @@ fn the_shared_vectors_are_signed_by_the_service_and_verify() {
             )
             .unwrap();
     }
+    // The last is an event as the service sends it now: it names the account.
+    let last = vectors.last().unwrap()["body"].as_str().unwrap();
+    let event: mcp_connect_client::webhooks::Event = serde_json::from_str(last).unwrap();
+    assert_eq!(event.event_type, "elicitation.completed");
+    assert_eq!(
+        event.data.account.map(|a| a.id),
+        Some("alice-work".to_owned())
+    );
 }

@@ -1,6 +1,6 @@
 export { Verifier, WebhookError, TOLERANCE_SECONDS } from './webhooks.js';
-import { type ConnectEvent } from './webhooks.js';
-export type { ConnectEvent, EventData } from './webhooks.js';
+import { type Account, type ConnectEvent } from './webhooks.js';
+export type { Account, ConnectEvent, EventData } from './webhooks.js';
 /** The two MCP protocol versions whose payloads every elicitation carries. */
 export declare const MCP_2025_11_25 = "2025-11-25";
 export declare const MCP_2026_07_28 = "2026-07-28";
@@ -78,6 +78,19 @@ export interface Token {
     header_value?: string | null;
     username?: string | null;
     password?: string | null;
+    /** Which of the user's accounts at the provider this token is for (absent from a service older
+     * than accounts). */
+    account?: Account;
+}
+/** One account the caller may name (`AccountChoice`), as `account_selection_required` lists
+ * them on `ConnectError#accounts`. Never a token. */
+export interface AccountChoice {
+    id: string;
+    label: string | null;
+    nickname: string | null;
+    connection_id: string;
+    /** Whether it is the user's default account at the provider. */
+    default: boolean;
 }
 /** A connection's metadata (`ConnectionView`), never its tokens. */
 export interface Connection {
@@ -88,7 +101,14 @@ export interface Connection {
     status: string;
     scopes: string[];
     has_refresh_token: boolean;
+    /** The account's label (also `account.label`; kept for callers written before accounts). */
     account_label?: string | null;
+    /** Which account at the provider this connection is (absent from a service older than
+     * accounts). */
+    account?: Account;
+    /** Whether it is the user's default account at the provider: what `token` without `account`
+     * gets. */
+    default?: boolean;
     expires_at?: string | null;
     last_refresh_at?: string | null;
     last_error?: string | null;
@@ -114,7 +134,12 @@ export interface TokenRequest {
     provider: string;
     subject?: string;
     subjectToken?: string;
-    /** What this call needs: more than the grant holds asks the user for the union. */
+    /** Which of the user's accounts at the provider: its `Account.id`, or its label or nickname
+     * when no other account shares it. Without it: the user's default account, or
+     * `account_selection_required` (`e.accounts`) for a client that must name one. */
+    account?: string;
+    /** What this call needs. More than the grant holds: `insufficient_scope` (`e.missingScopes`);
+     * with `elicit`, the user is asked for the union. */
     scopes?: string[];
     minTtlSeconds?: number;
     /** The provider just refused the token: refresh (never answers with the token held before). */
@@ -134,12 +159,17 @@ export interface CreateElicitationRequest {
     subjectToken?: string;
     scopes?: string[];
     params?: Json;
+    /** Ask the user to connect another account at the provider rather than reconnect the one they
+     * have (which account it becomes is the provider's answer: one already connected is
+     * reconnected). */
+    addAccount?: boolean;
 }
 /**
  * Every failure of a call: the API's stable `code` (`not_connected`, `authorization_required`,
  * `invalid_request_state`, `rate_limited`, ...), its message, the HTTP status, and what some
  * codes carry (the ready `elicitation` of `authorization_required` / `reauthorization_required`,
- * `reason`, `elicitationId`, `retryAfter`). Transport failures: `code === 'transport_error'`,
+ * `reason`, `elicitationId`, `retryAfter`, the `missingScopes` of `insufficient_scope`, the
+ * `accounts` of `account_selection_required`). Transport failures: `code === 'transport_error'`,
  * no status.
  */
 export declare class ConnectError extends Error {
@@ -149,12 +179,19 @@ export declare class ConnectError extends Error {
     readonly reason: string | undefined;
     readonly elicitationId: string | undefined;
     readonly retryAfter: number | undefined;
+    /** `insufficient_scope`: the scopes the call needs that the grant does not hold (else empty). */
+    readonly missingScopes: string[];
+    /** `account_selection_required`: the user's accounts at the provider, one of which to name as
+     * `account` (else empty). */
+    readonly accounts: AccountChoice[];
     readonly body: Json;
     constructor(code: string, message: string, status?: number, more?: {
         elicitation?: Elicitation;
         reason?: string;
         elicitationId?: string;
         retryAfter?: number;
+        missingScopes?: string[];
+        accounts?: AccountChoice[];
         body?: Json;
         cause?: unknown;
     });
@@ -164,6 +201,12 @@ export declare class ConnectError extends Error {
     get needsAuthorization(): boolean;
     /** The user declined the awaited elicitation and nothing is connected. */
     get isDeclined(): boolean;
+    /** `account_selection_required`: the user holds several accounts at the provider and this
+     * client must name one (`account`, e.g. the `id` of one of `accounts`). */
+    get needsAccountSelection(): boolean;
+    /** `insufficient_scope`: the grant lacks `missingScopes` (asked without `elicit`; with it, the
+     * answer is `authorization_required` with an elicitation for the upgrade). */
+    get isInsufficientScope(): boolean;
     static fromBody(status: number, body: unknown, retryAfter?: number): ConnectError;
 }
 /** The 2026-07-28 `elicitation/create` input request an elicitation carries. */

@@ -29,7 +29,8 @@ export const UNEXPECTED_RESPONSE = 'unexpected_response';
  * Every failure of a call: the API's stable `code` (`not_connected`, `authorization_required`,
  * `invalid_request_state`, `rate_limited`, ...), its message, the HTTP status, and what some
  * codes carry (the ready `elicitation` of `authorization_required` / `reauthorization_required`,
- * `reason`, `elicitationId`, `retryAfter`). Transport failures: `code === 'transport_error'`,
+ * `reason`, `elicitationId`, `retryAfter`, the `missingScopes` of `insufficient_scope`, the
+ * `accounts` of `account_selection_required`). Transport failures: `code === 'transport_error'`,
  * no status.
  */
 export class ConnectError extends Error {
@@ -39,6 +40,11 @@ export class ConnectError extends Error {
     reason;
     elicitationId;
     retryAfter;
+    /** `insufficient_scope`: the scopes the call needs that the grant does not hold (else empty). */
+    missingScopes;
+    /** `account_selection_required`: the user's accounts at the provider, one of which to name as
+     * `account` (else empty). */
+    accounts;
     body;
     constructor(code, message, status, more = {}) {
         super(status === undefined ? `${code}: ${message}` : `mcp-connect answered ${status} ${code}: ${message}`, { cause: more.cause });
@@ -49,6 +55,8 @@ export class ConnectError extends Error {
         this.reason = more.reason;
         this.elicitationId = more.elicitationId;
         this.retryAfter = more.retryAfter;
+        this.missingScopes = more.missingScopes ?? [];
+        this.accounts = more.accounts ?? [];
         this.body = more.body ?? {};
     }
     /** The human sentence the API sent. */
@@ -63,6 +71,16 @@ export class ConnectError extends Error {
     get isDeclined() {
         return this.code === 'authorization_declined';
     }
+    /** `account_selection_required`: the user holds several accounts at the provider and this
+     * client must name one (`account`, e.g. the `id` of one of `accounts`). */
+    get needsAccountSelection() {
+        return this.code === 'account_selection_required';
+    }
+    /** `insufficient_scope`: the grant lacks `missingScopes` (asked without `elicit`; with it, the
+     * answer is `authorization_required` with an elicitation for the upgrade). */
+    get isInsufficientScope() {
+        return this.code === 'insufficient_scope';
+    }
     static fromBody(status, body, retryAfter) {
         if (typeof body !== 'object' || body === null || typeof body.error !== 'string') {
             return new ConnectError(UNEXPECTED_RESPONSE, String(typeof body === 'string' ? body : JSON.stringify(body)).slice(0, 200), status, { retryAfter });
@@ -75,9 +93,22 @@ export class ConnectError extends Error {
             reason: str(b.reason),
             elicitationId: str(b.elicitation_id),
             retryAfter,
+            missingScopes: Array.isArray(b.missing_scopes) ? b.missing_scopes.filter((s) => typeof s === 'string') : [],
+            accounts: Array.isArray(b.accounts) ? b.accounts.filter(isObject).map(accountChoice) : [],
             body: b,
         });
     }
+}
+const isObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
+const strOrNull = (v) => (typeof v === 'string' ? v : null);
+function accountChoice(a) {
+    return {
+        id: typeof a.id === 'string' ? a.id : '',
+        label: strOrNull(a.label),
+        nickname: strOrNull(a.nickname),
+        connection_id: typeof a.connection_id === 'string' ? a.connection_id : '',
+        default: a.default === true,
+    };
 }
 /** 2026-07-28: the `{method: "elicitation/create", params}` object for `InputRequiredResult.inputRequests`. */
 export function inputRequest(el) {
@@ -199,6 +230,7 @@ export class Client {
             provider: req.provider,
             subject: req.subject,
             subject_token: req.subjectToken,
+            account: req.account,
             scopes: req.scopes,
             min_ttl_seconds: req.minTtlSeconds,
             force_refresh: req.forceRefresh ? true : undefined,
@@ -218,6 +250,7 @@ export class Client {
             subject_token: req.subjectToken,
             scopes: req.scopes,
             params: req.params,
+            add_account: req.addAccount ? true : undefined,
         };
         return this.#call('POST', '/v1/elicitations', { body });
     }

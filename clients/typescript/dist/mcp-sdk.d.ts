@@ -18,6 +18,10 @@ export interface TokenOrElicitRequest {
     /** The MCP access token that user presented (proof of subject). */
     subjectToken?: string;
     scopes?: string[];
+    /** Which of the user's accounts at the provider (its id, label or nickname): a token for it,
+     * or, when it is not connected, the request to add it. Without it: the user's default account;
+     * a client that must name one gets `ConnectError` with `needsAccountSelection` and `accounts`. */
+    account?: string;
 }
 export interface TokenOrElicitOptions {
     maxRounds?: number;

@@ -134,7 +134,7 @@ export class Completions {
 export async function tokenOrElicit(server, connect, req, opts = {}) {
     const maxRounds = opts.maxRounds ?? DEFAULT_MAX_ROUNDS;
     const waitSeconds = opts.waitSeconds ?? DEFAULT_WAIT_SECONDS;
-    const who = { provider: req.provider, subject: req.subject, subjectToken: req.subjectToken, scopes: req.scopes };
+    const who = { provider: req.provider, subject: req.subject, subjectToken: req.subjectToken, scopes: req.scopes, account: req.account };
     let el;
     try {
         return await connect.token({ ...who, elicit: true });
@@ -164,8 +164,9 @@ export async function tokenOrElicit(server, connect, req, opts = {}) {
                 throw e;
             if (e.isDeclined)
                 throw new NotConnectedError(`Not connected to ${req.provider}: you declined.`, 'declined', req.provider);
-            // Still pending: the same elicitation again (or not_connected without `elicit`).
-            if (!(e.needsAuthorization || e.code === 'not_connected'))
+            // Still pending: the same elicitation again, or, as these waits do not set `elicit`,
+            // not_connected (nothing connected yet) or insufficient_scope (a scope upgrade).
+            if (!(e.needsAuthorization || e.code === 'not_connected' || e.isInsufficientScope))
                 throw e;
         }
     }

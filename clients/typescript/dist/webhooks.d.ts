@@ -14,7 +14,20 @@ export interface EventData {
     provider: string;
     elicitation_id?: string | null;
     connection_id?: string | null;
+    /** Which account the connection is: on connection events and a completed elicitation's. */
+    account?: Account | null;
     status?: string | null;
+}
+/** Which of the user's accounts at a provider (`AccountRef`): on a token, a connection and
+ * connection events. Never a token. Name it as `account` in `Client#token` (its `id`, or its
+ * label or nickname when no other account of the user's shares it). */
+export interface Account {
+    /** The provider's stable id of the account; empty where the provider names none. */
+    id: string;
+    /** A label people recognise (login, email, workspace name), when the provider gave one. */
+    label: string | null;
+    /** The user's own name for it, when they gave one. */
+    nickname?: string | null;
 }
 /** The webhook is not one mcp-connect sent with this secret (or not a recent one). */
 export declare class WebhookError extends Error {

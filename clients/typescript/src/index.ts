@@ -12,8 +12,8 @@
 // `mcp-connect-client/mcp-sdk`.
 
 export { Verifier, WebhookError, TOLERANCE_SECONDS } from './webhooks.js';
-import { parseEvent, type ConnectEvent } from './webhooks.js';
-export type { ConnectEvent, EventData } from './webhooks.js';
+import { parseEvent, type Account, type ConnectEvent } from './webhooks.js';
+export type { Account, ConnectEvent, EventData } from './webhooks.js';
 
 /** The two MCP protocol versions whose payloads every elicitation carries. */
 export const MCP_2025_11_25 = '2025-11-25';
@@ -83,6 +83,20 @@ export interface Token {
   header_value?: string | null;
   username?: string | null;
   password?: string | null;
+  /** Which of the user's accounts at the provider this token is for (absent from a service older
+   * than accounts). */
+  account?: Account;
+}
+
+/** One account the caller may name (`AccountChoice`), as `account_selection_required` lists
+ * them on `ConnectError#accounts`. Never a token. */
+export interface AccountChoice {
+  id: string;
+  label: string | null;
+  nickname: string | null;
+  connection_id: string;
+  /** Whether it is the user's default account at the provider. */
+  default: boolean;
 }
 
 /** A connection's metadata (`ConnectionView`), never its tokens. */
@@ -94,7 +108,14 @@ export interface Connection {
   status: string;
   scopes: string[];
   has_refresh_token: boolean;
+  /** The account's label (also `account.label`; kept for callers written before accounts). */
   account_label?: string | null;
+  /** Which account at the provider this connection is (absent from a service older than
+   * accounts). */
+  account?: Account;
+  /** Whether it is the user's default account at the provider: what `token` without `account`
+   * gets. */
+  default?: boolean;
   expires_at?: string | null;
   last_refresh_at?: string | null;
   last_error?: string | null;
@@ -123,7 +144,12 @@ export interface TokenRequest {
   provider: string;
   subject?: string;
   subjectToken?: string;
-  /** What this call needs: more than the grant holds asks the user for the union. */
+  /** Which of the user's accounts at the provider: its `Account.id`, or its label or nickname
+   * when no other account shares it. Without it: the user's default account, or
+   * `account_selection_required` (`e.accounts`) for a client that must name one. */
+  account?: string;
+  /** What this call needs. More than the grant holds: `insufficient_scope` (`e.missingScopes`);
+   * with `elicit`, the user is asked for the union. */
   scopes?: string[];
   minTtlSeconds?: number;
   /** The provider just refused the token: refresh (never answers with the token held before). */
@@ -144,13 +170,18 @@ export interface CreateElicitationRequest {
   subjectToken?: string;
   scopes?: string[];
   params?: Json;
+  /** Ask the user to connect another account at the provider rather than reconnect the one they
+   * have (which account it becomes is the provider's answer: one already connected is
+   * reconnected). */
+  addAccount?: boolean;
 }
 
 /**
  * Every failure of a call: the API's stable `code` (`not_connected`, `authorization_required`,
  * `invalid_request_state`, `rate_limited`, ...), its message, the HTTP status, and what some
  * codes carry (the ready `elicitation` of `authorization_required` / `reauthorization_required`,
- * `reason`, `elicitationId`, `retryAfter`). Transport failures: `code === 'transport_error'`,
+ * `reason`, `elicitationId`, `retryAfter`, the `missingScopes` of `insufficient_scope`, the
+ * `accounts` of `account_selection_required`). Transport failures: `code === 'transport_error'`,
  * no status.
  */
 export class ConnectError extends Error {
@@ -160,9 +191,14 @@ export class ConnectError extends Error {
   readonly reason: string | undefined;
   readonly elicitationId: string | undefined;
   readonly retryAfter: number | undefined;
+  /** `insufficient_scope`: the scopes the call needs that the grant does not hold (else empty). */
+  readonly missingScopes: string[];
+  /** `account_selection_required`: the user's accounts at the provider, one of which to name as
+   * `account` (else empty). */
+  readonly accounts: AccountChoice[];
   readonly body: Json;
 
-  constructor(code: string, message: string, status?: number, more: { elicitation?: Elicitation; reason?: string; elicitationId?: string; retryAfter?: number; body?: Json; cause?: unknown } = {}) {
+  constructor(code: string, message: string, status?: number, more: { elicitation?: Elicitation; reason?: string; elicitationId?: string; retryAfter?: number; missingScopes?: string[]; accounts?: AccountChoice[]; body?: Json; cause?: unknown } = {}) {
     super(status === undefined ? `${code}: ${message}` : `mcp-connect answered ${status} ${code}: ${message}`, { cause: more.cause });
     this.name = 'ConnectError';
     this.code = code;
@@ -171,6 +207,8 @@ export class ConnectError extends Error {
     this.reason = more.reason;
     this.elicitationId = more.elicitationId;
     this.retryAfter = more.retryAfter;
+    this.missingScopes = more.missingScopes ?? [];
+    this.accounts = more.accounts ?? [];
     this.body = more.body ?? {};
   }
 
@@ -189,6 +227,18 @@ export class ConnectError extends Error {
     return this.code === 'authorization_declined';
   }
 
+  /** `account_selection_required`: the user holds several accounts at the provider and this
+   * client must name one (`account`, e.g. the `id` of one of `accounts`). */
+  get needsAccountSelection(): boolean {
+    return this.code === 'account_selection_required';
+  }
+
+  /** `insufficient_scope`: the grant lacks `missingScopes` (asked without `elicit`; with it, the
+   * answer is `authorization_required` with an elicitation for the upgrade). */
+  get isInsufficientScope(): boolean {
+    return this.code === 'insufficient_scope';
+  }
+
   static fromBody(status: number, body: unknown, retryAfter?: number): ConnectError {
     if (typeof body !== 'object' || body === null || typeof (body as Json).error !== 'string') {
       return new ConnectError(UNEXPECTED_RESPONSE, String(typeof body === 'string' ? body : JSON.stringify(body)).slice(0, 200), status, { retryAfter });
@@ -201,9 +251,24 @@ export class ConnectError extends Error {
       reason: str(b.reason),
       elicitationId: str(b.elicitation_id),
       retryAfter,
+      missingScopes: Array.isArray(b.missing_scopes) ? b.missing_scopes.filter((s): s is string => typeof s === 'string') : [],
+      accounts: Array.isArray(b.accounts) ? b.accounts.filter(isObject).map(accountChoice) : [],
       body: b,
     });
   }
+}
+
+const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+const strOrNull = (v: unknown) => (typeof v === 'string' ? v : null);
+
+function accountChoice(a: Json): AccountChoice {
+  return {
+    id: typeof a.id === 'string' ? a.id : '',
+    label: strOrNull(a.label),
+    nickname: strOrNull(a.nickname),
+    connection_id: typeof a.connection_id === 'string' ? a.connection_id : '',
+    default: a.default === true,
+  };
 }
 
 /** The 2026-07-28 `elicitation/create` input request an elicitation carries. */
@@ -352,6 +417,7 @@ export class Client {
       provider: req.provider,
       subject: req.subject,
       subject_token: req.subjectToken,
+      account: req.account,
       scopes: req.scopes,
       min_ttl_seconds: req.minTtlSeconds,
       force_refresh: req.forceRefresh ? true : undefined,
@@ -372,6 +438,7 @@ export class Client {
       subject_token: req.subjectToken,
       scopes: req.scopes,
       params: req.params,
+      add_account: req.addAccount ? true : undefined,
     };
     return this.#call<Elicitation>('POST', '/v1/elicitations', { body });
   }

@@ -54,6 +54,10 @@ export interface TokenOrElicitRequest {
   /** The MCP access token that user presented (proof of subject). */
   subjectToken?: string;
   scopes?: string[];
+  /** Which of the user's accounts at the provider (its id, label or nickname): a token for it,
+   * or, when it is not connected, the request to add it. Without it: the user's default account;
+   * a client that must name one gets `ConnectError` with `needsAccountSelection` and `accounts`. */
+  account?: string;
 }
 
 export interface TokenOrElicitOptions {
@@ -164,7 +168,7 @@ export class Completions {
 export async function tokenOrElicit(server: Server, connect: Client, req: TokenOrElicitRequest, opts: TokenOrElicitOptions = {}): Promise<Token> {
   const maxRounds = opts.maxRounds ?? DEFAULT_MAX_ROUNDS;
   const waitSeconds = opts.waitSeconds ?? DEFAULT_WAIT_SECONDS;
-  const who = { provider: req.provider, subject: req.subject, subjectToken: req.subjectToken, scopes: req.scopes };
+  const who = { provider: req.provider, subject: req.subject, subjectToken: req.subjectToken, scopes: req.scopes, account: req.account };
   let el;
   try {
     return await connect.token({ ...who, elicit: true });
@@ -187,8 +191,9 @@ export async function tokenOrElicit(server: Server, connect: Client, req: TokenO
     } catch (e) {
       if (!(e instanceof ConnectError)) throw e;
       if (e.isDeclined) throw new NotConnectedError(`Not connected to ${req.provider}: you declined.`, 'declined', req.provider);
-      // Still pending: the same elicitation again (or not_connected without `elicit`).
-      if (!(e.needsAuthorization || e.code === 'not_connected')) throw e;
+      // Still pending: the same elicitation again, or, as these waits do not set `elicit`,
+      // not_connected (nothing connected yet) or insufficient_scope (a scope upgrade).
+      if (!(e.needsAuthorization || e.code === 'not_connected' || e.isInsufficientScope)) throw e;
     }
   }
   throw new NotConnectedError(`Still not connected to ${req.provider}. Open the link whenever you are ready, then ask again.`, 'rounds', req.provider);

@@ -107,6 +107,45 @@ describe('the API against the demo', () => {
     assert.ok(seen.some(([type, id]) => type === 'elicitation.completed' && id === el.id), JSON.stringify(seen));
   });
 
+  test('a second account is added, listed, named and reported', STEP, async () => {
+    let e = await rejects(connect.token({ provider: 'sandbox', subject: 'kate', elicit: true }));
+    const el = e.elicitation;
+    await userOpens(el.url, 'kate');
+    const first = await connect.token({ provider: 'sandbox', subject: 'kate' });
+    assert.deepEqual(first.account, { id: 'kate', label: 'kate' });
+
+    // A scope the grant lacks, asked without elicit: what is missing, not a connect URL.
+    e = await rejects(connect.token({ provider: 'sandbox', subject: 'kate', scopes: ['api', 'admin'] }));
+    assert.deepEqual([e.code, e.status, e.missingScopes, e.isInsufficientScope, e.elicitation], ['insufficient_scope', 403, ['admin'], true, undefined]);
+
+    const added = await connect.createElicitation({ provider: 'sandbox', subject: 'kate', addAccount: true });
+    assert.notEqual(added.id, el.id);
+    await userOpens(added.url, 'kate', 'continue', 'kate-work');
+    const conns = new Map((await connect.connections({ subject: 'kate' })).map((c) => [c.account?.id, c]));
+    assert.deepEqual([...conns.keys()].sort(), ['kate', 'kate-work']);
+    assert.deepEqual([conns.get('kate').default, conns.get('kate-work').default], [true, false]);
+    const work = conns.get('kate-work');
+    assert.deepEqual([work.account, work.account_label], [{ id: 'kate-work', label: 'kate-work' }, 'kate-work']);
+
+    // Without `account`: the default one; with it: the one named.
+    assert.equal((await connect.token({ provider: 'sandbox', subject: 'kate' })).connection_id, first.connection_id);
+    const named = await connect.token({ provider: 'sandbox', subject: 'kate', account: 'kate-work' });
+    assert.deepEqual([named.connection_id, named.account], [work.id, work.account]);
+    assert.equal(await whoami(named.access_token), 'kate-work');
+    e = await rejects(connect.token({ provider: 'sandbox', subject: 'kate', account: 'kate-home' }));
+    assert.equal(e.code, 'not_connected');
+
+    const stop = new AbortController();
+    const timer = setTimeout(() => stop.abort(), 15_000);
+    let event;
+    for await (const m of connect.events({ lastEventId: 0, signal: stop.signal })) {
+      if (m.event.data.elicitation_id === added.id) { event = m.event; break; }
+    }
+    clearTimeout(timer);
+    stop.abort();
+    assert.deepEqual([event?.type, event?.data.account], ['elicitation.completed', work.account]);
+  });
+
   test('a user who declines ends the wait with authorization_declined', STEP, async () => {
     const el = await connect.createElicitation({ provider: 'sandbox', subject: 'dora' });
     const user = sleep(300).then(() => userOpens(el.url, 'dora', 'decline'));
@@ -202,6 +241,7 @@ describe('webhook verification', () => {
     const v = new Verifier(secret);
     const event = v.verify({ 'Webhook-Id': id, 'webhook-timestamp': ts, 'webhook-signature': sig }, Buffer.from(body), Number(ts));
     assert.deepEqual([event.type, event.data.subject, event.data.provider], ['elicitation.completed', 'alice', 'sandbox']);
+    assert.deepEqual(event.data.account, { id: 'alice-work', label: 'alice-work' });
     assert.equal(v.verify(new Headers({ 'webhook-id': id, 'webhook-timestamp': ts, 'webhook-signature': sig }), body, Number(ts)).type, 'elicitation.completed');
     assert.throws(() => v.verify({ 'webhook-id': id, 'webhook-timestamp': ts }, body, Number(ts)), /webhook-signature/);
   });
@@ -253,6 +293,31 @@ describe('tokenOrElicit in an McpServer tool, called by the official SDK client 
     assert.equal(r.asked[0].mode, 'url');
     assert.ok(r.asked[0].url.startsWith(`${demo.base}/connect/`));
     assert.deepEqual(r.completed, [r.asked[0].elicitationId]);
+  });
+
+  test('a named account that is not connected is asked for, then served', STEP, async () => {
+    const mcp = new McpServer({ name: 'helper-test', version: '0.0.0' });
+    mcp.registerTool('whoami', { description: 'who you are at the sandbox' }, async () => {
+      const token = await tokenOrElicit(mcp.server, connect, { provider: 'sandbox', subject: 'lena', account: 'lena-work' });
+      return { content: [{ type: 'text', text: `sandbox says you are ${await whoami(token.access_token)}` }] };
+    });
+    const client = new McpClient({ name: 'helper-test-client', version: '0.0.0' }, { capabilities: { elicitation: { url: {} } } });
+    const users = [];
+    client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      users.push(sleep(500).then(() => userOpens(req.params.url, 'lena', 'continue', 'lena-work')));
+      return { action: 'accept' };
+    });
+    const [ct, st] = InMemoryTransport.createLinkedPair();
+    await mcp.connect(st);
+    await client.connect(ct);
+    try {
+      const result = await client.callTool({ name: 'whoami', arguments: {} }, undefined, { timeout: 80_000 });
+      await Promise.all(users);
+      assert.equal(users.length, 1);
+      assert.equal(result.content.map((c) => c.text).join(''), 'sandbox says you are lena-work');
+    } finally {
+      await client.close();
+    }
   });
 
   test('decline in the client ends the call with a sentence', STEP, async () => {

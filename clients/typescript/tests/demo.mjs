@@ -67,8 +67,9 @@ function forms(html) {
 }
 
 /** The user opens the connect URL: signs in at the development issuer, then Continue (sign in and
- * Allow at the sandbox) or Decline on mcp-connect's consent page. Returns the last page's HTML. */
-export async function userOpens(connectUrl, user, choice = 'continue') {
+ * Allow at the sandbox, as `sandboxLogin`: another name there is another account of theirs, by
+ * default `user`) or Decline on mcp-connect's consent page. Returns the last page's HTML. */
+export async function userOpens(connectUrl, user, choice = 'continue', sandboxLogin = user) {
   const origin = new URL(connectUrl).origin;
   const jar = new Map();
   const go = async (url, init = {}) => {
@@ -105,7 +106,7 @@ export async function userOpens(connectUrl, user, choice = 'continue') {
   if (page.url.pathname.startsWith('/dev/issuer/')) page = await post(page, '/dev/issuer/', { login: user });
   page = await post(page, '/connect/', { action: choice });
   if (choice !== 'continue') return page.html;
-  page = await post(page, '/dev/sandbox/authorize/login', { login: user });
+  page = await post(page, '/dev/sandbox/authorize/login', { login: sandboxLogin });
   page = await post(page, '/dev/sandbox/authorize/decision', { decision: 'allow' });
   if (!/is connected/.test(page.html)) throw new Error(`not connected after Allow (${page.url}):\n${page.html.slice(0, 1500)}`);
   return page.html;

@@ -18,6 +18,8 @@ from ._errors import TRANSPORT_ERROR, UNEXPECTED_RESPONSE, ConnectError
 from ._models import (
     MCP_2025_11_25,
     MCP_2026_07_28,
+    Account,
+    AccountChoice,
     Connection,
     Elicitation,
     Event,
@@ -36,6 +38,8 @@ __all__ = [
     "MCP_2026_07_28",
     "TRANSPORT_ERROR",
     "UNEXPECTED_RESPONSE",
+    "Account",
+    "AccountChoice",
     "Client",
     "ConnectError",
     "Connection",

@@ -126,6 +126,7 @@ class Client:
         *,
         subject: str | None = None,
         subject_token: str | None = None,
+        account: str | None = None,
         scopes: Sequence[str] | None = None,
         min_ttl_seconds: int | None = None,
         force_refresh: bool = False,
@@ -137,16 +138,21 @@ class Client:
         """`POST /v1/tokens`: the user's credential at `provider`, refreshed first when needed.
 
         `subject` is the `sub` of the user's validated MCP access token; `subject_token` that
-        token itself, as proof (either or both). `scopes`: what this call needs (more than the
-        grant holds asks the user for the union). `force_refresh`: the provider just refused the
-        token. `elicit`: when not connected, raise `authorization_required` carrying a ready
-        `elicitation` instead of `not_connected`. `elicitation_id` or `request_state` with
-        `wait_seconds` (at most 60): wait for that elicitation to finish first.
+        token itself, as proof (either or both). `account`: which of the user's accounts at the
+        provider (its `Account.id`, or its label or nickname when no other account shares it);
+        without it the user's default one, or `account_selection_required` (`e.accounts`) for a
+        client that must name one. `scopes`: what this call needs (more than the grant holds:
+        `insufficient_scope` with `e.missing_scopes`; with `elicit`, the user is asked for the
+        union). `force_refresh`: the provider just refused the token. `elicit`: when not
+        connected, raise `authorization_required` carrying a ready `elicitation` instead of
+        `not_connected`. `elicitation_id` or `request_state` with `wait_seconds` (at most 60):
+        wait for that elicitation to finish first.
         """
         body = _request_body(
             provider=provider,
             subject=subject,
             subject_token=subject_token,
+            account=account,
             scopes=None if scopes is None else list(scopes),
             min_ttl_seconds=min_ttl_seconds,
             force_refresh=True if force_refresh else None,
@@ -165,15 +171,19 @@ class Client:
         subject_token: str | None = None,
         scopes: Sequence[str] | None = None,
         params: dict[str, Any] | None = None,
+        add_account: bool = False,
     ) -> Elicitation:
         """`POST /v1/elicitations`: a connect URL for the user at `provider` (a still-pending one
-        for the same request is handed out again)."""
+        for the same request is handed out again). `add_account`: ask the user to connect another
+        account there rather than reconnect the one they have (which account it becomes is the
+        provider's answer: one already connected is reconnected)."""
         body = _request_body(
             provider=provider,
             subject=subject,
             subject_token=subject_token,
             scopes=None if scopes is None else list(scopes),
             params=params,
+            add_account=True if add_account else None,
         )
         return Elicitation.from_json(await self._call("POST", "/v1/elicitations", body=body))
 

@@ -23,6 +23,51 @@ def _obj(v: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Account:
+    """Which of the user's accounts at a provider (`AccountRef`): on a token, a connection and
+    connection events. Never a token. Name it as `account` in `Client.token` (its `id`, or its
+    label or nickname when no other account of the user's shares it)."""
+
+    #: The provider's stable id of the account; empty where the provider names none.
+    id: str
+    #: A label people recognise (login, email, workspace name), when the provider gave one.
+    label: str | None
+    #: The user's own name for it, when they gave one.
+    nickname: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Account:
+        return cls(id=str(d.get("id", "")), label=_opt_str(d.get("label")), nickname=_opt_str(d.get("nickname")))
+
+
+def _opt_account(v: Any) -> Account | None:
+    return Account.from_json(v) if isinstance(v, dict) else None
+
+
+@dataclass(frozen=True)
+class AccountChoice:
+    """One account the caller may name (`AccountChoice`), as `account_selection_required`
+    lists them on `ConnectError.accounts`. Never a token."""
+
+    id: str
+    label: str | None
+    nickname: str | None
+    connection_id: str
+    #: Whether it is the user's default account at the provider.
+    default: bool
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AccountChoice:
+        return cls(
+            id=str(d.get("id", "")),
+            label=_opt_str(d.get("label")),
+            nickname=_opt_str(d.get("nickname")),
+            connection_id=str(d.get("connection_id", "")),
+            default=d.get("default") is True,
+        )
+
+
+@dataclass(frozen=True)
 class Elicitation:
     """An elicitation (`ElicitationView`): a connect URL for one user at one provider."""
 
@@ -107,6 +152,9 @@ class Token:
     header_value: str | None = field(default=None, repr=False)
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    #: Which of the user's accounts at the provider this token is for (`None` from a service
+    #: older than accounts).
+    account: Account | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Token:
@@ -124,6 +172,7 @@ class Token:
             header_value=_opt_str(d.get("header_value")),
             username=_opt_str(d.get("username")),
             password=_opt_str(d.get("password")),
+            account=_opt_account(d.get("account")),
         )
 
 
@@ -138,12 +187,19 @@ class Connection:
     status: str
     scopes: tuple[str, ...]
     has_refresh_token: bool
+    #: The account's label (also `account.label`; kept for callers written before accounts).
     account_label: str | None
     expires_at: str | None
     last_refresh_at: str | None
     last_error: str | None
     created_at: str
     updated_at: str
+    #: Which account at the provider this connection is (`None` from a service older than
+    #: accounts).
+    account: Account | None = None
+    #: Whether it is the user's default account at the provider: what `Client.token` without
+    #: `account` gets.
+    default: bool = False
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Connection:
@@ -160,6 +216,8 @@ class Connection:
             last_error=_opt_str(d.get("last_error")),
             created_at=str(d.get("created_at", "")),
             updated_at=str(d.get("updated_at", "")),
+            account=_opt_account(d.get("account")),
+            default=d.get("default") is True,
         )
 
 
@@ -193,6 +251,8 @@ class EventData:
     elicitation_id: str | None
     connection_id: str | None
     status: str | None
+    #: Which account the connection is: on connection events and a completed elicitation's.
+    account: Account | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +280,7 @@ class Event:
                 elicitation_id=_opt_str(data.get("elicitation_id")),
                 connection_id=_opt_str(data.get("connection_id")),
                 status=_opt_str(data.get("status")),
+                account=_opt_account(data.get("account")),
             ),
         )
 

@@ -20,6 +20,11 @@ with no cap keeps a client asking for minutes after the user walked away or refu
 
 `NotConnected` is the SDK's `ToolError`: left uncaught, the call ends with `is_error` and its
 friendly message; catch it to answer in your own words.
+
+`account=` names one of the user's accounts at the provider (its id, label or nickname): a token
+for it, or, when it is not connected, the request to add it. Without it the user's default
+account; a client configured to name one gets `ConnectError` with `needs_account_selection` and
+`accounts` to choose from.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ async def token_or_input_required(
     subject: str | None = None,
     subject_token: str | None = None,
     scopes: Sequence[str] | None = None,
+    account: str | None = None,
     max_rounds: int = DEFAULT_MAX_ROUNDS,
     wait_seconds: int = DEFAULT_WAIT_SECONDS,
     key: str = "connect",
@@ -84,15 +90,22 @@ async def token_or_input_required(
     """The user's token at `provider`, or the `InputRequiredResult` to return from the tool.
 
     `subject` / `subject_token`: the validated MCP user (e.g. `get_access_token().subject` and
-    `.token`), never a value from tool input. Raises `NotConnected` when the user declined,
-    cancelled or did not finish within `max_rounds`; any other failure is a `ConnectError`.
+    `.token`), never a value from tool input. `account`: which of the user's accounts at the
+    provider (see the module's notes). Raises `NotConnected` when the user declined, cancelled or
+    did not finish within `max_rounds`; any other failure is a `ConnectError`.
     """
     answer = (ctx.input_responses or {}).get(key)
     action = getattr(answer, "action", None)
     if answer is not None and action != "accept":
         raise NotConnected(f"Not connected to {provider}: you chose to {action}.", str(action), provider)
     rounds, state = _state(ctx.request_state)
-    ask: dict[str, Any] = {"subject": subject, "subject_token": subject_token, "scopes": scopes, "elicit": True}
+    ask: dict[str, Any] = {
+        "subject": subject,
+        "subject_token": subject_token,
+        "account": account,
+        "scopes": scopes,
+        "elicit": True,
+    }
     try:
         try:
             if state is None:

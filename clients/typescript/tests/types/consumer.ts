@@ -1,6 +1,6 @@
 // Compiled (not run) by `npm run check`: a strict NodeNext consumer of the published entry points,
 // through the package's own `exports` and the committed .d.ts files.
-import { Client, ConnectError, inputRequiredResult, type Elicitation, type Token } from 'mcp-connect-client';
+import { Client, ConnectError, inputRequiredResult, type Account, type AccountChoice, type Connection, type Elicitation, type Token } from 'mcp-connect-client';
 import { Verifier, type ConnectEvent } from 'mcp-connect-client/webhooks';
 import { Completions, DEFAULT_MAX_ROUNDS, NotConnectedError, tokenOrElicit } from 'mcp-connect-client/mcp-sdk';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -23,5 +23,22 @@ mcp.registerTool('whoami', { description: 'who you are' }, async () => {
     throw e;
   }
 });
+mcp.registerTool('work', { description: 'at your work account' }, async () => {
+  try {
+    const token = await tokenOrElicit(mcp.server, connect, { provider: 'github', subject: 'alice', account: 'work' });
+    const account: Account | undefined = token.account;
+    return { content: [{ type: 'text' as const, text: account?.nickname ?? account?.label ?? account?.id ?? '' }] };
+  } catch (e) {
+    if (e instanceof ConnectError && e.needsAccountSelection) {
+      const choices: AccountChoice[] = e.accounts;
+      return { content: [{ type: 'text' as const, text: choices.map((a) => `${a.label ?? a.id}${a.default ? ' (default)' : ''}`).join(', ') }] };
+    }
+    if (e instanceof ConnectError && e.isInsufficientScope) return { content: [{ type: 'text' as const, text: e.missingScopes.join(' ') }], isError: true };
+    throw e;
+  }
+});
+const another: Promise<Elicitation> = connect.createElicitation({ provider: 'github', subject: 'alice', addAccount: true });
+const defaults: Promise<Connection[]> = connect.connections({ subject: 'alice' }).then((cs) => cs.filter((c) => c.default === true && c.account !== undefined));
 const event: ConnectEvent = new Verifier('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw').verify({}, '');
-export { event };
+const eventAccount: Account | null | undefined = event.data.account;
+export { another, defaults, event, eventAccount };
