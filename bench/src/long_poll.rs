@@ -213,6 +213,11 @@ async fn one_run(
                 &e,
                 Ending::Completed {
                     connection_id: &connection_id,
+                    account: &mcp_connect::db::connections::AccountRef {
+                        id: String::new(),
+                        label: None,
+                        nickname: None,
+                    },
                 },
                 None,
             )

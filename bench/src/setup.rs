@@ -177,7 +177,7 @@ pub async fn prepare_connections(
     }
     let url = db_url(engine, name);
     let db = mcp_connect::db::Db::connect(&url.parse().map_err(anyhow::Error::msg)?).await?;
-    db.migrate().await?;
+    db.migrate(mcp_connect::db::Migrations::Deploy).await?;
     let (count,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM connections")
         .fetch_one(&db.pool)
         .await?;

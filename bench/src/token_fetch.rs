@@ -340,7 +340,8 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             let users = Arc::new(Users::new(args.hot_set.unwrap_or(size).min(size), args.zipf));
             if args.account {
                 // The app has migrated the database by now (migration 0022's `account_id`).
-                let db = mcp_connect::db::Db::connect(&url.parse()?).await?;
+                let db =
+                    mcp_connect::db::Db::connect(&url.parse().map_err(anyhow::Error::msg)?).await?;
                 sqlx::query("UPDATE connections SET account_id = subject WHERE account_id = ''")
                     .execute(&db.pool)
                     .await?;

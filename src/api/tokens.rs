@@ -47,7 +47,11 @@ pub struct TokenRequest {
     /// it: the user's default account (or, for a client with `account_selection = "explicit"`
     /// and a user with several accounts, `account_selection_required`). An account that is not
     /// connected is `not_connected` (with `elicit`, an elicitation to add it).
-    #[schema(min_length = 1, max_length = 255)]
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]+$"
+    )]
     pub account: Option<String>,
     /// Refresh first when the token expires within this many seconds (default 60, at most
     /// 86400).

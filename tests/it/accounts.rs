@@ -113,6 +113,28 @@ on_both_databases!(
             let (s, who) = owner_at_provider(&app, t["access_token"].as_str().unwrap()).await;
             assert_eq!((s, who["sub"].as_str()), (StatusCode::OK, Some(owner)));
         }
+        // Naming an account costs nothing more on a cache hit: the cache holds the user's
+        // accounts at the provider together.
+        let started = std::time::Instant::now();
+        while !app.state.token_cache.is_usable() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(15));
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let _ = token_for(&app, "alice", Some("alice-work")).await;
+        let s0 = app.state.token_cache.stats();
+        for _ in 0..5 {
+            assert_eq!(
+                token_for(&app, "alice", Some("alice-work")).await.0,
+                StatusCode::OK
+            );
+            assert_eq!(token_for(&app, "alice", None).await.0, StatusCode::OK);
+        }
+        let s1 = app.state.token_cache.stats();
+        assert_eq!(
+            s1.misses, s0.misses,
+            "no read for either account: {s0:?} → {s1:?}"
+        );
+        assert!(s1.hits > s0.hits, "{s0:?} → {s1:?}");
         // By label too (the peer's label is the login), and by connection never: unknown.
         let (s, by_label) = token_for(&app, "alice", Some("alice-work")).await;
         assert_eq!(

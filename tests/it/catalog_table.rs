@@ -82,6 +82,25 @@ async fn exercise(entry: &'static Entry) -> Result<(), String> {
             return fail(format!("authorize parameter {k}: {q:?}"));
         }
     }
+    // Adding another account: the catalog's account picker, in place of same-named parameters.
+    let add = p
+        .authorize_url(&ep, REDIRECT, "st", Some("challenge"), &p.scopes, true)
+        .map_err(|e| e.to_string())?;
+    let added: Vec<(String, String)> = url::Url::parse(&add)
+        .unwrap()
+        .query_pairs()
+        .into_owned()
+        .collect();
+    for (k, v) in &entry.account.select_params {
+        let sent: Vec<&String> = added
+            .iter()
+            .filter(|(x, _)| x == k)
+            .map(|(_, v)| v)
+            .collect();
+        if sent != [v] {
+            return fail(format!("account picker {k}: {added:?}"));
+        }
+    }
     // PKCE is the caller's choice (flow.rs sends a challenge only when `pkce`); the redirect
     // carries what it is given.
     if q.get("code_challenge").map(String::as_str) != Some("challenge") {
@@ -134,7 +153,9 @@ async fn exercise(entry: &'static Entry) -> Result<(), String> {
         .map(|(name, param)| (param.clone(), meta_value(name)))
         .collect();
     let mcp_connect::providers::tokens::Learned {
-        label, metadata, ..
+        label,
+        metadata,
+        account_id,
     } = p.learn(&http, &ep, &t, &redirect_query).await;
     let mut want: Vec<&String> = entry.metadata.from_token.keys().collect();
     want.extend(entry.metadata.from_redirect.keys());
@@ -163,6 +184,34 @@ async fn exercise(entry: &'static Entry) -> Result<(), String> {
         .unwrap_or_else(|| meta_value("label"));
     if labelled && label.as_deref() != Some(want_label.as_str()) {
         return fail(format!("account label {label:?}"));
+    }
+    // The account id, where the entry names one: the stub answers it (or, on a path another
+    // field also fills, that field's value).
+    let a = &entry.account;
+    let want_id = match (a.id_fields.first(), &a.id_from_token) {
+        (Some(f), _) if ep.userinfo_url.is_some() => Some(
+            entry
+                .metadata
+                .from_userinfo
+                .iter()
+                .find(|(_, path)| *path == f)
+                .map(|(name, _)| meta_value(name))
+                .or_else(|| (a.label_fields.first() == Some(f)).then(|| meta_value("label")))
+                .unwrap_or_else(|| meta_value("account_id")),
+        ),
+        (_, Some(path)) => Some(
+            entry
+                .metadata
+                .from_token
+                .iter()
+                .find(|(_, p)| *p == path)
+                .map(|(name, _)| meta_value(name))
+                .unwrap_or_else(|| meta_value("account_id")),
+        ),
+        _ => None,
+    };
+    if account_id != want_id || p.names_accounts(&ep) != want_id.is_some() {
+        return fail(format!("account id {account_id:?}, want {want_id:?}"));
     }
 
     // A refresh, per the entry's behaviour.
