@@ -37,8 +37,6 @@ pub struct Row {
     pub is_default: bool,
     /// Live, not the default, with another live account at the provider.
     pub can_make_default: bool,
-    /// The provider holds several of the user's accounts (so they are told apart).
-    pub several: bool,
     pub status: &'static str,
     pub status_text: String,
     pub scopes: Vec<ScopeView>,
@@ -48,12 +46,18 @@ pub struct Row {
     pub problem: Option<String>,
     pub can_disconnect: bool,
     pub can_reconnect: bool,
-    /// What disconnecting does at this provider (on the first of its connections only).
-    pub revocation: Option<String>,
     /// An API key or password (replaced by typing a new one, not by signing in again).
     pub is_credential: bool,
     /// The names of the apps that may use this grant (the ones named when it was approved).
     pub apps: Vec<String>,
+}
+
+/// One provider's accounts on the page, the default first.
+pub struct Group {
+    pub provider: String,
+    /// What disconnecting does at this provider.
+    pub revocation: Option<String>,
+    pub rows: Vec<Row>,
 }
 
 #[derive(Template)]
@@ -61,7 +65,7 @@ pub struct Row {
 pub struct AccountPage<'a> {
     pub ui: &'a Ui,
     pub signed_in_as: Option<&'a str>,
-    pub rows: Vec<Row>,
+    pub groups: Vec<Group>,
     pub csrf: &'a str,
     pub notice: Option<String>,
 }
@@ -97,8 +101,8 @@ pub async fn show(
                 .collect::<Vec<_>>(),
         );
     }
-    // What disconnecting does is said once per provider, under its first connection.
-    let mut explained = std::collections::HashSet::new();
+    // Listed by provider, each provider's default account first (`list_connections`).
+    let mut seen = std::collections::HashSet::new();
     let live_at = |provider: &str| {
         connections
             .iter()
@@ -106,14 +110,21 @@ pub async fn show(
             .count()
     };
     let live: Vec<usize> = connections.iter().map(|c| live_at(&c.provider)).collect();
-    let rows = connections
-        .into_iter()
-        .zip(apps)
-        .zip(live)
-        .map(|((c, apps), live)| {
-            let p = state.providers.get(&c.provider);
+    let mut groups: Vec<Group> = Vec::new();
+    for ((c, apps), live) in connections.into_iter().zip(apps).zip(live) {
+        let p = state.providers.get(&c.provider);
+        let first_of_provider = seen.insert(c.provider.clone());
+        if first_of_provider {
+            groups.push(Group {
+                provider: p
+                    .map(|p| p.display_name.clone())
+                    .unwrap_or(c.provider.clone()),
+                revocation: p.map(|p| p.revocation_summary()),
+                rows: Vec::new(),
+            });
+        }
+        let row = {
             let is_credential = crate::config::AuthKind::is_credential_type(&c.token_type);
-            let first_of_provider = explained.insert(c.provider.clone());
             // Listed default first per provider (`DEFAULT_FIRST`).
             let is_default = first_of_provider && live > 1 && c.status != ConnectionStatus::Revoked;
             let display = p
@@ -128,11 +139,7 @@ pub async fn show(
                 nickname: c.nickname.clone(),
                 is_default,
                 can_make_default: !is_default && live > 1 && c.status != ConnectionStatus::Revoked,
-                several: live > 1,
                 apps,
-                revocation: p
-                    .filter(|_| first_of_provider)
-                    .map(|p| p.revocation_summary()),
                 provider: p
                     .map(|p| p.display_name.clone())
                     .unwrap_or(c.provider.clone()),
@@ -156,8 +163,11 @@ pub async fn show(
                 last_refresh: c.last_refresh_at.map(|t| ui.when(t)),
                 id: c.id,
             }
-        })
-        .collect();
+        };
+        if let Some(g) = groups.last_mut() {
+            g.rows.push(row);
+        }
+    }
     let csrf = session.csrf_token().await?;
     let notice = match q.done.as_deref() {
         Some("disconnected") => Some(ui.t("account-notice-disconnected")),
@@ -169,7 +179,7 @@ pub async fn show(
         &AccountPage {
             ui: &ui,
             signed_in_as: Some(shown_name(&user)),
-            rows,
+            groups,
             csrf: &csrf,
             notice,
         },

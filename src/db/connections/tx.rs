@@ -82,6 +82,16 @@ pub async fn store_connected(
     sqlx::query("DELETE FROM connections WHERE 1 = 0")
         .execute(&mut *conn)
         .await?;
+    // Postgres: two flows of one user at one provider (two new accounts) take turns here, so
+    // the account bound holds; the lock ends with the transaction. (SQLite has one writer.)
+    if conn.backend_name() == "PostgreSQL" {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(format!(
+                "mcp-connect/accounts/{issuer}/{subject}/{provider}"
+            ))
+            .execute(&mut *conn)
+            .await?;
+    }
     let held: Vec<Held> = sqlx::query_as(
         "SELECT id, status, account_id, account_label FROM connections \
          WHERE issuer = $1 AND subject = $2 AND provider = $3 ORDER BY created_at, id",
