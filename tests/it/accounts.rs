@@ -374,31 +374,7 @@ on_both_databases!(
         let peers = Peers::start(&url, 3600).await;
         let db_url = db_url(kind);
         // A database the previous release (migrations up to 0021) created.
-        {
-            let db = mcp_connect::db::Db::connect(&db_url.parse().unwrap())
-                .await
-                .unwrap();
-            let engine = if kind == DbKind::Sqlite {
-                "sqlite"
-            } else {
-                "postgres"
-            };
-            let dir = format!("{}/migrations/{engine}", env!("CARGO_MANIFEST_DIR"));
-            let mut old = sqlx::migrate::Migrator::new(std::path::Path::new(&dir))
-                .await
-                .unwrap();
-            old.migrations = old
-                .migrations
-                .iter()
-                .filter(|m| m.version <= 21)
-                .cloned()
-                .collect::<Vec<_>>()
-                .into();
-            old.run(&mut *db.pool.acquire().await.unwrap())
-                .await
-                .unwrap();
-            db.close().await;
-        }
+        migrated_up_to(kind, &db_url, 21).await.close().await;
         let app = TestApp::spawn_on(listener, peers, db_url.clone(), &Options::default()).await;
         app.connect("alice").await;
         let (s, e) = app

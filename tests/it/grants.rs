@@ -351,31 +351,7 @@ on_both_databases!(
         let issuer = peers.identity.clone();
 
         // The schema of the previous release (migrations up to 0012).
-        let db = mcp_connect::db::Db::connect(&db_url.parse().unwrap())
-            .await
-            .unwrap();
-        let dir = format!(
-            "{}/migrations/{}",
-            env!("CARGO_MANIFEST_DIR"),
-            if kind == DbKind::Sqlite {
-                "sqlite"
-            } else {
-                "postgres"
-            }
-        );
-        let mut old = sqlx::migrate::Migrator::new(std::path::Path::new(&dir))
-            .await
-            .unwrap();
-        old.migrations = old
-            .migrations
-            .iter()
-            .filter(|m| m.version <= 12)
-            .cloned()
-            .collect::<Vec<_>>()
-            .into();
-        old.run(&mut *db.pool.acquire().await.unwrap())
-            .await
-            .unwrap();
+        let db = migrated_up_to(kind, &db_url, 12).await;
 
         // Rows as the previous release wrote them (its INSERT ... ON CONFLICT (issuer, subject,
         // provider)): alice connected through demo-mcp's elicitation, bob's elicitation pruned.

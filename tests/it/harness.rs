@@ -558,3 +558,31 @@ macro_rules! on_both_databases {
         }
     };
 }
+
+/// A database at `db_url` migrated as an older release left it: this tree's migrations up to
+/// `version` only (what `Db::migrate` would apply after it is the upgrade under test).
+pub async fn migrated_up_to(kind: DbKind, db_url: &str, version: i64) -> mcp_connect::db::Db {
+    let db = mcp_connect::db::Db::connect(&db_url.parse().unwrap())
+        .await
+        .unwrap();
+    let engine = if kind == DbKind::Sqlite {
+        "sqlite"
+    } else {
+        "postgres"
+    };
+    let dir = format!("{}/migrations/{engine}", env!("CARGO_MANIFEST_DIR"));
+    let mut old = sqlx::migrate::Migrator::new(std::path::Path::new(&dir))
+        .await
+        .unwrap();
+    old.migrations = old
+        .migrations
+        .iter()
+        .filter(|m| m.version <= version)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    old.run(&mut *db.pool.acquire().await.unwrap())
+        .await
+        .unwrap();
+    db
+}
