@@ -246,6 +246,13 @@ impl TokenCache {
         self.usable(&self.lock(), Instant::now())
     }
 
+    /// Whether every change committed before `t` has been applied (the change feed lags its
+    /// writers by up to one beat: an entry filled before then may still be dropped by an older
+    /// change).
+    pub fn is_synced_since(&self, t: Instant) -> bool {
+        self.lock().synced_as_of.is_some_and(|s| s >= t)
+    }
+
     pub fn get(&self, subject: &str, provider: &str) -> Lookup {
         let now = Instant::now();
         let mut inner = self.lock();

@@ -115,8 +115,11 @@ on_both_databases!(
         }
         // Naming an account costs nothing more on a cache hit: the cache holds the user's
         // accounts at the provider together.
+        // Once the change feed has applied both connects' writes (it lags them by up to a
+        // beat, and a change it applies late rightly drops an entry filled before it).
         let started = std::time::Instant::now();
-        while !app.state.token_cache.is_usable() {
+        while !(app.state.token_cache.is_usable() && app.state.token_cache.is_synced_since(started))
+        {
             assert!(started.elapsed() < std::time::Duration::from_secs(15));
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
