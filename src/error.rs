@@ -164,6 +164,8 @@ pub enum Refusal {
     NotSignedIn,
     /// Signing in at the MCP authorization server failed.
     SignInFailed,
+    /// An organisation's connection, for a user who does not administer that organisation.
+    NotOrganizationAdmin,
 }
 
 impl Refusal {
@@ -186,6 +188,7 @@ impl Refusal {
             Self::InvalidState => ErrorCode::InvalidState,
             Self::NotSignedIn => ErrorCode::NotSignedIn,
             Self::SignInFailed => ErrorCode::SignInFailed,
+            Self::NotOrganizationAdmin => ErrorCode::Forbidden,
         }
     }
 }

@@ -12,7 +12,13 @@
 ALTER TABLE connections ADD COLUMN account_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE connections ADD COLUMN nickname TEXT;
 ALTER TABLE connections ADD COLUMN default_at BIGINT;
-CREATE UNIQUE INDEX connections_account ON connections (issuer, subject, provider, account_id);
+-- Organisations: `organization` is the organisation that owns the connection ('' for a
+-- user's own; an organisation's rows have subject '', so no user's lookup ever reaches them),
+-- `client_organization` the organisation whose own OAuth app issued the grant ('': the
+-- operator's), used for its refreshes and revocation.
+ALTER TABLE connections ADD COLUMN organization TEXT NOT NULL DEFAULT '';
+ALTER TABLE connections ADD COLUMN client_organization TEXT NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX connections_account ON connections (issuer, organization, subject, provider, account_id);
 
 -- An elicitation may ask for another account (`add_account`) rather than a reconnect, or name
 -- the connection it reconnects (`account_connection_id`: a token request for one account whose

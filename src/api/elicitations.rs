@@ -53,6 +53,21 @@ pub struct CreateElicitation {
     /// is the provider's answer: connecting one that is already connected reconnects it.
     #[serde(default)]
     pub add_account: bool,
+    /// Whose connection this makes: `user` (the default), or `organization` — a connection the
+    /// user's organisation owns and every member's apps use, which only an administrator of
+    /// that organisation can complete (the consent page says so). The organisation is the one
+    /// the `subject_token` names; without one, the administrator's own at sign-in.
+    #[serde(default)]
+    pub owner: OwnerKind,
+}
+
+/// Whose connection an elicitation makes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnerKind {
+    #[default]
+    User,
+    Organization,
 }
 
 /// One OAuth scope as `scopes` takes it (for the OpenAPI document; `validate_scopes` checks).
@@ -106,15 +121,22 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateElicitation>,
 ) -> Result<(StatusCode, Json<ElicitationView>)> {
     validate_scopes(&body.scopes)?;
-    let subject = state
+    let principal = state
         .connect
-        .resolve_subject(
+        .resolve_principal(
             &client.0,
             body.subject.as_deref(),
             body.subject_token.as_deref(),
             rid.as_deref(),
         )
         .await?;
+    let owner = match body.owner {
+        OwnerKind::User => crate::db::elicitations::Owner::User,
+        OwnerKind::Organization => state
+            .connect
+            .organization_owner(&principal, body.subject_token.is_some())?,
+    };
+    let subject = principal.subject;
     let provider = client.provider(&state, &body.provider)?;
     let params = body.params.unwrap_or_default();
     crate::providers::params::check_given(provider, &params)
@@ -131,6 +153,7 @@ pub async fn create(
                 account: crate::db::elicitations::AccountAsk {
                     add: body.add_account,
                     reconnect: None,
+                    owner,
                 },
             },
             rid.as_deref(),

@@ -70,7 +70,7 @@ fn refusal_status(r: Refusal) -> StatusCode {
         Refusal::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         Refusal::AlreadyRevoked | Refusal::ConnectConflict => StatusCode::CONFLICT,
         Refusal::NotPending | Refusal::ProviderRemoved => StatusCode::GONE,
-        Refusal::CsrfFailed => StatusCode::FORBIDDEN,
+        Refusal::CsrfFailed | Refusal::NotOrganizationAdmin => StatusCode::FORBIDDEN,
         Refusal::SignedOutDuringFlow | Refusal::NotSignedIn => StatusCode::UNAUTHORIZED,
         Refusal::ConnectUpstreamFailed
         | Refusal::IdentityUnavailable

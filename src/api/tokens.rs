@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{ApiClient, ApiJson, ApiLang};
 use crate::AppState;
 use crate::api::error::ApiError;
-use crate::connect::token_request::{Awaited, TokenAsk};
+use crate::connect::token_request::{Awaited, TokenAsk, Whose};
 use crate::error::Error;
 use crate::ids::{ConnectionId, ProviderName};
 use crate::server::middleware::RequestId;
@@ -53,6 +53,11 @@ pub struct TokenRequest {
         pattern = r"^[^\u0000-\u001f\u007f-\u009f]+$"
     )]
     pub account: Option<String>,
+    /// Whose connection: `user` (the user's own only) or `organization` (their organisation's
+    /// only, which needs a `subject_token` whose claims name the organisation). Without it: the
+    /// user's own, and when they have none this client may use, their organisation's — only
+    /// with a `subject_token`: a bare `subject` never reaches an organisation's connection.
+    pub owner: Option<super::elicitations::OwnerKind>,
     /// Refresh first when the token expires within this many seconds (default 60, at most
     /// 86400).
     #[schema(minimum = 0, maximum = 86400)]
@@ -232,6 +237,11 @@ pub async fn fetch(
         subject_token: req.subject_token.as_deref(),
         provider: &req.provider,
         account: req.account.as_deref(),
+        whose: match req.owner {
+            None => Whose::Any,
+            Some(super::elicitations::OwnerKind::User) => Whose::Own,
+            Some(super::elicitations::OwnerKind::Organization) => Whose::Organization,
+        },
         scopes: req.scopes,
         min_ttl_seconds: req.min_ttl_seconds,
         force_refresh: req.force_refresh,

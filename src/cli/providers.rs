@@ -266,6 +266,14 @@ pub async fn providers_show(
                 ),
             },
         );
+        for (org, client_id) in p.organization_apps() {
+            facts.push(docs::Fact {
+                label: "Organisation app",
+                value: format!(
+                    "{org:?}: client_id {client_id}; register the same redirect URI ({redirect}) in that organisation's app"
+                ),
+            });
+        }
         if !p.fixed_params.is_empty() {
             facts.push(docs::Fact {
                 label: "Fixed parameters",

@@ -20,6 +20,63 @@ pub struct IdentityConfig {
     /// `typ` header: the issuer marks its access tokens so, and nothing else it signs (an ID
     /// token, a logout token) passes for one. Unset: `typ` is not looked at.
     pub access_token_typ: Option<String>,
+    /// The claim (of the ID token at sign-in, of a `subject_token` in API calls) naming the
+    /// user's organisation (`org_id`). Unset: nobody belongs to an organisation.
+    pub organization_claim: Option<String>,
+    /// The claim saying who administers their organisation, and the values that do
+    /// (`org_role` ∈ {`admin`}); a claim holding a list is an administrator when any item is.
+    pub organization_admin_claim: Option<String>,
+    pub organization_admin_values: Vec<String>,
+}
+
+/// A user's organisation, as the identity issuer's claims say (never as a caller says).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    pub organization: String,
+    pub admin: bool,
+}
+
+/// The longest organisation id accepted from a claim.
+pub const MAX_ORGANIZATION_LEN: usize = 255;
+
+impl IdentityConfig {
+    /// The organisation `claims` (validated by the caller) put the user in: none without
+    /// `organization_claim`, without the claim, or when its value is not a usable id (a
+    /// string or number, 1 to 255 characters without control characters).
+    pub fn membership(
+        &self,
+        claims: &serde_json::Map<String, serde_json::Value>,
+    ) -> Option<Membership> {
+        use serde_json::Value;
+        let organization = match claims.get(self.organization_claim.as_deref()?)? {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => return None,
+        };
+        if organization.is_empty()
+            || organization.chars().count() > MAX_ORGANIZATION_LEN
+            || organization.chars().any(char::is_control)
+        {
+            return None;
+        }
+        let allowed = |v: &Value| {
+            v.as_str()
+                .is_some_and(|s| self.organization_admin_values.iter().any(|a| a == s))
+        };
+        let admin = match self
+            .organization_admin_claim
+            .as_deref()
+            .and_then(|c| claims.get(c))
+        {
+            Some(Value::Array(items)) => items.iter().any(allowed),
+            Some(v) => allowed(v),
+            None => false,
+        };
+        Some(Membership {
+            organization,
+            admin,
+        })
+    }
 }
 
 impl fmt::Debug for IdentityConfig {
@@ -85,6 +142,39 @@ pub(super) fn read(t: Option<Section>, r: &mut Report) -> Option<IdentityConfig>
         }
         v => v,
     };
+    let organization_claim: Option<String> = t.get(r, "organization_claim");
+    let organization_admin_claim: Option<String> = t.get(r, "organization_admin_claim");
+    let organization_admin_values: Vec<String> = t.get(r, "organization_admin_values");
+    for (key, v) in [
+        ("identity.organization_claim", &organization_claim),
+        (
+            "identity.organization_admin_claim",
+            &organization_admin_claim,
+        ),
+    ] {
+        if v.as_deref().is_some_and(str::is_empty) {
+            r.err(key, "must not be empty");
+        }
+    }
+    match (
+        &organization_claim,
+        &organization_admin_claim,
+        organization_admin_values.is_empty(),
+    ) {
+        (None, Some(_), _) => r.err(
+            "identity.organization_claim",
+            "is required when identity.organization_admin_claim is set",
+        ),
+        (_, Some(c), true) => r.err(
+            "identity.organization_admin_values",
+            format!("is required when identity.organization_admin_claim ({c:?}) is set"),
+        ),
+        (_, None, false) => r.err(
+            "identity.organization_admin_claim",
+            "is required when identity.organization_admin_values is set",
+        ),
+        _ => {}
+    }
     t.finish(r);
     Some(IdentityConfig {
         issuer: issuer?,
@@ -96,5 +186,8 @@ pub(super) fn read(t: Option<Section>, r: &mut Report) -> Option<IdentityConfig>
             scopes
         },
         access_token_typ,
+        organization_claim,
+        organization_admin_claim,
+        organization_admin_values,
     })
 }

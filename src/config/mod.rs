@@ -39,7 +39,7 @@ pub use admin::AdminConfig;
 pub use cache::CacheConfig;
 pub use clients::{AccountSelection, ClientConfig, Clients, WebhookConfig, parse_webhook_secret};
 pub use database::{DEFAULT_DATABASE_URL, DatabaseUrl, Engine, redact_url};
-pub use identity::IdentityConfig;
+pub use identity::{IdentityConfig, Membership};
 pub use limits::Limits;
 pub use network::{IpNet, is_loopback_url, require_https_off_loopback};
 pub use providers::{AuthKind, ProviderConfig, ProviderKind};
@@ -438,6 +438,19 @@ fn validate(
     let admin = admin::read(top.table(&mut r, "admin"), &mut r);
     let identity = identity::read(top.table(&mut r, "identity"), &mut r);
     let (providers, provider_names) = providers::read(top.table(&mut r, "providers"), &mut r);
+    if identity
+        .as_ref()
+        .is_some_and(|i| i.organization_claim.is_none())
+    {
+        for (name, p) in &providers {
+            if !p.organizations.is_empty() {
+                r.err(
+                    format!("providers.{name}.organizations"),
+                    "needs [identity] organization_claim: nobody belongs to an organisation without it",
+                );
+            }
+        }
+    }
     let clients = clients::read(&mut top, &provider_names, &mut r);
     let raw_branding = match top.table(&mut r, "branding") {
         Some(s) => s.rest(&mut r).unwrap_or_default(),

@@ -132,6 +132,31 @@ pub struct ProviderConfig {
     /// `kind = "mcp"`: the upstream MCP server's URL (the RFC 8707 resource), where discovery
     /// starts.
     pub resource: Option<Url>,
+    /// Organisations' own OAuth apps at this provider, by organisation id (the value of
+    /// `[identity] organization_claim`): every flow, refresh and revocation of that
+    /// organisation's members and of its connections uses the organisation's client.
+    #[serde(default)]
+    pub organizations: BTreeMap<String, OrganizationApp>,
+}
+
+/// An organisation's own OAuth app at a provider (`[providers.NAME.organizations."ORG"]`).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrganizationApp {
+    pub client_id: String,
+    pub client_secret: Option<SecretString>,
+}
+
+impl fmt::Debug for OrganizationApp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OrganizationApp")
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "[redacted]"),
+            )
+            .finish()
+    }
 }
 
 impl fmt::Debug for ProviderConfig {
@@ -214,6 +239,24 @@ pub(super) fn read(
             }
         }
         let is_mcp = matches!(p.kind, Some(ProviderKind::Mcp));
+        for (org, app) in &p.organizations {
+            let at = format!("{key}.organizations.{org:?}");
+            if credential || is_mcp {
+                r.err(&at, "only applies to OAuth providers (not to auth = \"api_key\"/\"basic\" or kind = \"mcp\")");
+            }
+            if org.is_empty()
+                || org.chars().count() > super::identity::MAX_ORGANIZATION_LEN
+                || org.chars().any(char::is_control)
+            {
+                r.err(
+                    &at,
+                    "an organisation id is 1 to 255 characters without control characters",
+                );
+            }
+            if app.client_id.is_empty() {
+                r.err(format!("{at}.client_id"), "is required");
+            }
+        }
         match (&p.resource, is_mcp) {
             (Some(u), true) => {
                 if let Err(m) = require_https_off_loopback(u) {

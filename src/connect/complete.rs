@@ -19,7 +19,7 @@ use crate::db::connections::{
     AccountRef, AccountRefused, ConnectionStatus, Details, NewAccount, NewTokens, Stored,
     store_connected,
 };
-use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending};
+use crate::db::elicitations::{Elicitation, ElicitationStatus, Ending, Owner};
 use crate::error::{Error, Refusal, Result};
 use crate::i18n::Msg;
 use crate::ids::ConnectionId;
@@ -108,10 +108,12 @@ impl Connect {
         request_id: Option<&str>,
     ) -> Result<()> {
         let pname = &provider.display_name;
+        let app = e.client_organization.as_deref().unwrap_or_default();
         let endpoints = match provider
             .endpoints(&self.http)
             .await
             .and_then(|ep| ep.for_connection(provider, &e.params))
+            .and_then(|ep| crate::grants::tokens::app_endpoints(provider, ep, app))
         {
             Ok(ep) => ep,
             Err(err) => {
@@ -338,13 +340,21 @@ impl Connect {
         request_id: Option<&str>,
     ) -> Result<()> {
         let (account_id, tokens, metadata) = (grant.account_id, &grant.tokens, grant.metadata);
+        self.check_owner(user, e)?;
+        let organization = self.owning_organization(user, e)?;
         let mut change = Change::begin(&self.db).await?;
         let stored = store_connected(
             change.conn(),
             &self.config.keys,
             &NewAccount {
                 issuer: &e.issuer,
-                subject: &e.subject,
+                // An organisation's connection is no user's: its subject is ''.
+                subject: match &e.owner {
+                    Owner::User => &e.subject,
+                    Owner::Organization(_) => "",
+                },
+                organization: &organization,
+                client_organization: e.client_organization.as_deref().unwrap_or_default(),
                 provider: &e.provider,
                 id: account_id,
                 max: self.config.max_accounts_per_provider,

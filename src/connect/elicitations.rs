@@ -217,10 +217,21 @@ impl Connect {
         // approved): asking again for it asks for the union, so no app loses a scope it was
         // granted. Another account starts from what is asked.
         if !account.add {
-            let accounts = self
-                .db
-                .find_accounts(issuer, subject, &provider.name)
-                .await?;
+            let accounts = match &account.owner {
+                db::elicitations::Owner::User => {
+                    self.db
+                        .find_accounts(issuer, subject, &provider.name)
+                        .await?
+                }
+                db::elicitations::Owner::Organization(Some(org)) => self
+                    .db
+                    .find_organization_accounts_with_clients(issuer, org, &provider.name)
+                    .await?
+                    .into_iter()
+                    .map(|(c, _)| c)
+                    .collect(),
+                db::elicitations::Owner::Organization(None) => Vec::new(),
+            };
             let target = match &account.reconnect {
                 Some(id) => accounts.into_iter().find(|c| &c.id == id),
                 None => accounts.into_iter().next(),
@@ -265,6 +276,8 @@ impl Connect {
             params,
             add_account: account.add,
             account_connection_id: account.reconnect,
+            owner: account.owner,
+            client_organization: None,
         };
         let mut change = Change::begin(&self.db).await?;
         db::elicitations::insert_elicitation(change.conn(), &e).await?;

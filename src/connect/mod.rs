@@ -8,6 +8,7 @@ pub mod credential_submission;
 pub mod credentials;
 pub mod elicitations;
 pub mod identity;
+pub mod organizations;
 pub mod request_state;
 pub mod scopes;
 pub mod subject;

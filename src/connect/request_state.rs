@@ -115,6 +115,8 @@ mod tests {
             params: Default::default(),
             add_account: false,
             account_connection_id: None,
+            owner: Default::default(),
+            client_organization: None,
         }
     }
 

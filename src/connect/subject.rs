@@ -15,11 +15,16 @@ pub const MAX_SUBJECT_TOKEN_BYTES: usize = 8192;
 /// /v1/connections`).
 pub const SUBJECT_TOKEN_HEADER: &str = "subject-token";
 
+/// Who an API request is about: the subject, and — only when a `subject_token` proved it —
+/// the organisation the identity issuer puts them in. A bare `subject` never names one.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub subject: Subject,
+    pub membership: Option<crate::config::Membership>,
+}
+
 impl Connect {
-    /// The subject an API request is about. With a `subject_token`, the token proves it (its
-    /// `sub`, checked at the identity issuer) and an asserted `subject` must be the same; without
-    /// one, the asserted `subject` is taken as is, unless the client must send a token. Every
-    /// refusal is a 401 `invalid_subject_token` with an audit row.
+    /// As [`Self::resolve_principal`], for callers that need only the subject.
     pub async fn resolve_subject(
         &self,
         client: &ClientConfig,
@@ -27,6 +32,23 @@ impl Connect {
         token: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<Subject> {
+        Ok(self
+            .resolve_principal(client, subject, token, request_id)
+            .await?
+            .subject)
+    }
+
+    /// The subject an API request is about. With a `subject_token`, the token proves it (its
+    /// `sub`, checked at the identity issuer) and an asserted `subject` must be the same; without
+    /// one, the asserted `subject` is taken as is, unless the client must send a token. Every
+    /// refusal is a 401 `invalid_subject_token` with an audit row.
+    pub async fn resolve_principal(
+        &self,
+        client: &ClientConfig,
+        subject: Option<&str>,
+        token: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<Principal> {
         let Some(token) = token else {
             if client.require_subject_token {
                 return Err(self
@@ -40,7 +62,10 @@ impl Connect {
                     .await);
             }
             let subject = subject.ok_or_else(|| Error::invalid("give subject or subject_token"))?;
-            return Subject::parse(subject).map_err(|e| Error::invalid(e.to_string()));
+            return Ok(Principal {
+                subject: Subject::parse(subject).map_err(|e| Error::invalid(e.to_string()))?,
+                membership: None,
+            });
         };
         if let Some(s) = subject {
             Subject::parse(s).map_err(|e| Error::invalid(e.to_string()))?;
@@ -76,8 +101,8 @@ impl Connect {
                 ));
             }
         };
-        let proven = match checked {
-            Ok(sub) => sub,
+        let (proven, membership) = match checked {
+            Ok(p) => (p.subject, p.membership),
             Err(SubjectTokenError::Refused(reason, message)) => {
                 return Err(self
                     .refuse_subject_token(client, subject, reason, message, request_id)
@@ -104,7 +129,10 @@ impl Connect {
                     .await);
             }
         }
-        Ok(proven)
+        Ok(Principal {
+            subject: proven,
+            membership,
+        })
     }
 
     async fn refuse_subject_token(

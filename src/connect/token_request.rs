@@ -13,7 +13,7 @@ use crate::config::AccountSelection;
 use crate::config::ClientConfig;
 use crate::connect::Connect;
 use crate::db::connections::{Connection, ConnectionStatus};
-use crate::db::elicitations::AccountAsk;
+use crate::db::elicitations::{AccountAsk, Owner};
 use crate::db::elicitations::{ElicitationStatus, FailureReason};
 use crate::error::AccountChoice;
 use crate::error::{Error, Result};
@@ -44,6 +44,9 @@ pub struct TokenAsk<'a> {
     pub provider: &'a ProviderName,
     /// Which of the user's accounts at the provider: its id or label (`None`: the default).
     pub account: Option<&'a str>,
+    /// Whose connection: the user's own, their organisation's, or (`Any`) the user's own and
+    /// else their organisation's.
+    pub whose: Whose,
     pub scopes: Option<Vec<String>>,
     pub min_ttl_seconds: Option<i64>,
     pub force_refresh: bool,
@@ -56,6 +59,19 @@ pub struct TokenAsk<'a> {
     pub lang: Lang,
     /// The request the caller will make with a DPoP-bound token, to make its proof for.
     pub dpop: Option<ProofTarget>,
+}
+
+/// Whose connection a token request asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Whose {
+    /// The user's own; when they have none at the provider, their organisation's — only when
+    /// a `subject_token` proved the membership.
+    #[default]
+    Any,
+    /// The user's own only.
+    Own,
+    /// The user's organisation's only (a `subject_token` must prove the membership).
+    Organization,
 }
 
 /// How the awaited elicitation ended, where that decides the answer.
@@ -91,9 +107,20 @@ impl Connect {
         long_poll_slot: impl FnOnce() -> std::result::Result<G, R>,
     ) -> Result<std::result::Result<(FreshToken, Arc<Provider>), R>> {
         let rid = ask.request_id.as_deref();
-        let subject = self
-            .resolve_subject(ask.client, ask.subject, ask.subject_token, rid)
+        let principal = self
+            .resolve_principal(ask.client, ask.subject, ask.subject_token, rid)
             .await?;
+        let organization = match (ask.whose, &principal.membership) {
+            (Whose::Own, _) => None,
+            (_, Some(m)) => Some(m.organization.clone()),
+            (Whose::Organization, None) => {
+                return Err(Error::invalid(
+                    "owner \"organization\" needs a subject_token whose claims name the user's organisation",
+                ));
+            }
+            (Whose::Any, None) => None,
+        };
+        let subject = principal.subject;
         let provider = self.provider_for_client(ask.client, ask.provider)?.clone();
         let min_ttl = ask.min_ttl_seconds.unwrap_or(60);
         if !(0..=86_400).contains(&min_ttl) {
@@ -109,10 +136,30 @@ impl Connect {
             Err(refused) => return Ok(Err(refused)),
         };
 
-        let Some(connection) = self
-            .usable_connection(ask.client, &subject, ask.provider, ask.account)
-            .await?
-        else {
+        let own = match ask.whose {
+            Whose::Organization => None,
+            Whose::Any | Whose::Own => {
+                let accounts = self
+                    .grants
+                    .accounts_for_token(&subject, ask.provider)
+                    .await?;
+                self.usable_connection(ask.client, &subject, ask.provider, ask.account, &accounts)
+                    .await?
+            }
+        };
+        let found = match (own, &organization) {
+            (Some(c), _) => Some(c),
+            (None, Some(org)) => {
+                let accounts = self
+                    .grants
+                    .organization_accounts_for_token(org, ask.provider)
+                    .await?;
+                self.usable_connection(ask.client, &subject, ask.provider, ask.account, &accounts)
+                    .await?
+            }
+            (None, None) => None,
+        };
+        let Some(connection) = found else {
             // The user said no to this very request, or the provider is misconfigured: say so,
             // rather than hand out a new elicitation the caller would show again.
             if let Some(refusal) = end.refusal(&provider) {
@@ -122,6 +169,10 @@ impl Connect {
             let account = AccountAsk {
                 add: ask.account.is_some(),
                 reconnect: None,
+                owner: match ask.whose {
+                    Whose::Organization => Owner::Organization(organization),
+                    Whose::Any | Whose::Own => Owner::User,
+                },
             };
             if ask.elicit {
                 return Err(Error::AuthorizationRequired {
@@ -146,6 +197,11 @@ impl Connect {
         let this_account = AccountAsk {
             add: false,
             reconnect: Some(connection.id.clone()),
+            owner: if connection.organization.is_empty() {
+                Owner::User
+            } else {
+                Owner::Organization(Some(connection.organization.clone()))
+            },
         };
         // Scopes the call needs that the grant lacks: with `elicit`, incremental authorization
         // (the user approves the union; the stored grant keeps serving requests within its
@@ -324,8 +380,8 @@ impl Connect {
         subject: &Subject,
         provider: &ProviderName,
         account: Option<&str>,
+        accounts: &crate::db::token_cache::Accounts,
     ) -> Result<Option<Arc<Connection>>> {
-        let accounts = self.grants.accounts_for_token(subject, provider).await?;
         let mut usable = Vec::with_capacity(accounts.len());
         for g in accounts.iter() {
             if g.row.status != ConnectionStatus::Revoked

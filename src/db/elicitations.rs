@@ -73,6 +73,39 @@ impl<'a> Ending<'a> {
 pub struct AccountAsk {
     pub add: bool,
     pub reconnect: Option<ConnectionId>,
+    /// Whose connection it makes: the user's own, or an organisation's.
+    pub owner: Owner,
+}
+
+/// Who owns the connection an elicitation makes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Owner {
+    /// The user it was made for.
+    #[default]
+    User,
+    /// An organisation, which only its administrator connects: the one the request proved
+    /// (`Some`), else (`None`) the administrator's own at sign-in.
+    Organization(Option<String>),
+}
+
+impl Owner {
+    const USER: &str = "user";
+    const ORGANIZATION: &str = "organization";
+
+    fn as_str(&self) -> &'static str {
+        match self {
+            Self::User => Self::USER,
+            Self::Organization(_) => Self::ORGANIZATION,
+        }
+    }
+
+    /// The organisation named, if any.
+    pub fn organization(&self) -> Option<&str> {
+        match self {
+            Self::User => None,
+            Self::Organization(o) => o.as_deref(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, FromRow)]
@@ -92,6 +125,9 @@ pub(super) struct Row {
     params: Option<String>,
     add_account: i64,
     account_connection_id: Option<ConnectionId>,
+    owner: String,
+    organization: Option<String>,
+    client_organization: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -113,6 +149,10 @@ pub struct Elicitation {
     pub add_account: bool,
     /// The connection (one account) this elicitation reconnects, when one was named.
     pub account_connection_id: Option<ConnectionId>,
+    /// Whose connection it makes.
+    pub owner: Owner,
+    /// The organisation whose own OAuth app the flow uses, fixed when the flow starts.
+    pub client_organization: Option<String>,
 }
 
 /// How the `failure` of an elicitation that ended for a security refusal begins (then `: ` and
@@ -182,6 +222,11 @@ impl TryFrom<Row> for Elicitation {
         let bad = |problem: String| Error::undecodable(Self::TABLE, &r.id, problem);
         let status: ElicitationStatus = r.status.parse().map_err(bad)?;
         let params = decode_params(r.params.as_deref()).map_err(|e| bad(format!("params: {e}")))?;
+        let owner = match r.owner.as_str() {
+            Owner::USER => Owner::User,
+            Owner::ORGANIZATION => Owner::Organization(r.organization.clone()),
+            other => return Err(bad(format!("unknown owner {other:?}"))),
+        };
         Ok(Self {
             id: r.id,
             client_id: r.client_id,
@@ -197,6 +242,8 @@ impl TryFrom<Row> for Elicitation {
             params,
             add_account: r.add_account != 0,
             account_connection_id: r.account_connection_id,
+            owner,
+            client_organization: r.client_organization,
         })
     }
 }
@@ -234,7 +281,7 @@ pub fn split_scopes(s: &str) -> Vec<String> {
 }
 
 const COLUMNS: &str = "id, client_id, issuer, subject, provider, scopes, status, connection_id, failure, created_at, expires_at, params, \
-                       add_account, account_connection_id";
+                       add_account, account_connection_id, owner, organization, client_organization";
 
 impl Db {
     /// A still-pending, unexpired elicitation for the same request, to hand out again.
@@ -254,6 +301,7 @@ impl Db {
             "client_id = $1 AND issuer = $2 AND subject = $3 \
              AND provider = $4 AND scopes = $5 AND status = 'pending' AND expires_at > $6 \
              AND COALESCE(params, '') = $7 AND add_account = $8 AND COALESCE(account_connection_id, '') = $9 \
+             AND owner = $10 AND COALESCE(organization, '') = $11 \
              ORDER BY created_at DESC LIMIT 1",
         ))
         .bind(client_id)
@@ -265,6 +313,8 @@ impl Db {
         .bind(encode_params(params)?.unwrap_or_default())
         .bind(i64::from(account.add))
         .bind(account.reconnect.as_ref().map_or("", |c| c.as_str()))
+        .bind(account.owner.as_str())
+        .bind(account.owner.organization().unwrap_or_default())
         .fetch_optional(&self.pool)
         .await?;
         row.map(TryInto::try_into).transpose()
@@ -356,7 +406,8 @@ impl Db {
 pub async fn insert_elicitation(conn: &mut AnyConnection, e: &Elicitation) -> Result<()> {
     sqlx::query(
         "INSERT INTO elicitations (id, client_id, issuer, subject, provider, scopes, status, created_at, expires_at, params, \
-         add_account, account_connection_id) VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11)",
+         add_account, account_connection_id, owner, organization) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $12, $13)",
     )
     .bind(&e.id)
     .bind(&e.client_id)
@@ -369,6 +420,29 @@ pub async fn insert_elicitation(conn: &mut AnyConnection, e: &Elicitation) -> Re
     .bind(encode_params(&e.params)?)
     .bind(i64::from(e.add_account))
     .bind(&e.account_connection_id)
+    .bind(e.owner.as_str())
+    .bind(e.owner.organization())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Fixes, when the flow of pending elicitation `id` starts, the organisation it is for (an
+/// organisation's connection whose request named none: the administrator's own) and whose own
+/// OAuth app it uses (`None`: the operator's). A flow started again replaces both.
+pub async fn set_elicitation_organizations(
+    conn: &mut AnyConnection,
+    id: &str,
+    organization: Option<&str>,
+    client_organization: Option<&str>,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE elicitations SET organization = CASE WHEN owner = 'organization' THEN COALESCE(organization, $2) ELSE organization END, \
+         client_organization = $3 WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(id)
+    .bind(organization)
+    .bind(client_organization)
     .execute(conn)
     .await?;
     Ok(())
@@ -444,6 +518,7 @@ mod tests {
         let row = |status: &str| Row {
             id: "e1".into(),
             status: status.into(),
+            owner: "user".into(),
             ..Row::default()
         };
         assert!(Elicitation::try_from(row("declined")).is_ok());
@@ -474,6 +549,7 @@ mod tests {
                 id: "e1".into(),
                 status: "failed".into(),
                 failure: failure.map(str::to_owned),
+                owner: "user".into(),
                 ..Row::default()
             })
             .unwrap()

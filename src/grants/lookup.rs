@@ -29,23 +29,41 @@ impl Grants {
             .db
             .find_accounts_with_clients(&self.issuer, subject, provider)
             .await?;
-        let accounts: Accounts = rows
-            .into_iter()
-            .map(|(row, clients)| {
-                let clients: Arc<[Box<str>]> = if row.status == ConnectionStatus::Revoked {
-                    Arc::new([])
-                } else {
-                    clients.into_iter().map(String::into_boxed_str).collect()
-                };
-                Granted {
-                    row: Arc::new(row),
-                    clients,
-                }
-            })
-            .collect();
+        let accounts = granted(rows);
         if let Some(t) = ticket {
             self.token_cache.fill(t, &accounts);
         }
         Ok(accounts)
     }
+
+    /// Organisation `organization`'s accounts at `provider`, as [`Self::accounts_for_token`]
+    /// gives a user's; read from the database every time (the cache holds users' accounts).
+    pub async fn organization_accounts_for_token(
+        &self,
+        organization: &str,
+        provider: &str,
+    ) -> Result<Accounts, crate::db::Error> {
+        let rows = self
+            .db
+            .find_organization_accounts_with_clients(&self.issuer, organization, provider)
+            .await?;
+        Ok(granted(rows))
+    }
+}
+
+/// Rows as the token path holds them: a revoked row without its clients (no client may use it).
+fn granted(rows: Vec<(crate::db::connections::Connection, Vec<String>)>) -> Accounts {
+    rows.into_iter()
+        .map(|(row, clients)| {
+            let clients: Arc<[Box<str>]> = if row.status == ConnectionStatus::Revoked {
+                Arc::new([])
+            } else {
+                clients.into_iter().map(String::into_boxed_str).collect()
+            };
+            Granted {
+                row: Arc::new(row),
+                clients,
+            }
+        })
+        .collect()
 }

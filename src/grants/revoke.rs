@@ -52,7 +52,9 @@ impl Grants {
                 .endpoints(&self.http)
                 .await
                 .and_then(|e| e.for_connection(provider, &c.params))
-            {
+                .and_then(|e| {
+                    crate::grants::tokens::app_endpoints(provider, e, &c.client_organization)
+                }) {
                 Err(e) => {
                     if rt.is_some() || at.is_some() {
                         problems.push(format!("provider unreachable: {e:#}"));

@@ -251,6 +251,35 @@ impl Provider {
         params::resolve(self, given)
     }
 
+    /// The organisations with their own OAuth app here, and its client id.
+    pub fn organization_apps(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.config
+            .organizations
+            .iter()
+            .map(|(org, app)| (org.as_str(), app.client_id.as_str()))
+    }
+
+    /// Whether organisation `org` has its own OAuth app at this provider.
+    pub fn has_organization_app(&self, org: &str) -> bool {
+        !org.is_empty() && self.config.organizations.contains_key(org)
+    }
+
+    /// `endpoints` as a grant of organisation `org` uses them: with the organisation's own
+    /// OAuth app as the client (`org` '': the operator's, unchanged). `None` when `org` names
+    /// an app this provider no longer has: such a grant must not be used with another client.
+    pub fn endpoints_for_app(&self, mut endpoints: Endpoints, org: &str) -> Option<Endpoints> {
+        if org.is_empty() {
+            return Some(endpoints);
+        }
+        let app = self.config.organizations.get(org)?;
+        endpoints.client = Some(mcp::RegisteredClient {
+            client_id: app.client_id.clone(),
+            client_secret: app.client_secret.clone(),
+            auth: None,
+        });
+        Some(endpoints)
+    }
+
     /// The client id at this provider: the one registered at discovery, else the configured one.
     pub fn client_id_for<'a>(&'a self, endpoints: &'a Endpoints) -> &'a str {
         endpoints

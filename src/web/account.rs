@@ -319,6 +319,7 @@ pub async fn reconnect(
                 scopes,
                 params: c.params.clone(),
                 account: crate::db::elicitations::AccountAsk {
+                    owner: Default::default(),
                     add: false,
                     reconnect: Some(c.id.clone()),
                 },

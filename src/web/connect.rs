@@ -75,7 +75,10 @@ pub async fn own_pending_elicitation(
     };
     match e {
         Some(e) if same_user(user, &e) => match finished_page(&e) {
-            None => Ok(Own::Pending(e)),
+            None => {
+                state.connect.check_owner(user, &e)?;
+                Ok(Own::Pending(e))
+            }
             Some(err) => Err(err),
         },
         other => Ok(Own::Respond(
@@ -219,6 +222,8 @@ async fn consent_page(
         }
     };
     let csrf = session.csrf_token().await?;
+    // An organisation's connection says so first: every member's apps will use it.
+    let organization = state.connect.owning_organization(user, e)?;
     let status = if error.is_some() {
         StatusCode::BAD_REQUEST
     } else {
@@ -245,6 +250,13 @@ async fn consent_page(
             param_error: error,
             revocation: view.revocation.clone(),
             heading: match &view.account {
+                _ if !organization.is_empty() => ui.t2(
+                    "consent-heading-organization",
+                    "provider",
+                    &view.provider,
+                    "organization",
+                    &organization,
+                ),
                 AccountIntent::Reconnect { label: Some(l) } => ui.t2(
                     "consent-heading-reconnect",
                     "provider",
@@ -258,6 +270,11 @@ async fn consent_page(
                 _ => ui.t1("consent-heading", "provider", &view.provider),
             },
             account_note: match &view.account {
+                _ if !organization.is_empty() => Some(ui.t1(
+                    "consent-account-organization",
+                    "organization",
+                    &organization,
+                )),
                 AccountIntent::Another { held } => Some(ui.t2(
                     "consent-account-another",
                     "provider",
@@ -380,6 +397,7 @@ pub async fn answer(
             };
             let changed = params != e.params;
             let e = Elicitation { params, ..e };
+            let e = state.connect.fix_flow_app(&user, e, &provider).await?;
             start_provider(&state, &session, &e, &provider, changed).await
         }
         "decline" => {

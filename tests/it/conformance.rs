@@ -444,6 +444,9 @@ on_both_peers!(
                 client_secret: Some(SecretString::from(server.client_secret.clone())),
                 scopes: vec!["openid".into()],
                 access_token_typ: None,
+                organization_claim: None,
+                organization_admin_claim: None,
+                organization_admin_values: vec![],
             },
             mcp_connect::outbound::http::build(mcp_connect::config::ssrf::Policy::new(vec![
                 mcp_connect::config::IpNet::parse("127.0.0.0/8").unwrap(),

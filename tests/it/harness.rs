@@ -78,6 +78,8 @@ pub struct Options {
     pub other_provider: String,
     /// Extra keys for the `demo-mcp` client (e.g. its webhook).
     pub demo_client_extra: String,
+    /// Extra keys for `[identity]` (e.g. `organization_claim`).
+    pub identity_extra: String,
     pub key: String,
 }
 
@@ -89,6 +91,7 @@ impl Default for Options {
             extra_toml: String::new(),
             other_provider: "authorization_url = \"http://127.0.0.1:9/authorize\"\ntoken_url = \"http://127.0.0.1:9/token\"\nclient_id = \"x\"".into(),
             demo_client_extra: String::new(),
+            identity_extra: String::new(),
             key: mcp_connect::crypto::generate_key("k1"),
         }
     }
@@ -518,7 +521,7 @@ refresh_ahead_seconds = {refresh_ahead}
 refresh_scan_seconds = 1
 outbound_allow_cidrs = ["127.0.0.0/8"]
 
-{identity}
+{identity}{identity_extra}
 [[clients]]
 id = "demo-mcp"
 name = "Demo MCP"
@@ -537,6 +540,7 @@ providers = ["acme", "other"]
 {extra}
 "#,
         identity = testkit::peers::identity_toml(&peers.identity),
+        identity_extra = opts.identity_extra,
         acme = testkit::peers::provider_toml(&peers.upstream),
     )
 }

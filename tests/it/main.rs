@@ -28,6 +28,7 @@ mod layering;
 mod lifecycle;
 mod mcp_upstream;
 mod operations;
+mod organizations;
 mod pages_i18n;
 mod pool;
 mod private_postgres;

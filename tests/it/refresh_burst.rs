@@ -113,6 +113,8 @@ async fn seed_steady(app: &TestApp) {
         &mut app.db().pool.acquire().await.unwrap(),
         &app.state.config.keys,
         &mcp_connect::db::connections::NewAccount {
+            organization: "",
+            client_organization: "",
             issuer: &issuer,
             subject: "steady",
             provider: "other",

@@ -100,6 +100,8 @@ pub async fn seed_due_grant(
         &mut conn,
         keys,
         &mcp_connect::db::connections::NewAccount {
+            organization: "",
+            client_organization: "",
             issuer,
             subject,
             provider: "other",

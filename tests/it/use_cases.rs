@@ -22,6 +22,7 @@ fn ask<'a>(
     awaited: Option<Awaited>,
 ) -> TokenAsk<'a> {
     TokenAsk {
+        whose: Default::default(),
         client,
         subject: Some("alice"),
         subject_token: None,

@@ -99,13 +99,22 @@ function rsaJwk() {
   return { ...privateKey.export({ format: 'jwk' }), use: 'sig', alg: 'RS256', kid: crypto.randomUUID() };
 }
 
+// Organisations (mcp-connect's `[identity] organization_claim`): a login `someone@org` belongs
+// to organisation `org` (claim `org_id`), and administers it when it starts with `admin.`
+// (claim `org_role`); other logins belong to none. In ID tokens and MCP access tokens alike.
+function orgClaims(id) {
+  const m = /^(.+)@([A-Za-z0-9_-]+)$/.exec(id);
+  if (!m) return {};
+  return { org_id: m[2], org_role: m[1].startsWith('admin.') ? 'admin' : 'member' };
+}
+
 // Accounts exist for any non-empty login name: `sub` is exactly what was typed.
 async function findAccount(_ctx, id) {
   if (typeof id !== 'string' || id === '') return undefined;
   return {
     accountId: id,
     async claims() {
-      return { sub: id, name: id, preferred_username: id };
+      return { sub: id, name: id, preferred_username: id, ...orgClaims(id) };
     },
   };
 }
@@ -267,7 +276,7 @@ function baseConfig({ cookiePrefix, log }) {
       Grant: 14 * 24 * 3600,
     },
     claims: {
-      openid: ['sub'],
+      openid: ['sub', 'org_id', 'org_role'],
       profile: ['name', 'preferred_username'],
     },
     clientBasedCORS: () => false,
@@ -279,6 +288,9 @@ function baseConfig({ cookiePrefix, log }) {
 function identityConfig(base) {
   return {
     ...base,
+    // The ID token carries the user's claims (organisation included), not only `sub`.
+    conformIdTokenClaims: false,
+    extraTokenClaims: async (_ctx, token) => (token.accountId ? orgClaims(token.accountId) : undefined),
     ttl: {
       ...base.ttl,
       AccessToken: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? 3600,
@@ -308,6 +320,9 @@ function newStats() {
     consents_denied: 0,
     stalled_requests: 0,
     failed_requests: 0,
+    // Per client id: authorization requests, and successful token endpoint grants.
+    authorize_by_client: {},
+    grants_by_client: {},
   };
 }
 
@@ -326,9 +341,21 @@ function trackIssued(provider, issued) {
 }
 
 function instrument(provider, stats, log) {
+  provider.use(async (ctx, next) => {
+    if (ctx.path === '/auth' && typeof ctx.query.client_id === 'string') {
+      const c = ctx.query.client_id;
+      stats.authorize_by_client[c] = (stats.authorize_by_client[c] ?? 0) + 1;
+    }
+    await next();
+  });
   provider.on('grant.success', (ctx) => {
     const gty = ctx.oidc.params?.grant_type;
     if (gty in stats && typeof stats[gty] === 'number') stats[gty] += 1;
+    const client = ctx.oidc.client?.clientId;
+    if (client) {
+      const by = (stats.grants_by_client[client] ??= {});
+      by[gty] = (by[gty] ?? 0) + 1;
+    }
     log(`token endpoint: ${gty} ok`);
   });
   provider.on('grant.error', (ctx, err) => {
@@ -509,6 +536,15 @@ async function startUpstream({ connectUrl, providerName, accessTokenTtl, authMet
       response_types: ['code'],
       token_endpoint_auth_method: authMethod,
       id_token_signed_response_alg: 'RS256',
+    }, {
+      // An organisation's own OAuth app (mcp-connect's `[providers.NAME.organizations."ORG"]`).
+      client_id: 'org-app',
+      client_secret: 'org-app-secret',
+      redirect_uris: [`${connectUrl}/oauth/${providerName}/callback`],
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: authMethod,
+      id_token_signed_response_alg: 'RS256',
     }],
     scopes: ['openid', 'offline_access', 'api', 'files'],
     ttl: {
@@ -548,7 +584,7 @@ async function startUpstream({ connectUrl, providerName, accessTokenTtl, authMet
     const token = await provider.AccessToken.find(match[1]);
     if (!token) return unauthorized('unknown, expired or revoked token');
     if (token.isExpired) return unauthorized('expired');
-    if (token.clientId !== 'mcp-connect-upstream') return unauthorized('foreign client');
+    if (!['mcp-connect-upstream', 'org-app'].includes(token.clientId)) return unauthorized('foreign client');
     return sendJson(res, 200, { sub: token.accountId, scope: token.scope, client_id: token.clientId, exp: token.exp });
   }
 

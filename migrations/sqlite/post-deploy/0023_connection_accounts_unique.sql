@@ -26,14 +26,16 @@ CREATE TABLE connections_rebuilt (
     metadata         TEXT,
     account_id       TEXT NOT NULL DEFAULT '',
     nickname         TEXT,
-    default_at       BIGINT
+    default_at       BIGINT,
+    organization     TEXT NOT NULL DEFAULT '',
+    client_organization TEXT NOT NULL DEFAULT ''
 );
 INSERT INTO connections_rebuilt (id, issuer, subject, provider, status, scopes, token_type, access_token,
     refresh_token, expires_at, account_label, created_at, updated_at, last_refresh_at, last_error,
-    refresh_failures, token_version, params, metadata, account_id, nickname, default_at)
+    refresh_failures, token_version, params, metadata, account_id, nickname, default_at, organization, client_organization)
 SELECT id, issuer, subject, provider, status, scopes, token_type, access_token,
     refresh_token, expires_at, account_label, created_at, updated_at, last_refresh_at, last_error,
-    refresh_failures, token_version, params, metadata, account_id, nickname, default_at
+    refresh_failures, token_version, params, metadata, account_id, nickname, default_at, organization, client_organization
 FROM connections;
 -- contract-step: the rebuilt table replaces it, same rows
 DROP TABLE connections;
@@ -42,7 +44,7 @@ ALTER TABLE connections_rebuilt RENAME TO connections;
 CREATE INDEX connections_subject ON connections (subject);
 CREATE INDEX connections_expires ON connections (status, expires_at);
 CREATE INDEX connections_refresh_due ON connections (status, last_refresh_at);
-CREATE UNIQUE INDEX connections_account ON connections (issuer, subject, provider, account_id);
+CREATE UNIQUE INDEX connections_account ON connections (issuer, organization, subject, provider, account_id);
 CREATE TRIGGER connections_changed_insert AFTER INSERT ON connections BEGIN
     INSERT INTO connection_changes (connection_id, changed_at)
     VALUES (NEW.id, CAST(strftime('%s', 'now') AS INTEGER));

@@ -2,6 +2,7 @@
 //! Connect authorization code + PKCE + nonce, ID token checked against the issuer's JWKS.
 
 mod subject_tokens;
+pub use subject_tokens::Proven;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -170,6 +171,10 @@ impl Identity {
 
     pub fn issuer(&self) -> &str {
         &self.config.issuer
+    }
+
+    pub fn config(&self) -> &IdentityConfig {
+        &self.config
     }
 
     /// Discovery, fetched on first use and kept (retried on failure, so the service starts even

@@ -5,12 +5,13 @@ use super::*;
 
 impl Identity {
     /// Checks a `subject_token` (the user's MCP access token as a JWT) against the issuer's
-    /// JWKS: signature, `iss`, `exp` and that `aud` names `audience`. Returns its `sub`.
+    /// JWKS: signature, `iss`, `exp` and that `aud` names `audience`. Returns its `sub` and the
+    /// organisation its claims name.
     pub async fn verify_access_token(
         &self,
         token: &str,
         audience: &str,
-    ) -> Result<String, SubjectTokenError> {
+    ) -> Result<Proven, SubjectTokenError> {
         use jsonwebtoken::errors::ErrorKind;
         let refused = SubjectTokenError::Refused;
         let header = jsonwebtoken::decode_header(token).map_err(|_| {
@@ -59,7 +60,7 @@ impl Identity {
                 };
                 SubjectTokenError::from(reason)
             })?;
-        subject_of(&data.claims)
+        self.proven(&data.claims)
     }
 
     /// Checks a `subject_token` by RFC 7662 introspection at the identity issuer, authenticated
@@ -69,7 +70,7 @@ impl Identity {
         &self,
         token: &str,
         audience: Option<&str>,
-    ) -> Result<String, SubjectTokenError> {
+    ) -> Result<Proven, SubjectTokenError> {
         let m = self
             .metadata()
             .await
@@ -143,8 +144,25 @@ impl Identity {
                 return Err(SubjectTokenRefusal::Audience.into());
             }
         }
-        subject_of(&v)
+        self.proven(&v)
     }
+
+    /// What a checked token's claims (a JWT's or an introspection answer's) prove: its `sub`,
+    /// and the organisation its claims put the user in.
+    fn proven(&self, claims: &Map<String, Value>) -> Result<Proven, SubjectTokenError> {
+        Ok(Proven {
+            subject: subject_of(claims)?,
+            membership: self.config.membership(claims),
+        })
+    }
+}
+
+/// What a checked `subject_token` proves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proven {
+    pub subject: String,
+    /// The user's organisation, from the token's claims (`[identity] organization_claim`).
+    pub membership: Option<crate::config::Membership>,
 }
 
 /// The `sub` of a checked token's claims (a JWT's or an introspection answer's).

@@ -82,6 +82,9 @@ async fn start() -> (Arc<Stub>, Identity) {
             client_secret: None,
             scopes: vec!["openid".into()],
             access_token_typ: None,
+            organization_claim: None,
+            organization_admin_claim: None,
+            organization_admin_values: vec![],
         },
         crate::outbound::http::build(crate::config::ssrf::Policy::new(vec![
             crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
@@ -200,7 +203,10 @@ async fn tokens_not_yet_valid_or_with_critical_extensions_are_refused() {
         json!({"typ": "at+jwt"}),
     );
     assert_eq!(
-        id.verify_access_token(&at, "https://mcp").await.unwrap(),
+        id.verify_access_token(&at, "https://mcp")
+            .await
+            .unwrap()
+            .subject,
         "alice"
     );
 

@@ -55,6 +55,8 @@ pub(super) struct Row {
     account_id: String,
     nickname: Option<String>,
     default_at: Option<i64>,
+    organization: String,
+    client_organization: String,
 }
 
 /// Parameter values of one connection, by name.
@@ -96,6 +98,12 @@ pub struct Connection {
     pub nickname: Option<String>,
     /// When the user made this account their default for the provider (see [`DEFAULT_FIRST`]).
     pub default_at: Option<i64>,
+    /// The organisation that owns this connection ('' for a user's own; its `subject` is then
+    /// '' too, so no user's lookup reaches it).
+    pub organization: String,
+    /// The organisation whose own OAuth app issued the grant ('': the operator's); its
+    /// refreshes and revocation use that app.
+    pub client_organization: String,
 }
 
 /// A row whose status does not decode is an error naming the row, never a default.
@@ -134,6 +142,8 @@ impl TryFrom<Row> for Connection {
             account_id: r.account_id,
             nickname: r.nickname,
             default_at: r.default_at,
+            organization: r.organization,
+            client_organization: r.client_organization,
         })
     }
 }
@@ -235,12 +245,44 @@ pub const DEFAULT_FIRST: &str = "CASE WHEN status = 'revoked' THEN 1 ELSE 0 END,
 
 const COLUMNS: &str = "id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, expires_at, \
                        account_label, created_at, updated_at, last_refresh_at, last_error, token_version, params, metadata, \
-                       account_id, nickname, default_at";
+                       account_id, nickname, default_at, organization, client_organization";
 
 impl Table for Connection {
     type Row = Row;
     const TABLE: &'static str = "connections";
     const COLUMNS: &'static str = COLUMNS;
+}
+
+/// A user's own accounts: `$1` issuer, `$2` subject, `$3` provider.
+const USER_ACCOUNTS: &str = "issuer = $1 AND organization = '' AND subject = $2 AND provider = $3";
+/// An organisation's accounts: `$1` issuer, `$2` organisation, `$3` provider.
+const ORGANIZATION_ACCOUNTS: &str =
+    "issuer = $1 AND organization = $2 AND subject = '' AND provider = $3";
+
+/// The accounts `filter` selects, the default first, each with the clients that may use it as
+/// a JSON array of strings (any client id survives the trip).
+fn with_clients(engine: super::Engine, filter: &str) -> String {
+    let clients = match engine {
+        super::Engine::Postgres => "COALESCE(json_agg(client_id), '[]'::json)::text",
+        super::Engine::Sqlite => "json_group_array(client_id)",
+    };
+    format!(
+        "SELECT {COLUMNS}, (SELECT {clients} FROM connection_clients WHERE connection_id = connections.id) AS clients \
+         FROM connections WHERE {filter} ORDER BY {DEFAULT_FIRST}"
+    )
+}
+
+fn decode_with_clients(rows: Vec<RowWithClients>) -> Result<Vec<(Connection, Vec<String>)>> {
+    rows.into_iter()
+        .map(|r| {
+            let mut clients: Vec<String> =
+                serde_json::from_str(r.clients.as_deref().unwrap_or("[]")).map_err(|e| {
+                    Error::undecodable(Connection::TABLE, &r.row.id, format!("clients: {e}"))
+                })?;
+            clients.sort_unstable();
+            Ok((r.row.try_into()?, clients))
+        })
+        .collect()
 }
 
 /// Seals a token for its row and field; a value that cannot be sealed is never stored.
@@ -275,7 +317,7 @@ impl Db {
     ) -> Result<Vec<Connection>> {
         static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             Connection::select(&format!(
-                "issuer = $1 AND subject = $2 AND provider = $3 ORDER BY {DEFAULT_FIRST}"
+                "issuer = $1 AND organization = '' AND subject = $2 AND provider = $3 ORDER BY {DEFAULT_FIRST}"
             ))
         });
         let rows: Vec<Row> = self.token_read(&SQL, issuer, subject, provider).await?;
@@ -291,36 +333,35 @@ impl Db {
         subject: &str,
         provider: &str,
     ) -> Result<Vec<(Connection, Vec<String>)>> {
-        // The clients as a JSON array of strings: any client id survives the trip.
-        static PG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "SELECT {COLUMNS}, (SELECT COALESCE(json_agg(client_id), '[]'::json)::text \
-                 FROM connection_clients WHERE connection_id = connections.id) AS clients \
-                 FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3 ORDER BY {DEFAULT_FIRST}"
-            )
-        });
-        static SQLITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "SELECT {COLUMNS}, (SELECT json_group_array(client_id) \
-                 FROM connection_clients WHERE connection_id = connections.id) AS clients \
-                 FROM connections WHERE issuer = $1 AND subject = $2 AND provider = $3 ORDER BY {DEFAULT_FIRST}"
-            )
-        });
+        static PG: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| with_clients(super::Engine::Postgres, USER_ACCOUNTS));
+        static SQLITE: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| with_clients(super::Engine::Sqlite, USER_ACCOUNTS));
         let sql = match self.engine {
             super::Engine::Postgres => &PG,
             super::Engine::Sqlite => &SQLITE,
         };
-        let rows: Vec<RowWithClients> = self.token_read(sql, issuer, subject, provider).await?;
-        rows.into_iter()
-            .map(|r| {
-                let mut clients: Vec<String> =
-                    serde_json::from_str(r.clients.as_deref().unwrap_or("[]")).map_err(|e| {
-                        Error::undecodable(Connection::TABLE, &r.row.id, format!("clients: {e}"))
-                    })?;
-                clients.sort_unstable();
-                Ok((r.row.try_into()?, clients))
-            })
-            .collect()
+        decode_with_clients(self.token_read(sql, issuer, subject, provider).await?)
+    }
+
+    /// As [`Self::find_accounts_with_clients`], for the connections organisation
+    /// `organization` owns at `provider`.
+    pub async fn find_organization_accounts_with_clients(
+        &self,
+        issuer: &str,
+        organization: &str,
+        provider: &str,
+    ) -> Result<Vec<(Connection, Vec<String>)>> {
+        static PG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            with_clients(super::Engine::Postgres, ORGANIZATION_ACCOUNTS)
+        });
+        static SQLITE: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| with_clients(super::Engine::Sqlite, ORGANIZATION_ACCOUNTS));
+        let sql = match self.engine {
+            super::Engine::Postgres => &PG,
+            super::Engine::Sqlite => &SQLITE,
+        };
+        decode_with_clients(self.token_read(sql, issuer, organization, provider).await?)
     }
 
     /// A read on the token path by `(issuer, subject, provider)`, repeated once on another
@@ -352,10 +393,26 @@ impl Db {
     pub async fn list_connections(&self, issuer: &str, subject: &str) -> Result<Vec<Connection>> {
         self.fetch_rows(
             sqlx::query_as(&Connection::select(&format!(
-                "issuer = $1 AND subject = $2 ORDER BY provider, {DEFAULT_FIRST}"
+                "issuer = $1 AND organization = '' AND subject = $2 ORDER BY provider, {DEFAULT_FIRST}"
             )))
             .bind(issuer)
             .bind(subject),
+        )
+        .await
+    }
+
+    /// Every connection organisation `organization` owns, by provider.
+    pub async fn list_organization_connections(
+        &self,
+        issuer: &str,
+        organization: &str,
+    ) -> Result<Vec<Connection>> {
+        self.fetch_rows(
+            sqlx::query_as(&Connection::select(&format!(
+                "issuer = $1 AND organization = $2 AND subject = '' ORDER BY provider, {DEFAULT_FIRST}"
+            )))
+            .bind(issuer)
+            .bind(organization),
         )
         .await
     }
@@ -529,6 +586,8 @@ impl Connection {
             account_id: String::new(),
             nickname: None,
             default_at: None,
+            organization: String::new(),
+            client_organization: String::new(),
         }
     }
 }

@@ -38,7 +38,12 @@ pub const SEVERAL_ACCOUNTS_MIGRATION: i64 = 23;
 /// id for it (empty where the provider says nothing).
 pub struct NewAccount<'a> {
     pub issuer: &'a str,
+    /// '' for an organisation's connection.
     pub subject: &'a str,
+    /// The owning organisation ('' for a user's own connection).
+    pub organization: &'a str,
+    /// The organisation whose own OAuth app issued the grant ('': the operator's).
+    pub client_organization: &'a str,
     pub provider: &'a str,
     pub id: &'a str,
     /// Accounts a user may hold at one provider (`max_accounts_per_provider`).
@@ -75,6 +80,7 @@ pub async fn store_connected(
     details: Option<Details<'_>>,
 ) -> Result<std::result::Result<Stored, AccountRefused>> {
     let (issuer, subject, provider) = (account.issuer, account.subject, account.provider);
+    let organization = account.organization;
     // Write first: on SQLite a transaction that reads and then writes cannot take the write
     // lock once another writer committed after its read (SQLITE_BUSY, not retried by the busy
     // timeout); a write statement, even one that changes nothing, takes the lock up front and
@@ -87,18 +93,19 @@ pub async fn store_connected(
     if conn.backend_name() == "PostgreSQL" {
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
             .bind(format!(
-                "mcp-connect/accounts/{issuer}/{subject}/{provider}"
+                "mcp-connect/accounts/{issuer}/{organization}/{subject}/{provider}"
             ))
             .execute(&mut *conn)
             .await?;
     }
     let held: Vec<Held> = sqlx::query_as(
         "SELECT id, status, account_id, account_label FROM connections \
-         WHERE issuer = $1 AND subject = $2 AND provider = $3 ORDER BY created_at, id",
+         WHERE issuer = $1 AND subject = $2 AND provider = $3 AND organization = $4 ORDER BY created_at, id",
     )
     .bind(issuer)
     .bind(subject)
     .bind(provider)
+    .bind(organization)
     .fetch_all(&mut *conn)
     .await?;
     let same = held
@@ -122,7 +129,7 @@ pub async fn store_connected(
             .status
             .parse()
             .map_err(|p| Error::undecodable(Connection::TABLE, &h.id, p))?;
-        replace_tokens(conn, keys, &h.id, account.id, t, details).await?;
+        replace_tokens(conn, keys, &h.id, account, t, details).await?;
         return Ok(Ok(Stored {
             id: h.id.clone(),
             before: Some(before),
@@ -154,9 +161,10 @@ pub async fn store_connected(
         .all(|h| h.status == "revoked")
         .then(crate::time::now_ms);
     let insert = "INSERT INTO connections (id, issuer, subject, provider, status, scopes, token_type, access_token, refresh_token, \
-         expires_at, account_label, created_at, updated_at, last_refresh_at, params, metadata, account_id, default_at) \
-         VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11, $12, $13, $14, $15) \
-         ON CONFLICT (issuer, subject, provider, account_id) DO NOTHING";
+         expires_at, account_label, created_at, updated_at, last_refresh_at, params, metadata, account_id, default_at, \
+         organization, client_organization) \
+         VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $11, $11, $11, $12, $13, $14, $15, $16, $17) \
+         ON CONFLICT (issuer, organization, subject, provider, account_id) DO NOTHING";
     let q = sqlx::query(insert)
         .bind(&id)
         .bind(issuer)
@@ -166,7 +174,9 @@ pub async fn store_connected(
         .bind(params)
         .bind(metadata)
         .bind(account.id)
-        .bind(default_at);
+        .bind(default_at)
+        .bind(organization)
+        .bind(account.client_organization);
     let inserted = match q.execute(&mut *conn).await.map_err(Error::from) {
         Ok(r) => r.rows_affected(),
         // Another account's row holds the old one-per-provider key (see `AccountRefused`).
@@ -181,19 +191,20 @@ pub async fn store_connected(
     // The same account was stored by a concurrent flow since the read above: replace it.
     let (id, before): (ConnectionId, String) = sqlx::query_as(
         "SELECT id, status FROM connections \
-         WHERE issuer = $1 AND subject = $2 AND provider = $3 AND account_id = $4",
+         WHERE issuer = $1 AND subject = $2 AND provider = $3 AND account_id = $4 AND organization = $5",
     )
     .bind(issuer)
     .bind(subject)
     .bind(provider)
     .bind(account.id)
+    .bind(organization)
     .fetch_optional(&mut *conn)
     .await?
     .ok_or(Error::RowNotFound)?;
     let before: ConnectionStatus = before
         .parse()
         .map_err(|p| Error::undecodable(Connection::TABLE, &id, p))?;
-    replace_tokens(conn, keys, &id, account.id, t, details).await?;
+    replace_tokens(conn, keys, &id, account, t, details).await?;
     Ok(Ok(Stored {
         id,
         before: Some(before),
@@ -236,7 +247,7 @@ pub async fn insert_imported(
         let sql = format!(
             "INSERT INTO connections (id, issuer, subject, provider, account_id, status, scopes, token_type, \
              access_token, refresh_token, expires_at, account_label, created_at, updated_at, last_refresh_at) \
-             VALUES {} ON CONFLICT (issuer, subject, provider, account_id) DO NOTHING RETURNING id",
+             VALUES {} ON CONFLICT (issuer, organization, subject, provider, account_id) DO NOTHING RETURNING id",
             crate::db::change::placeholders(1, IMPORTED_COLUMNS, chunk.len())
         );
         let mut q = sqlx::query(&sql);
@@ -273,18 +284,20 @@ async fn replace_tokens(
     conn: &mut AnyConnection,
     keys: &KeyRing,
     id: &ConnectionId,
-    account_id: &str,
+    account: &NewAccount<'_>,
     t: &NewTokens<'_>,
     details: Option<Details<'_>>,
 ) -> Result<()> {
     let update = sqlx::query(
         "UPDATE connections SET status = 'active', scopes = $2, token_type = $3, access_token = $4, refresh_token = COALESCE($5, refresh_token), \
          expires_at = $6, account_label = COALESCE($7, account_label), updated_at = $8, last_refresh_at = $8, \
-         last_error = NULL, refresh_failures = 0, token_version = token_version + 1, account_id = $9 WHERE id = $1",
+         last_error = NULL, refresh_failures = 0, token_version = token_version + 1, account_id = $9, \
+         client_organization = $10 WHERE id = $1",
     )
     .bind(id);
     bind_tokens(update, keys, id, t, now())?
-        .bind(account_id)
+        .bind(account.id)
+        .bind(account.client_organization)
         .execute(&mut *conn)
         .await?;
     if let Some(d) = details {
