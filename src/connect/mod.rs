@@ -11,6 +11,7 @@ pub mod identity;
 pub mod request_state;
 pub mod scopes;
 pub mod subject;
+pub mod token_exchange;
 pub mod token_request;
 
 use std::ops::Deref;
