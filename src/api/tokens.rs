@@ -244,6 +244,7 @@ pub async fn fetch(
         min_ttl_seconds: req.min_ttl_seconds,
         force_refresh: req.force_refresh,
         elicit: req.elicit,
+        elicit_scopes: true,
         awaited: match (req.elicitation_id, req.request_state) {
             (Some(_), Some(_)) => {
                 return Err(

@@ -52,6 +52,8 @@ impl Connect {
             min_ttl_seconds: None,
             force_refresh: false,
             elicit: true,
+            // RFC 8693 has a code for "more than the grant holds": the caller learns which.
+            elicit_scopes: false,
             awaited: None,
             wait_seconds: None,
             request_id: ask.request_id,
