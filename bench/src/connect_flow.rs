@@ -409,6 +409,7 @@ pub async fn run(
             &PeerUrls::of(&peers),
             &ConfigOpts {
                 refresh_ahead_seconds: None,
+                ..ConfigOpts::default()
             },
             Some(listener),
         )

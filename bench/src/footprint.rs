@@ -37,6 +37,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let peers = PeerUrls::unreachable();
     let opts = ConfigOpts {
         refresh_ahead_seconds: None,
+        ..ConfigOpts::default()
     };
 
     // Start-up.

@@ -313,6 +313,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     let db_url = setup::db_url(Engine::Postgres, name);
     let opts = ConfigOpts {
         refresh_ahead_seconds: None,
+        ..ConfigOpts::default()
     };
     let a = InProcessApp::start(server, &db_url, &peers, &opts, None).await?;
     let mut rows = Vec::new();

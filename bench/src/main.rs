@@ -2,6 +2,7 @@
 //! tables (stdout) headed by the command and the machine's load; progress goes to stderr.
 
 mod connect_flow;
+mod exchange;
 mod footprint;
 mod load;
 mod long_poll;
@@ -34,6 +35,8 @@ struct Cli {
 enum Scenario {
     /// POST /v1/tokens (valid token) next to fixed-JSON and pgbench -S baselines.
     TokenFetch(token_fetch::Args),
+    /// RFC 8693 token exchange on a cache hit next to POST /v1/tokens, same run, same tokens.
+    Exchange(exchange::Args),
     /// Server time and database round trips of the browser connect flow.
     ConnectFlow(connect_flow::Args),
     /// Concurrent fetches of one expiring token over two processes: upstream refreshes.
@@ -76,6 +79,11 @@ fn main() -> anyhow::Result<()> {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
             let server = setup::ServerRuntime::new()?;
             client.block_on(token_fetch::run(args, &server))?;
+        }
+        Scenario::Exchange(args) => {
+            mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
+            let server = setup::ServerRuntime::new()?;
+            client.block_on(exchange::run(args, &server))?;
         }
         Scenario::ConnectFlow(args) => {
             let filter = connect_flow::install_subscriber();

@@ -156,6 +156,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         // storm is the only thing refreshing.
         let opts = ConfigOpts {
             refresh_ahead_seconds: Some(0),
+            ..ConfigOpts::default()
         };
         let a = InProcessApp::start(server, &db_url, &urls, &opts, Some(listener)).await?;
         let (_, url) = setup::elicit(&setup::api_client()?, &a.url, "alice").await?;

@@ -220,6 +220,7 @@ async fn run_engine(
         setup::prepare_connections(engine, name, trials as u64, &peers.identity, true).await?;
     let opts = ConfigOpts {
         refresh_ahead_seconds: Some(0),
+        ..ConfigOpts::default()
     };
     let a = InProcessApp::start(server, &db_url, &peers, &opts, None).await?;
     let (b, topology) = match engine {

@@ -98,8 +98,11 @@ impl PeerUrls {
     }
 }
 
+#[derive(Debug, Clone, Default)]
 pub struct ConfigOpts {
     pub refresh_ahead_seconds: Option<u64>,
+    /// The bench client's `subject_token_audience`: it accepts MCP access tokens for it.
+    pub subject_token_audience: Option<String>,
 }
 
 pub fn config_toml(
@@ -112,6 +115,11 @@ pub fn config_toml(
     let refresh_ahead = o
         .refresh_ahead_seconds
         .map(|s| format!("refresh_ahead_seconds = {s}"))
+        .unwrap_or_default();
+    let audience = o
+        .subject_token_audience
+        .as_ref()
+        .map(|a| format!("subject_token_audience = \"{a}\""))
         .unwrap_or_default();
     // `BENCH_CACHE_MAX_ENTRIES=0` runs the app without its token cache (an A/B in one build).
     let cache = std::env::var("BENCH_CACHE_MAX_ENTRIES")
@@ -138,6 +146,7 @@ id = "bench-mcp"
 name = "Bench MCP"
 api_key = "{API_KEY}"
 providers = ["acme"]
+{audience}
 
 {acme}"#,
         identity = testkit::peers::identity_toml(&peers.identity),
@@ -417,7 +426,7 @@ impl InProcessApp {
     ) -> anyhow::Result<Self> {
         let db_url = db_url.to_owned();
         let peers = peers.clone();
-        let refresh_ahead_seconds = opts.refresh_ahead_seconds;
+        let opts = opts.clone();
         let (addr, state, stop, done) = rt
             .rt
             .spawn(async move {
@@ -430,15 +439,7 @@ impl InProcessApp {
                 };
                 let addr = listener.local_addr()?;
                 let url = format!("http://{addr}");
-                let toml = config_toml(
-                    &url,
-                    "127.0.0.1:0",
-                    &db_url,
-                    &peers,
-                    &ConfigOpts {
-                        refresh_ahead_seconds,
-                    },
-                );
+                let toml = config_toml(&url, "127.0.0.1:0", &db_url, &peers, &opts);
                 let config = mcp_connect::config::Config::from_parts(&toml, &[])
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 let app = Application::build_with_listener(config, listener).await?;

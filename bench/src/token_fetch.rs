@@ -330,6 +330,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 &peers,
                 &ConfigOpts {
                     refresh_ahead_seconds: args.refresh_ahead_seconds,
+                    ..ConfigOpts::default()
                 },
                 None,
             )

@@ -4,6 +4,7 @@ pub mod connections;
 pub mod elicitations;
 pub mod error;
 pub mod events;
+pub mod oauth;
 pub mod openapi;
 pub mod tokens;
 
@@ -45,6 +46,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/connections", get(connections::list))
         .route("/v1/connections/{id}", delete(connections::revoke))
         .route("/openapi.json", get(openapi::document))
+        .route("/oauth2/token", post(oauth::exchange::exchange))
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(oauth::metadata::document),
+        )
         .layer(edge(Edge::new(&state)))
         .merge(
             Router::new()
@@ -68,7 +74,18 @@ impl FromRequestParts<AppState> for ApiClient {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let client = Self::authenticate(parts, state);
+        Self::admit(parts, state, Self::authenticate(parts, state))
+    }
+}
+
+impl ApiClient {
+    /// Applies the limits to an authentication's outcome, whichever scheme it used (a bearer
+    /// key here, HTTP Basic at the token endpoint).
+    pub(crate) fn admit(
+        parts: &Parts,
+        state: &AppState,
+        client: Result<Self, Error>,
+    ) -> Result<Self, ApiError> {
         match &client {
             // A valid key is never refused by the failed-authentication limit: others failing
             // from the same address (a NAT, an ingress, a node) must not lock its owner out.
@@ -88,9 +105,7 @@ impl FromRequestParts<AppState> for ApiClient {
         }
         Ok(client?)
     }
-}
 
-impl ApiClient {
     fn authenticate(parts: &Parts, state: &AppState) -> Result<Self, Error> {
         let presented = parts
             .headers

@@ -19,6 +19,17 @@ impl utoipa::Modify for BearerAuth {
         use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
+            "client_basic",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Basic)
+                    .description(Some(
+                        "The token endpoint: a [[clients]] id as the user name, its API key as the password",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
             "api_key",
             SecurityScheme::Http(
                 HttpBuilder::new()
@@ -135,7 +146,7 @@ impl utoipa::Modify for TokenRequestRules {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "mcp-connect", description = "Third-party OAuth for MCP servers through URL-mode elicitation. Errors are `{\"error\": code, \"message\": text}` (schema `ErrorBody`). Completion signals: `GET /v1/events` (server-sent events) and, for clients with a `webhook_url`, webhooks signed per Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of \"id.timestamp.body\">`) whose body is `EventBody`."),
-    paths(api::elicitations::create, api::elicitations::show, api::tokens::fetch, api::connections::list, api::connections::revoke, api::events::stream),
+    paths(api::elicitations::create, api::elicitations::show, api::tokens::fetch, api::connections::list, api::connections::revoke, api::events::stream, api::oauth::exchange::exchange, api::oauth::metadata::document),
     components(schemas(
         api::elicitations::CreateElicitation,
         crate::connect::elicitations::ElicitationView,
@@ -151,6 +162,10 @@ impl utoipa::Modify for TokenRequestRules {
         crate::signals::events::EventBody,
         crate::signals::events::EventData,
         crate::signals::events::EventType,
+        api::oauth::exchange::ExchangeForm,
+        api::oauth::exchange::ExchangeResponse,
+        api::oauth::OAuthErrorBody,
+        api::oauth::metadata::ServerMetadata,
     )),
     modifiers(&BearerAuth, &CommonResponses, &TokenRequestRules)
 )]
@@ -196,6 +211,10 @@ mod tests {
         for (path, item) in doc["paths"].as_object().unwrap() {
             for (method, op) in item.as_object().unwrap() {
                 operations += 1;
+                // The metadata is public, and answers only from memory.
+                if path == "/.well-known/oauth-authorization-server" {
+                    continue;
+                }
                 for status in ["401", "429", "500", "503"] {
                     assert!(
                         op["responses"][status].is_object(),
@@ -208,7 +227,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(operations, 6);
+        assert_eq!(operations, 8);
     }
 
     /// docs/openapi.json is the published contract; it must match the code. Regenerate with

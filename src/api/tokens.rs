@@ -157,7 +157,10 @@ pub struct TokenResponse {
 }
 
 impl TokenResponse {
-    fn new(t: crate::grants::tokens::FreshToken, provider: &crate::providers::Provider) -> Self {
+    pub(crate) fn new(
+        t: crate::grants::tokens::FreshToken,
+        provider: &crate::providers::Provider,
+    ) -> Self {
         let secret = t.access_token.expose_secret().to_owned();
         let mut r = TokenResponse {
             access_token: secret.clone(),
@@ -198,6 +201,18 @@ impl TokenResponse {
     }
 }
 
+/// The rule for `account` (also the token exchange's extension parameter).
+pub(crate) fn validate_account(account: Option<&str>) -> Result<(), Error> {
+    match account {
+        Some(a) if a.is_empty() || a.chars().count() > 255 || a.chars().any(char::is_control) => {
+            Err(Error::invalid(
+                "account must be 1 to 255 characters without control characters",
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest,
     responses((status = 200, body = TokenResponse),
         (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request` (also: a DPoP-bound token asked for without `dpop`, or a `dpop` naming a URL off the MCP server), or `invalid_request_state` (with `reason`: `invalid`, `foreign` or `expired`)"),
@@ -216,14 +231,7 @@ pub async fn fetch(
     ApiJson(req): ApiJson<TokenRequest>,
 ) -> std::result::Result<Json<TokenResponse>, ApiError> {
     super::elicitations::validate_scopes(&req.scopes)?;
-    if let Some(a) = &req.account {
-        if a.is_empty() || a.chars().count() > 255 || a.chars().any(char::is_control) {
-            return Err(Error::invalid(
-                "account must be 1 to 255 characters without control characters",
-            )
-            .into());
-        }
-    }
+    validate_account(req.account.as_deref())?;
     let dpop = req
         .dpop
         .map(|d| {
@@ -246,6 +254,7 @@ pub async fn fetch(
         min_ttl_seconds: req.min_ttl_seconds,
         force_refresh: req.force_refresh,
         elicit: req.elicit,
+        elicit_scopes: true,
         awaited: match (req.elicitation_id, req.request_state) {
             (Some(_), Some(_)) => {
                 return Err(

@@ -12,6 +12,7 @@ pub mod organizations;
 pub mod request_state;
 pub mod scopes;
 pub mod subject;
+pub mod token_exchange;
 pub mod token_request;
 
 use std::ops::Deref;

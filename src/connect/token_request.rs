@@ -52,6 +52,9 @@ pub struct TokenAsk<'a> {
     pub force_refresh: bool,
     /// When not connected, answer with a ready elicitation.
     pub elicit: bool,
+    /// With `elicit`, scopes the grant lacks are asked for too (an upgrade elicitation);
+    /// without, they are `InsufficientScope`, so the caller learns which.
+    pub elicit_scopes: bool,
     pub awaited: Option<Awaited>,
     pub wait_seconds: Option<u64>,
     pub request_id: Option<String>,
@@ -216,7 +219,7 @@ impl Connect {
                 if let Some(refusal) = end.refusal(&provider) {
                     return Err(refusal);
                 }
-                if !ask.elicit {
+                if !(ask.elicit && ask.elicit_scopes) {
                     return Err(Error::InsufficientScope {
                         provider: provider.name.clone(),
                         missing_scopes: missing,

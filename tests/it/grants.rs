@@ -12,7 +12,7 @@ use crate::harness::*;
 use crate::on_both_databases;
 
 const SUITE_API_KEY: &str = "suite-api-key-0123456789abcdefghij";
-const MCP_RESOURCE: &str = "https://mcp.example.test/";
+pub const MCP_RESOURCE: &str = "https://mcp.example.test/";
 /// Where the identity peer sends the MCP client's code (see `MCP_CLIENT_REDIRECT` in peers.mjs).
 const MCP_CLIENT_REDIRECT: &str = "http://127.0.0.1:9/mcp-client/callback";
 
@@ -50,7 +50,7 @@ async fn token_as(app: &TestApp, key: &str, body: Value) -> (StatusCode, Value) 
 }
 
 /// The user approves elicitation `e` in a new browser; returns the consent page they saw.
-async fn approve(app: &TestApp, e: &Value, user: &str) -> Page {
+pub async fn approve(app: &TestApp, e: &Value, user: &str) -> Page {
     let b = app.browser();
     let consent = b.sign_in_to_consent(e["url"].as_str().unwrap(), user).await;
     let done = b.consent_and_allow(&consent, user).await;
@@ -579,7 +579,7 @@ on_both_databases!(
 );
 
 /// An RSA key that is not the identity peer's (for a forged signature).
-fn rsa_pem() -> String {
+pub fn rsa_pem() -> String {
     let out = std::process::Command::new("node")
         .args([
             "-e",

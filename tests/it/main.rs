@@ -42,6 +42,7 @@ mod signin_hardening;
 mod soak;
 mod ssrf;
 mod token_cache;
+mod token_exchange;
 mod topology;
 mod traces;
 mod upgrade;

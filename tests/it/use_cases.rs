@@ -32,6 +32,7 @@ fn ask<'a>(
         min_ttl_seconds: None,
         force_refresh: false,
         elicit,
+        elicit_scopes: true,
         awaited,
         wait_seconds: None,
         request_id: None,
