@@ -125,10 +125,33 @@ on_both_databases!(
         );
         assert_eq!(offered["subject"], "alice");
 
+        // The Rust client's helper reads the same refusal.
+        let rust = mcp_connect_client::Client::new(&app.url, API_KEY);
+        let ask = mcp_connect_client::ExchangeRequest::new(&alice, "acme");
+        let e = rust.exchange("demo-mcp", &ask).await.unwrap_err();
+        assert_eq!(e.code(), Some("interaction_required"), "{e}");
+        assert_eq!(
+            e.elicitation().map(|e| &e.id),
+            offered["id"].as_str().map(String::from).as_ref()
+        );
+
         approve(&app, offered, "alice").await;
         let v = exchange(&app, params(&alice, json!({}))).await;
         assert_eq!(v["ok"], true, "{v}");
         let secret = v["tokens"]["access_token"].as_str().unwrap().to_owned();
+        let t = rust.exchange("demo-mcp", &ask).await.unwrap();
+        assert_eq!(
+            (t.access_token.as_str(), t.token_type.as_str()),
+            (secret.as_str(), "Bearer")
+        );
+        let e = rust
+            .exchange("demo-mcp", &ask.clone().scopes(["nope"]))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.code(), e.missing_scopes()),
+            (Some("invalid_scope"), &["nope".to_owned()][..])
+        );
         let (s, t) = app
             .post(
                 "/v1/tokens",
