@@ -193,6 +193,13 @@ on_both_databases!(
         let v = exchange(&app, params(&alice, json!({"scope": "a,b"}))).await;
         refused(&v, 400, "invalid_scope");
 
+        // The `account` extension: an account not connected is offered as another one to add.
+        let v = exchange(&app, params(&alice, json!({"account": "nobody"}))).await;
+        refused(&v, 400, "interaction_required");
+        assert!(v["body"]["elicitation"]["url"].is_string(), "{v}");
+        let v = exchange(&app, params(&alice, json!({"account": "a\u{1}b"}))).await;
+        refused(&v, 400, "invalid_request");
+
         // Unknown targets, and a provider this client may not use.
         for target in [
             json!({"audience": "nope"}),
