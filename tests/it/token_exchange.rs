@@ -444,3 +444,60 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+/// Wrong Basic credentials count as failed authentications of their address, as wrong bearer
+/// keys do, and never lock out the valid client behind the same address (SPEC invariant 9).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_client_secrets_are_limited_and_the_right_one_still_passes() {
+    let app = TestApp::spawn_with(
+        DbKind::Sqlite,
+        Options {
+            extra_toml: "[limits]\nfailed_auth_per_minute = 1\nfailed_auth_burst = 3\n".into(),
+            ..options(MCP_RESOURCE)
+        },
+    )
+    .await;
+    let url = format!("{}/oauth2/token", app.url);
+    let send = |secret: &'static str| {
+        let r = app
+            .api
+            .post(&url)
+            .basic_auth("demo-mcp", Some(secret))
+            .form(&[
+                (
+                    "grant_type",
+                    "urn:ietf:params:oauth:grant-type:token-exchange",
+                ),
+                ("subject_token", "not-a-token"),
+                ("subject_token_type", ACCESS_TOKEN_TYPE),
+                ("audience", "acme"),
+            ]);
+        async move {
+            let r = r.send().await.unwrap();
+            let status = r.status();
+            let v: Value = r.json().await.unwrap();
+            (status, v)
+        }
+    };
+    for _ in 0..3 {
+        let (s, v) = send("wrong-secret").await;
+        assert_eq!(
+            (s, v["error"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("invalid_client"))
+        );
+    }
+    let (s, v) = send("wrong-secret").await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    for _ in 0..5 {
+        // Authenticated: the answer is about the (made-up) subject token.
+        let (s, v) = send(API_KEY).await;
+        assert_eq!(
+            (s, v["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_grant")),
+            "{v}"
+        );
+        let (s, _) = send("wrong-secret").await;
+        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    }
+    app.shutdown().await;
+}
