@@ -125,10 +125,33 @@ on_both_databases!(
         );
         assert_eq!(offered["subject"], "alice");
 
+        // The Rust client's helper reads the same refusal.
+        let rust = mcp_connect_client::Client::new(&app.url, API_KEY);
+        let ask = mcp_connect_client::ExchangeRequest::new(&alice, "acme");
+        let e = rust.exchange("demo-mcp", &ask).await.unwrap_err();
+        assert_eq!(e.code(), Some("interaction_required"), "{e}");
+        assert_eq!(
+            e.elicitation().map(|e| &e.id),
+            offered["id"].as_str().map(String::from).as_ref()
+        );
+
         approve(&app, offered, "alice").await;
         let v = exchange(&app, params(&alice, json!({}))).await;
         assert_eq!(v["ok"], true, "{v}");
         let secret = v["tokens"]["access_token"].as_str().unwrap().to_owned();
+        let t = rust.exchange("demo-mcp", &ask).await.unwrap();
+        assert_eq!(
+            (t.access_token.as_str(), t.token_type.as_str()),
+            (secret.as_str(), "Bearer")
+        );
+        let e = rust
+            .exchange("demo-mcp", &ask.clone().scopes(["nope"]))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.code(), e.missing_scopes()),
+            (Some("invalid_scope"), &["nope".to_owned()][..])
+        );
         let (s, t) = app
             .post(
                 "/v1/tokens",
@@ -169,6 +192,13 @@ on_both_databases!(
         assert_eq!(v["body"]["missing_scopes"], json!(["nope"]));
         let v = exchange(&app, params(&alice, json!({"scope": "a,b"}))).await;
         refused(&v, 400, "invalid_scope");
+
+        // The `account` extension: an account not connected is offered as another one to add.
+        let v = exchange(&app, params(&alice, json!({"account": "nobody"}))).await;
+        refused(&v, 400, "interaction_required");
+        assert!(v["body"]["elicitation"]["url"].is_string(), "{v}");
+        let v = exchange(&app, params(&alice, json!({"account": "a\u{1}b"}))).await;
+        refused(&v, 400, "invalid_request");
 
         // Unknown targets, and a provider this client may not use.
         for target in [
@@ -414,3 +444,60 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+/// Wrong Basic credentials count as failed authentications of their address, as wrong bearer
+/// keys do, and never lock out the valid client behind the same address (SPEC invariant 9).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_client_secrets_are_limited_and_the_right_one_still_passes() {
+    let app = TestApp::spawn_with(
+        DbKind::Sqlite,
+        Options {
+            extra_toml: "[limits]\nfailed_auth_per_minute = 1\nfailed_auth_burst = 3\n".into(),
+            ..options(MCP_RESOURCE)
+        },
+    )
+    .await;
+    let url = format!("{}/oauth2/token", app.url);
+    let send = |secret: &'static str| {
+        let r = app
+            .api
+            .post(&url)
+            .basic_auth("demo-mcp", Some(secret))
+            .form(&[
+                (
+                    "grant_type",
+                    "urn:ietf:params:oauth:grant-type:token-exchange",
+                ),
+                ("subject_token", "not-a-token"),
+                ("subject_token_type", ACCESS_TOKEN_TYPE),
+                ("audience", "acme"),
+            ]);
+        async move {
+            let r = r.send().await.unwrap();
+            let status = r.status();
+            let v: Value = r.json().await.unwrap();
+            (status, v)
+        }
+    };
+    for _ in 0..3 {
+        let (s, v) = send("wrong-secret").await;
+        assert_eq!(
+            (s, v["error"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("invalid_client"))
+        );
+    }
+    let (s, v) = send("wrong-secret").await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    for _ in 0..5 {
+        // Authenticated: the answer is about the (made-up) subject token.
+        let (s, v) = send(API_KEY).await;
+        assert_eq!(
+            (s, v["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_grant")),
+            "{v}"
+        );
+        let (s, _) = send("wrong-secret").await;
+        assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
+    }
+    app.shutdown().await;
+}

@@ -19,7 +19,10 @@
 //! Completion signals: [`Client::events`] reads `GET /v1/events`; webhook signatures (Standard
 //! Webhooks) are checked by [`webhooks::Verifier`].
 
+pub mod exchange;
 pub mod webhooks;
+
+pub use exchange::{ExchangeRequest, ExchangedToken};
 
 use std::time::Duration;
 
@@ -105,6 +108,8 @@ impl Error {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ApiError {
     pub error: String,
+    /// The token endpoint's `error_description`.
+    #[serde(alias = "error_description")]
     pub message: String,
     /// `invalid_request_state`: `invalid`, `foreign` or `expired`.
     pub reason: Option<String>,
@@ -482,7 +487,11 @@ impl Client {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<T, Error> {
-        let resp = req.bearer_auth(&self.api_key).send().await?;
+        Self::answer(req.bearer_auth(&self.api_key).send().await?).await
+    }
+
+    /// The JSON answer, or the error body as [`Error::Api`].
+    async fn answer<T: serde::de::DeserializeOwned>(resp: reqwest::Response) -> Result<T, Error> {
         let status = resp.status();
         if status.is_success() {
             return Ok(resp.json().await?);

@@ -14,7 +14,10 @@ use super::error::{OAuthCode, OAuthError};
 use crate::AppState;
 use crate::api::ApiLang;
 use crate::api::tokens::TokenResponse;
+use crate::config::ClientConfig;
 use crate::connect::token_exchange::{ExchangeAsk, Target};
+use crate::grants::tokens::FreshToken;
+use crate::providers::Provider;
 use crate::server::middleware::RequestId;
 
 pub const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -118,92 +121,122 @@ pub async fn exchange(
     ApiLang(lang): ApiLang,
     OAuthForm(form): OAuthForm<ExchangeForm>,
 ) -> Result<Response, OAuthError> {
-    let given = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
-    match given(&form.grant_type).as_deref() {
-        None => return Err(OAuthError::invalid_request("grant_type is missing")),
-        Some(GRANT_TYPE) => {}
-        Some(_) => {
-            return Err(OAuthError::new(
-                OAuthCode::UnsupportedGrantType,
-                format!("only {GRANT_TYPE} is supported"),
-            ));
-        }
-    }
-    if given(&form.client_id).is_some_and(|id| id != client.0.id) {
-        return Err(OAuthError::new(
-            OAuthCode::InvalidClient,
-            "client_id is not the authenticated client",
-        ));
-    }
-    let subject_token = given(&form.subject_token)
-        .ok_or_else(|| OAuthError::invalid_request("subject_token is missing"))?;
-    match given(&form.subject_token_type).as_deref() {
-        Some(ACCESS_TOKEN_TYPE | JWT_TYPE) => {}
-        None => return Err(OAuthError::invalid_request("subject_token_type is missing")),
-        Some(_) => {
-            return Err(OAuthError::invalid_request(format!(
-                "subject_token_type must be {ACCESS_TOKEN_TYPE} or {JWT_TYPE}"
-            )));
-        }
-    }
-    if given(&form.requested_token_type).is_some_and(|t| t != ACCESS_TOKEN_TYPE) {
-        return Err(OAuthError::invalid_request(format!(
-            "only {ACCESS_TOKEN_TYPE} can be issued"
-        )));
-    }
-    if given(&form.actor_token).is_some() {
-        return Err(OAuthError::invalid_request(
-            "delegation (actor_token) is not supported",
-        ));
-    }
-    if client.0.subject_token_audience.is_none() && !client.0.subject_token_introspection {
-        return Err(OAuthError::new(
-            OAuthCode::UnauthorizedClient,
-            "this API client accepts no subject_token: its operator sets subject_token_audience or subject_token_introspection",
-        ));
-    }
-    let scopes = given(&form.scope).map(|s| parse_scope(&s)).transpose()?;
-    let account = given(&form.account);
-    crate::api::tokens::validate_account(account.as_deref())?;
-    let (audience, resource) = (given(&form.audience), given(&form.resource));
+    let asked = form.parse(&client.0)?;
     let ask = ExchangeAsk {
         client: &client.0,
-        subject_token: &subject_token,
+        subject_token: &asked.subject_token,
         target: Target {
-            audience: audience.as_deref(),
-            resource: resource.as_deref(),
+            audience: asked.audience.as_deref(),
+            resource: asked.resource.as_deref(),
         },
-        scopes,
-        account: account.as_deref(),
+        scopes: asked.scopes,
+        account: asked.account.as_deref(),
         request_id: rid.0.clone(),
         lang,
     };
     let (token, provider) = state.connect.exchange_token(ask).await?;
-    let expires_in = token
-        .expires_at
-        .map(|at| u64::try_from(at - crate::time::now()).unwrap_or(0));
-    let t = TokenResponse::new(token, &provider);
-    let credential = t.credential_type != "oauth2";
-    let body = ExchangeResponse {
-        access_token: t.access_token,
-        issued_token_type: ACCESS_TOKEN_TYPE,
-        token_type: if credential {
+    let mut resp = Json(ExchangeResponse::new(token, &provider)).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    Ok(resp)
+}
+
+/// A token exchange the service can run: every parameter checked, empty ones dropped.
+struct Asked {
+    subject_token: String,
+    audience: Option<String>,
+    resource: Option<String>,
+    scopes: Option<Vec<String>>,
+    account: Option<String>,
+}
+
+impl ExchangeForm {
+    /// The exchange `client` asks for, or the OAuth error that says what is wrong with the form.
+    fn parse(self, client: &ClientConfig) -> Result<Asked, OAuthError> {
+        let given = |v: Option<String>| v.filter(|s| !s.is_empty());
+        match given(self.grant_type).as_deref() {
+            None => return Err(OAuthError::invalid_request("grant_type is missing")),
+            Some(GRANT_TYPE) => {}
+            Some(_) => {
+                return Err(OAuthError::new(
+                    OAuthCode::UnsupportedGrantType,
+                    format!("only {GRANT_TYPE} is supported"),
+                ));
+            }
+        }
+        if given(self.client_id).is_some_and(|id| id != client.id) {
+            return Err(OAuthError::new(
+                OAuthCode::InvalidClient,
+                "client_id is not the authenticated client",
+            ));
+        }
+        let subject_token = given(self.subject_token)
+            .ok_or_else(|| OAuthError::invalid_request("subject_token is missing"))?;
+        match given(self.subject_token_type).as_deref() {
+            Some(ACCESS_TOKEN_TYPE | JWT_TYPE) => {}
+            None => return Err(OAuthError::invalid_request("subject_token_type is missing")),
+            Some(_) => {
+                return Err(OAuthError::invalid_request(format!(
+                    "subject_token_type must be {ACCESS_TOKEN_TYPE} or {JWT_TYPE}"
+                )));
+            }
+        }
+        if given(self.requested_token_type).is_some_and(|t| t != ACCESS_TOKEN_TYPE) {
+            return Err(OAuthError::invalid_request(format!(
+                "only {ACCESS_TOKEN_TYPE} can be issued"
+            )));
+        }
+        if given(self.actor_token).is_some() {
+            return Err(OAuthError::invalid_request(
+                "delegation (actor_token) is not supported",
+            ));
+        }
+        // RFC 6749's code for a client that may not use this grant, rather than the
+        // `invalid_request` the shared subject check would answer.
+        if client.subject_token_audience.is_none() && !client.subject_token_introspection {
+            return Err(OAuthError::new(
+                OAuthCode::UnauthorizedClient,
+                "this API client accepts no subject_token: its operator sets subject_token_audience or subject_token_introspection",
+            ));
+        }
+        let scopes = given(self.scope).map(|s| parse_scope(&s)).transpose()?;
+        let account = given(self.account);
+        crate::api::tokens::validate_account(account.as_deref())?;
+        Ok(Asked {
+            subject_token,
+            audience: given(self.audience),
+            resource: given(self.resource),
+            scopes,
+            account,
+        })
+    }
+}
+
+impl ExchangeResponse {
+    fn new(token: FreshToken, provider: &Provider) -> Self {
+        let expires_in = token
+            .expires_at
+            .map(|at| u64::try_from(at - crate::time::now()).unwrap_or(0));
+        let t = TokenResponse::new(token, provider);
+        let token_type = if t.credential_type != "oauth2" {
+            // RFC 8693 §2.2.1: not usable as an OAuth access token.
             "N_A".into()
         } else if t.token_type.eq_ignore_ascii_case("bearer") {
             "Bearer".into()
         } else {
             t.token_type
-        },
-        expires_in,
-        scope: (!t.scopes.is_empty()).then(|| t.scopes.join(" ")),
-        header_name: t.header_name,
-        header_value: t.header_value,
-    };
-    let mut resp = Json(body).into_response();
-    let h = resp.headers_mut();
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
-    Ok(resp)
+        };
+        Self {
+            access_token: t.access_token,
+            issued_token_type: ACCESS_TOKEN_TYPE,
+            token_type,
+            expires_in,
+            scope: (!t.scopes.is_empty()).then(|| t.scopes.join(" ")),
+            header_name: t.header_name,
+            header_value: t.header_value,
+        }
+    }
 }
 
 /// `scope` as `/v1/tokens` `scopes`: RFC 6749 scope-tokens, one space apart, within the same
