@@ -172,6 +172,12 @@ pub fn mcp_client_secret_aad(provider: &str, issuer: &str) -> String {
     format!("mcp_client:{provider}:{issuer}")
 }
 
+/// Associated data for the sealed client secret of an organisation's own OAuth app
+/// (`organization_apps.client_secret`).
+pub fn organization_app_aad(issuer: &str, organization: &str, provider: &str) -> String {
+    format!("mcp-connect/v1/organization_app/{issuer}/{organization}/{provider}")
+}
+
 /// Associated data for the sealed DPoP private key mcp-connect uses with one upstream
 /// authorization server (`dpop_keys.private_key`).
 pub fn dpop_key_aad(provider: &str, issuer: &str) -> String {

@@ -143,6 +143,9 @@ enum ConnectionsCommand {
         /// active, needs_reauth or revoked.
         #[arg(long, value_parser = ["active", "needs_reauth", "revoked"])]
         status: Option<String>,
+        /// Only connections this organisation owns or its own app issued.
+        #[arg(long)]
+        organization: Option<String>,
         #[arg(long, default_value_t = 50)]
         limit: i64,
         #[arg(long)]
@@ -170,6 +173,18 @@ enum ConnectionsCommand {
         /// The summary as one JSON object.
         #[arg(long)]
         json: bool,
+    },
+    /// Revoke every live connection an organisation owns (at one provider, with --provider).
+    RevokeOrganization {
+        organization: String,
+        #[arg(long)]
+        provider: Option<String>,
+        /// Do not ask for confirmation.
+        #[arg(long, short)]
+        yes: bool,
+        /// Kept in the audit log.
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Revoke a connection at its provider and delete its tokens.
     Revoke {
@@ -353,6 +368,7 @@ async fn main() -> ExitCode {
                         subject,
                         provider,
                         status,
+                        organization,
                         limit,
                         json,
                     } => {
@@ -360,6 +376,7 @@ async fn main() -> ExitCode {
                             subject,
                             provider,
                             status,
+                            organization,
                         };
                         cli::connections_list(&o, f, limit, json, &mut out).await
                     }
@@ -390,6 +407,32 @@ async fn main() -> ExitCode {
                             cli::connections_import(&o, input, &source, opts, &actor, &mut out)
                                 .await
                         }
+                    }
+                    ConnectionsCommand::RevokeOrganization {
+                        organization,
+                        provider,
+                        yes,
+                        reason,
+                    } => {
+                        if !yes
+                            && !confirm(&format!(
+                                "Revoke every connection organisation {organization:?} owns{} at the provider and delete their tokens?",
+                                provider.as_deref().map(|p| format!(" at {p}")).unwrap_or_default()
+                            ))
+                        {
+                            anyhow::bail!(
+                                "not confirmed (pass --yes to skip the question); nothing changed"
+                            );
+                        }
+                        cli::connections_revoke_organization(
+                            &o,
+                            &organization,
+                            provider.as_deref(),
+                            &cli::cli_actor(),
+                            reason.as_deref(),
+                            &mut out,
+                        )
+                        .await
                     }
                     ConnectionsCommand::Revoke { id, yes, reason } => {
                         if !yes

@@ -173,6 +173,46 @@ async fn find(cli: &Cli, id: &str) -> anyhow::Result<crate::db::connections::Con
         .with_context(|| format!("no connection {id}"))
 }
 
+/// `mcp-connect connections revoke-organization`: every live connection organisation `org`
+/// owns (at `provider`, when given), revoked one by one as `connections revoke` does.
+pub async fn connections_revoke_organization(
+    cli: &Cli,
+    org: &str,
+    provider: Option<&str>,
+    actor: &str,
+    reason: Option<&str>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let owned = cli
+        .state
+        .db
+        .list_organization_connections(cli.state.identity.issuer(), org)
+        .await?;
+    let live: Vec<_> = owned
+        .into_iter()
+        .filter(|c| c.status != crate::db::connections::ConnectionStatus::Revoked)
+        .filter(|c| provider.is_none_or(|p| c.provider == p))
+        .collect();
+    if live.is_empty() {
+        writeln!(
+            out,
+            "organisation {org:?} owns no live connection{}; nothing changed",
+            provider.map(|p| format!(" at {p}")).unwrap_or_default()
+        )?;
+        return Ok(());
+    }
+    for c in &live {
+        writeln!(out, "{} ({}):", c.id, c.provider)?;
+        connections_revoke(cli, &c.id, actor, reason, out).await?;
+    }
+    writeln!(
+        out,
+        "revoked {} connection(s) of organisation {org:?}",
+        live.len()
+    )?;
+    Ok(())
+}
+
 pub async fn connections_revoke(
     cli: &Cli,
     id: &str,

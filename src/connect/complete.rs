@@ -108,14 +108,12 @@ impl Connect {
         request_id: Option<&str>,
     ) -> Result<()> {
         let pname = &provider.display_name;
-        let app = e.client_organization.as_deref().unwrap_or_default();
         let endpoints = match provider
             .endpoints(&self.http)
             .await
             .and_then(|ep| ep.for_connection(provider, &e.params))
-            .and_then(|ep| crate::grants::tokens::app_endpoints(provider, ep, app))
         {
-            Ok(ep) => ep,
+            Ok(ep) => self.flow_endpoints(e, provider, ep).await?,
             Err(err) => {
                 return Err(self
                     .discovery_failed(
@@ -418,6 +416,9 @@ impl Connect {
                 elicitation_id: Some(&e.id),
                 request_id,
                 detail,
+                organization: (!organization.is_empty())
+                    .then_some(organization.as_str())
+                    .or(e.client_organization.as_deref()),
             })
             .await?;
         let completed = self

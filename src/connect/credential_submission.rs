@@ -142,6 +142,7 @@ impl Connect {
                 elicitation_id: Some(&e.id),
                 request_id,
                 detail: Some(detail),
+                organization: None,
             })
             .await;
     }

@@ -343,6 +343,7 @@ impl Connect {
                 elicitation_id: Some(&e.id),
                 request_id,
                 detail: failure,
+                organization: e.owner.organization(),
             })
             .await?;
         let finished = Elicitation {

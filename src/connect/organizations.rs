@@ -48,11 +48,7 @@ impl Connect {
         };
         match self.membership_of(user) {
             Some(m) if m.admin && named.as_ref().is_none_or(|o| *o == m.organization) => Ok(()),
-            _ => Err(Error::refused(
-                Refusal::NotOrganizationAdmin,
-                Msg::new("organization-admin-only-title"),
-                Msg::new("organization-admin-only-lead"),
-            )),
+            _ => Err(not_admin()),
         }
     }
 
@@ -78,7 +74,18 @@ impl Connect {
             Owner::User => membership.map(|m| m.organization),
             Owner::Organization(_) => organization.clone(),
         };
-        let client_organization = app_of.filter(|o| provider.has_organization_app(o));
+        let client_organization = match app_of {
+            Some(o)
+                if self
+                    .grants
+                    .organization_client(provider, &o)
+                    .await?
+                    .is_some() =>
+            {
+                Some(o)
+            }
+            _ => None,
+        };
         let mut change = Change::begin(&self.db).await?;
         crate::db::elicitations::set_elicitation_organizations(
             change.conn(),
@@ -107,13 +114,140 @@ impl Connect {
             Owner::Organization(None) => self
                 .membership_of(user)
                 .map(|m| m.organization)
-                .ok_or_else(|| {
-                    Error::refused(
-                        Refusal::NotOrganizationAdmin,
-                        Msg::new("organization-admin-only-title"),
-                        Msg::new("organization-admin-only-lead"),
-                    )
-                }),
+                .ok_or_else(not_admin),
         }
     }
+
+    /// `endpoints` with the client elicitation `e`'s flow uses: the organisation's own app
+    /// fixed when it started (`fix_flow_app`), or the operator's.
+    pub async fn flow_endpoints(
+        &self,
+        e: &Elicitation,
+        provider: &Provider,
+        endpoints: crate::providers::Endpoints,
+    ) -> Result<crate::providers::Endpoints> {
+        self.grants
+            .app_endpoints(
+                provider,
+                endpoints,
+                e.client_organization.as_deref().unwrap_or_default(),
+            )
+            .await
+    }
+
+    /// The organisation `user` administers, or the refusal page.
+    pub fn administered(&self, user: &SignedInUser) -> Result<String> {
+        match self.membership_of(user) {
+            Some(m) if m.admin => Ok(m.organization),
+            _ => Err(not_admin()),
+        }
+    }
+
+    /// What an organisation's administrator manages: its connections and its own apps, and
+    /// the OAuth providers an app may be set for.
+    pub async fn organization_view(&self, user: &SignedInUser) -> Result<OrganizationView> {
+        let organization = self.administered(user)?;
+        let connections = self
+            .db
+            .list_organization_connections(self.identity.issuer(), &organization)
+            .await?;
+        let apps = self.grants.organization_app_views(&organization).await?;
+        let oauth_providers = self
+            .providers
+            .iter()
+            .filter(|p| p.credential.is_none() && p.mcp.is_none())
+            .map(|p| (p.name.clone(), p.display_name.clone()))
+            .collect();
+        Ok(OrganizationView {
+            organization,
+            connections,
+            apps,
+            oauth_providers,
+        })
+    }
+
+    /// Revokes connection `id` of the organisation `user` administers (at the provider too).
+    pub async fn revoke_organization_connection(
+        &self,
+        user: &SignedInUser,
+        id: &str,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let organization = self.administered(user)?;
+        let c = self
+            .db
+            .get_connection(id)
+            .await?
+            .filter(|c| {
+                c.issuer == self.identity.issuer()
+                    && c.subject.is_empty()
+                    && c.organization == organization
+            })
+            .ok_or_else(|| {
+                Error::refused(
+                    Refusal::NotFound,
+                    Msg::new("no-connection-title"),
+                    Msg::new("no-connection-lead"),
+                )
+            })?;
+        if c.status != crate::db::connections::ConnectionStatus::Revoked {
+            self.grants
+                .revoke_connection(&c, &user.subject, request_id)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Sets the own app at `provider` of the organisation `user` administers.
+    pub async fn set_organization_app(
+        &self,
+        user: &SignedInUser,
+        provider: &str,
+        client_id: &str,
+        client_secret: Option<&secrecy::SecretString>,
+    ) -> Result<()> {
+        let organization = self.administered(user)?;
+        let p = self.known_provider(provider)?;
+        self.grants
+            .set_organization_app(&organization, p, client_id, client_secret, &user.subject)
+            .await
+    }
+
+    /// Deletes the own app at `provider` of the organisation `user` administers; its
+    /// connections are revoked first. How many were.
+    pub async fn delete_organization_app(
+        &self,
+        user: &SignedInUser,
+        provider: &str,
+    ) -> Result<usize> {
+        let organization = self.administered(user)?;
+        let p = self.known_provider(provider)?;
+        self.grants
+            .delete_organization_app(&organization, p, &user.subject)
+            .await
+    }
+
+    fn known_provider(&self, name: &str) -> Result<&Provider> {
+        self.providers
+            .get(name)
+            .map(|p| p.as_ref())
+            .ok_or_else(|| Error::invalid(format!("no provider named {name:?} is configured")))
+    }
+}
+
+/// What `/account/organization` shows.
+pub struct OrganizationView {
+    pub organization: String,
+    pub connections: Vec<crate::db::connections::Connection>,
+    pub apps: Vec<crate::grants::apps::AppView>,
+    /// `(name, display name)` of the providers an app may be set for.
+    pub oauth_providers: Vec<(String, String)>,
+}
+
+fn not_admin() -> Error {
+    Error::refused(
+        Refusal::NotOrganizationAdmin,
+        Msg::new("organization-admin-only-title"),
+        Msg::new("organization-admin-only-lead"),
+    )
 }

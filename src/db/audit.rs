@@ -45,6 +45,10 @@ named_enum! {
         CredentialValidationRefused = "credential.validation_refused",
         /// The provider's validation endpoint could not be reached; nothing was stored.
         CredentialValidationUnavailable = "credential.validation_unavailable",
+        /// An organisation's administrator set its own OAuth app at a provider.
+        OrganizationAppSet = "organization.app_set",
+        /// An organisation's administrator deleted its own app (its connections were revoked).
+        OrganizationAppDeleted = "organization.app_deleted",
     }
 }
 
@@ -98,9 +102,9 @@ pub async fn insert_audit(conn: &mut AnyConnection, e: &AuditEvent<'_>) -> Resul
 }
 
 /// The columns an audit row is written with, in [`NewAuditRow::bind`]'s order.
-const AUDIT_COLUMNS: &str = "at, event, actor, issuer, subject, provider, client_id, connection_id, elicitation_id, request_id, detail";
+const AUDIT_COLUMNS: &str = "at, event, actor, issuer, subject, provider, client_id, connection_id, elicitation_id, request_id, detail, organization";
 /// How many values [`NewAuditRow::bind`] binds.
-pub(super) const AUDIT_COLUMN_COUNT: usize = 11;
+pub(super) const AUDIT_COLUMN_COUNT: usize = 12;
 
 /// The `INSERT` of `rows` audit rows, their placeholders numbered from `$first`.
 pub(super) fn insert_sql(first: usize, rows: usize) -> String {
@@ -115,7 +119,7 @@ pub(super) fn insert_sql(first: usize, rows: usize) -> String {
 pub(super) struct NewAuditRow {
     at: i64,
     event: AuditAction,
-    fields: [Option<String>; 9],
+    fields: [Option<String>; 10],
 }
 
 impl NewAuditRow {
@@ -132,6 +136,7 @@ impl NewAuditRow {
             elicitation_id = e.elicitation_id,
             request_id = e.request_id,
             detail = e.detail,
+            organization = e.organization,
         );
         Self {
             at: now(),
@@ -146,6 +151,7 @@ impl NewAuditRow {
                 e.elicitation_id,
                 e.request_id,
                 e.detail,
+                e.organization,
             ]
             .map(|f| f.map(str::to_owned)),
         }
@@ -177,6 +183,8 @@ pub struct AuditEvent<'a> {
     pub elicitation_id: Option<&'a str>,
     pub request_id: Option<&'a str>,
     pub detail: Option<&'a str>,
+    /// The organisation the action concerns (its connection, its app, its member's flow).
+    pub organization: Option<&'a str>,
 }
 
 /// Filters over the audit log. `event` matches as a prefix (`admin.` finds every admin action).
@@ -197,11 +205,14 @@ pub struct AuditFilter {
 impl<'a> AuditEvent<'a> {
     /// An event about connection `c`: its user, provider and id filled in.
     pub fn connection(event: AuditAction, c: &'a crate::db::connections::Connection) -> Self {
+        let some = |v: &'a String| (!v.is_empty()).then_some(v.as_str());
         Self {
             issuer: Some(&c.issuer),
-            subject: Some(&c.subject),
+            subject: some(&c.subject),
             provider: Some(&c.provider),
             connection_id: Some(&c.id),
+            // The organisation that owns it, else the one whose app issued it.
+            organization: some(&c.organization).or_else(|| some(&c.client_organization)),
             ..Self::new(event)
         }
     }
@@ -219,6 +230,7 @@ impl<'a> AuditEvent<'a> {
             elicitation_id: None,
             request_id: None,
             detail: None,
+            organization: None,
         }
     }
 }
@@ -237,6 +249,7 @@ struct Row {
     elicitation_id: Option<String>,
     request_id: Option<String>,
     detail: Option<String>,
+    organization: Option<String>,
 }
 
 /// A row whose event name does not decode is an error naming the row, never a default.
@@ -260,6 +273,7 @@ impl TryFrom<Row> for AuditRow {
             elicitation_id: r.elicitation_id,
             request_id: r.request_id,
             detail: r.detail,
+            organization: r.organization,
         })
     }
 }
@@ -281,6 +295,7 @@ pub struct AuditRow {
     pub elicitation_id: Option<String>,
     pub request_id: Option<String>,
     pub detail: Option<String>,
+    pub organization: Option<String>,
 }
 
 impl Db {
@@ -337,7 +352,7 @@ impl Db {
             .as_deref()
             .map(|e| format!("{}%", super::connections::like_escape(e)));
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT id, at, event, actor, subject, provider, client_id, connection_id, elicitation_id, request_id, detail \
+            "SELECT id, at, event, actor, subject, provider, client_id, connection_id, elicitation_id, request_id, detail, organization \
              FROM audit_events WHERE ($1 IS NULL OR subject = $1) AND ($2 IS NULL OR event LIKE $2 ESCAPE '\\') \
              AND ($3 IS NULL OR at >= $3) AND ($4 IS NULL OR at < $4) AND ($5 IS NULL OR connection_id = $5) \
              AND ($6 IS NULL OR id > $6) AND ($7 IS NULL OR actor = $7) \
@@ -359,7 +374,7 @@ impl Db {
 
     pub async fn recent_audit(&self, subject: Option<&str>, limit: i64) -> Result<Vec<AuditRow>> {
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT id, at, event, actor, subject, provider, client_id, connection_id, elicitation_id, request_id, detail \
+            "SELECT id, at, event, actor, subject, provider, client_id, connection_id, elicitation_id, request_id, detail, organization \
              FROM audit_events WHERE ($1 IS NULL OR subject = $1) ORDER BY id DESC LIMIT $2",
         )
         .bind(subject)

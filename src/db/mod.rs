@@ -12,6 +12,7 @@ pub mod events;
 pub mod flows;
 pub mod grants;
 pub mod mcp_clients;
+pub mod organization_apps;
 pub mod pool;
 pub mod refresh_lock;
 pub mod rotation;

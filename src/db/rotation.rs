@@ -195,6 +195,7 @@ impl Db {
             ("auth_flows", "verifier"),
             ("mcp_clients", "client_secret"),
             ("dpop_keys", "private_key"),
+            ("organization_apps", "client_secret"),
         ] {
             let known_prefix: Vec<String> = (1..=known.len())
                 .map(|i| format!("substr({column}, 1, length(${i})) = ${i}"))

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod accounts;
+pub mod apps;
 pub mod lookup;
 pub mod refresh_ahead;
 pub mod revoke;

@@ -48,13 +48,18 @@ impl Grants {
             };
             let (rt, rt_broken) = open(c.refresh_token(&self.config.keys));
             let (at, at_broken) = open(c.access_token(&self.config.keys));
-            match provider
+            let resolved = match provider
                 .endpoints(&self.http)
                 .await
                 .and_then(|e| e.for_connection(provider, &c.params))
-                .and_then(|e| {
-                    crate::grants::tokens::app_endpoints(provider, e, &c.client_organization)
-                }) {
+            {
+                Ok(e) => self
+                    .app_endpoints(provider, e, &c.client_organization)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}")),
+                Err(e) => Err(e),
+            };
+            match resolved {
                 Err(e) => {
                     if rt.is_some() || at.is_some() {
                         problems.push(format!("provider unreachable: {e:#}"));

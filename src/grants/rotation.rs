@@ -43,7 +43,8 @@ pub async fn count_pending(db: &Db, keys: &KeyRing) -> anyhow::Result<u64> {
     let (c, f) = db.count_not_sealed_with(&prefix).await?;
     let m = db.mcp_client_secrets_to_reseal(&prefix).await?.len() as u64;
     let d = db.dpop_keys_to_reseal(&prefix).await?.len() as u64;
-    Ok(c + f + m + d)
+    let o = db.organization_app_secrets_to_reseal(&prefix).await?.len() as u64;
+    Ok(c + f + m + d + o)
 }
 
 /// A value re-sealed under the current key, or the same value if it already is.
@@ -128,6 +129,7 @@ pub async fn rotate(
         run.flows().await?;
         run.mcp_clients().await?;
         run.dpop_keys().await?;
+        run.organization_apps().await?;
         if run.report.conflicts == conflicts_before || run.report.rows_rotated == before {
             break;
         }
@@ -306,6 +308,40 @@ impl Run<'_> {
 }
 
 impl Run<'_> {
+    /// Organisations' own OAuth app secrets (a few rows, like `mcp_clients`).
+    async fn organization_apps(&mut self) -> anyhow::Result<()> {
+        let (db, keys) = (self.db, self.keys);
+        let rows = db
+            .organization_app_secrets_to_reseal(&self.prefix)
+            .await
+            .context("reading organisation app secrets to rotate")?;
+        for (issuer, organization, provider, sealed) in rows {
+            self.handled += 1;
+            if let Some(Resealed::New(new)) = reseal(
+                keys,
+                Some(&sealed),
+                &crate::crypto::organization_app_aad(&issuer, &organization, &provider),
+                &format!("organization_apps/{organization}/{provider}/client_secret"),
+                &mut self.report.unreadable,
+            ) {
+                let key = crate::db::organization_apps::AppKey {
+                    issuer: &issuer,
+                    organization: &organization,
+                    provider: &provider,
+                };
+                let written = db
+                    .reseal_organization_app_secret(key, &new, &sealed)
+                    .await
+                    .context("committing a rotation batch")?;
+                self.count_write(written, 1);
+            }
+        }
+        (self.progress)(self.handled);
+        Ok(())
+    }
+}
+
+impl Run<'_> {
     /// DPoP keys of upstream MCP authorization servers (a few rows, like `mcp_clients`).
     async fn dpop_keys(&mut self) -> anyhow::Result<()> {
         let (db, keys) = (self.db, self.keys);
@@ -421,7 +457,12 @@ pub async fn key_usage(db: &Db) -> anyhow::Result<Vec<(String, u64)>> {
         let id = KeyRing::key_id_of(&v).unwrap_or("(malformed)");
         *counts.entry(id.to_owned()).or_default() += 1;
     }
-    for v in db.sealed_dpop_keys().await? {
+    for v in db
+        .sealed_dpop_keys()
+        .await?
+        .into_iter()
+        .chain(db.sealed_organization_app_secrets().await?)
+    {
         let id = KeyRing::key_id_of(&v).unwrap_or("(malformed)");
         *counts.entry(id.to_owned()).or_default() += 1;
     }

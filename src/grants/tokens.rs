@@ -267,8 +267,10 @@ impl Grants {
             .endpoints(&self.http)
             .await
             .and_then(|e| e.for_connection(provider, &c.params))
-            .and_then(|e| app_endpoints(provider, e, &c.client_organization))
             .map_err(Error::Upstream)?;
+        let endpoints = self
+            .app_endpoints(provider, endpoints, &c.client_organization)
+            .await?;
         if crate::providers::mcp::issued_elsewhere(&c.metadata, &endpoints) {
             return self.moved(lock, &c, provider, request_id).await;
         }
@@ -549,20 +551,4 @@ fn reauth(provider: &Provider) -> Error {
         provider: provider.name.clone(),
         elicitation: None,
     }
-}
-
-/// `endpoints` with the client that issued a grant: the operator's, or organisation `org`'s own
-/// OAuth app. An app the provider no longer has is an error: the grant is never sent with
-/// another client.
-pub fn app_endpoints(
-    provider: &crate::providers::Provider,
-    endpoints: crate::providers::Endpoints,
-    org: &str,
-) -> anyhow::Result<crate::providers::Endpoints> {
-    provider.endpoints_for_app(endpoints, org).ok_or_else(|| {
-        anyhow::anyhow!(
-            "organisation {org:?} has no OAuth app at {} any more",
-            provider.name
-        )
-    })
 }

@@ -259,25 +259,14 @@ impl Provider {
             .map(|(org, app)| (org.as_str(), app.client_id.as_str()))
     }
 
-    /// Whether organisation `org` has its own OAuth app at this provider.
-    pub fn has_organization_app(&self, org: &str) -> bool {
-        !org.is_empty() && self.config.organizations.contains_key(org)
-    }
-
-    /// `endpoints` as a grant of organisation `org` uses them: with the organisation's own
-    /// OAuth app as the client (`org` '': the operator's, unchanged). `None` when `org` names
-    /// an app this provider no longer has: such a grant must not be used with another client.
-    pub fn endpoints_for_app(&self, mut endpoints: Endpoints, org: &str) -> Option<Endpoints> {
-        if org.is_empty() {
-            return Some(endpoints);
-        }
+    /// Organisation `org`'s own OAuth app here, as configured (`[providers.NAME.organizations]`).
+    pub fn configured_organization_client(&self, org: &str) -> Option<mcp::RegisteredClient> {
         let app = self.config.organizations.get(org)?;
-        endpoints.client = Some(mcp::RegisteredClient {
+        Some(mcp::RegisteredClient {
             client_id: app.client_id.clone(),
             client_secret: app.client_secret.clone(),
             auth: None,
-        });
-        Some(endpoints)
+        })
     }
 
     /// The client id at this provider: the one registered at discovery, else the configured one.

@@ -68,6 +68,8 @@ pub struct AccountPage<'a> {
     pub groups: Vec<Group>,
     pub csrf: &'a str,
     pub notice: Option<String>,
+    /// The organisation the user administers (a link to manage it).
+    pub organization: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -182,6 +184,11 @@ pub async fn show(
             groups,
             csrf: &csrf,
             notice,
+            organization: state
+                .connect
+                .membership_of(&user)
+                .filter(|m| m.admin)
+                .map(|m| m.organization),
         },
         StatusCode::OK,
     ))

@@ -171,6 +171,7 @@ async fn refuse_other_user(
                     elicitation_id: Some(id),
                     request_id: rid,
                     detail: None,
+                    organization: None,
                 },
                 about: if e.is_some() { id } else { "unknown id" },
                 label,

@@ -151,14 +151,12 @@ pub async fn start_provider(
     params_changed: bool,
 ) -> Result<Response> {
     let binding = session.binding_hash().await?;
-    let app = e.client_organization.as_deref().unwrap_or_default();
     let endpoints = match provider
         .endpoints_for_new_flow(&state.http)
         .await
         .and_then(|ep| ep.for_connection(provider, &e.params))
-        .and_then(|ep| crate::grants::tokens::app_endpoints(provider, ep, app))
     {
-        Ok(ep) => ep,
+        Ok(ep) => state.connect.flow_endpoints(e, provider, ep).await?,
         Err(err) => {
             return Err(state
                 .connect

@@ -11,6 +11,7 @@ pub mod credential;
 pub mod done;
 pub mod extract;
 pub mod flow;
+pub mod organization;
 pub mod own;
 pub mod pages;
 pub mod presignin;
@@ -84,6 +85,16 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/account/connections/{id}/nickname",
             post(account::nickname),
+        )
+        .route("/account/organization", get(organization::show))
+        .route(
+            "/account/organization/connections/{id}/disconnect",
+            post(organization::disconnect),
+        )
+        .route("/account/organization/apps", post(organization::set_app))
+        .route(
+            "/account/organization/apps/{provider}/delete",
+            post(organization::delete_app),
         )
         .merge(admin::routes())
         .layer(axum::middleware::from_fn_with_state(

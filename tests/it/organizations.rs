@@ -303,3 +303,148 @@ on_both_databases!(
         assert_eq!(r["refresh_token"], "revoked", "{r}");
     }
 );
+
+async fn audited(app: &TestApp, event: &str) -> Vec<Option<String>> {
+    sqlx::query_as::<_, (Option<String>,)>(
+        "SELECT organization FROM audit_events WHERE event = $1 ORDER BY id",
+    )
+    .bind(event)
+    .fetch_all(&app.db().pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|(o,)| o)
+    .collect()
+}
+
+on_both_databases!(
+    an_admin_manages_the_organisations_app_and_connections_on_a_page,
+    |kind| async move {
+        let app = TestApp::spawn_with(kind, options("")).await;
+        let page_url = format!("{}/account/organization", app.url);
+
+        // A member who does not administer the organisation is refused the page.
+        let member_browser = app.browser();
+        let refused = member_browser.sign_in_to_consent(&page_url, MEMBER).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+
+        // The administrator sets the organisation's own app at acme.
+        let admin = app.browser();
+        let page = admin.sign_in_to_consent(&page_url, ADMIN).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        assert!(page.has(&format!("Organisation {ORG}")), "{}", page.body);
+        let saved = admin
+            .submit(
+                &page,
+                "form.params",
+                &[
+                    ("provider", "acme"),
+                    ("client_id", "org-app"),
+                    ("client_secret", "org-app-secret"),
+                ],
+            )
+            .await;
+        assert_eq!(saved.status, StatusCode::OK, "{}", saved.body);
+        assert!(saved.has("org-app"), "{}", saved.body);
+        assert!(!saved.has("org-app-secret"), "the secret is never shown");
+        let (stored,): (Option<String>,) =
+            sqlx::query_as("SELECT client_secret FROM organization_apps")
+                .fetch_one(&app.db().pool)
+                .await
+                .unwrap();
+        let stored = stored.unwrap();
+        assert!(!stored.contains("org-app-secret"), "sealed at rest");
+        assert_eq!(
+            audited(&app, "organization.app_set").await,
+            vec![Some(ORG.to_owned())]
+        );
+
+        // A member's flow now uses the organisation's app at the provider.
+        let member = app.connect(MEMBER).await;
+        let stats = app.peers.stats().await;
+        assert_eq!(
+            stats["grants_by_client"]["org-app"]["authorization_code"], 1,
+            "{stats}"
+        );
+        let (s, t) = token(
+            &app,
+            json!({"subject": MEMBER, "provider": "acme", "force_refresh": true}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{t}");
+
+        // The administrator connects an account for the organisation; the page lists it.
+        let admin_token = subject_token(&app, ADMIN).await;
+        let (_, e) = app
+            .post(
+                "/v1/elicitations",
+                json!({"subject_token": admin_token, "provider": "acme", "owner": "organization"}),
+            )
+            .await;
+        let consent = admin
+            .sign_in_to_consent(e["url"].as_str().unwrap(), ADMIN)
+            .await;
+        let done = admin.consent_and_allow(&consent, "shared-bot").await;
+        assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+        let page = admin.get(&page_url).await;
+        assert!(page.has("shared-bot"), "{}", page.body);
+        let member_token = subject_token(&app, MEMBER).await;
+        let (s, _) = token(
+            &app,
+            json!({"subject_token": member_token, "provider": "acme", "owner": "organization"}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK);
+
+        // Disconnecting it on the page revokes it for every member.
+        let after = admin
+            .submit(&page, "form[action$='/disconnect']", &[])
+            .await;
+        assert_eq!(after.status, StatusCode::OK, "{}", after.body);
+        let (s, v) = token(
+            &app,
+            json!({"subject_token": member_token, "provider": "acme", "owner": "organization"}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+
+        // Deleting the app revokes, at the provider, every connection made with it.
+        let revocations_before = app.peers.stats().await["revocations"].as_i64().unwrap();
+        let page = admin.get(&page_url).await;
+        let deleted = admin
+            .submit(&page, "form[action$='/apps/acme/delete']", &[])
+            .await;
+        assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+        let (status,): (String,) = sqlx::query_as("SELECT status FROM connections WHERE id = $1")
+            .bind(&member)
+            .fetch_one(&app.db().pool)
+            .await
+            .unwrap();
+        assert_eq!(status, "revoked");
+        let revocations_after = app.peers.stats().await["revocations"].as_i64().unwrap();
+        assert!(
+            revocations_after > revocations_before,
+            "revoked at the provider"
+        );
+        assert_eq!(
+            audited(&app, "organization.app_deleted").await,
+            vec![Some(ORG.to_owned())]
+        );
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM organization_apps")
+            .fetch_one(&app.db().pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 0);
+        // The member's next flow uses the operator's app again.
+        app.connect(MEMBER).await;
+        let stats = app.peers.stats().await;
+        assert_eq!(
+            stats["grants_by_client"]["mcp-connect-upstream"]["authorization_code"], 1,
+            "{stats}"
+        );
+        assert_eq!(
+            stats["grants_by_client"]["org-app"]["authorization_code"], 2,
+            "the member's first flow and the organisation's own: {stats}"
+        );
+    }
+);

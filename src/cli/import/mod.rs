@@ -372,6 +372,7 @@ async fn store_batch<'g>(
                 elicitation_id: None,
                 request_id: None,
                 detail: Some(&detail),
+                organization: None,
             })
             .await?;
         change.connection_changed(&id);

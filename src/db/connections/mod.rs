@@ -388,6 +388,8 @@ pub struct ConnectionFilter {
     pub subject: Option<String>,
     pub provider: Option<String>,
     pub status: Option<String>,
+    /// Connections the organisation owns, or that its own app issued (its members').
+    pub organization: Option<String>,
 }
 
 /// `s` for a LIKE pattern, with `\`, `%` and `_` taken literally (used with `ESCAPE '\'`).
@@ -415,15 +417,17 @@ impl Db {
             .as_deref()
             .map(|s| format!("%{}%", like_escape(&s.to_lowercase())));
         const WHERE: &str = "($1 IS NULL OR lower(subject) LIKE $1 ESCAPE '\\') AND ($2 IS NULL OR provider = $2) \
-                             AND ($3 IS NULL OR status = $3)";
+                             AND ($3 IS NULL OR status = $3) \
+                             AND ($4 IS NULL OR organization = $4 OR client_organization = $4)";
         let page = self
             .fetch_rows(
                 sqlx::query_as(&Connection::select(&format!(
-                    "{WHERE} ORDER BY updated_at DESC, id LIMIT $4 OFFSET $5"
+                    "{WHERE} ORDER BY updated_at DESC, id LIMIT $5 OFFSET $6"
                 )))
                 .bind(pattern.as_deref())
                 .bind(f.provider.as_deref())
                 .bind(f.status.as_deref())
+                .bind(f.organization.as_deref())
                 .bind(limit)
                 .bind(offset),
             )
@@ -433,6 +437,7 @@ impl Db {
                 .bind(pattern.as_deref())
                 .bind(f.provider.as_deref())
                 .bind(f.status.as_deref())
+                .bind(f.organization.as_deref())
                 .fetch_one(&self.pool)
                 .await?;
         Ok((page, total))

@@ -34,6 +34,8 @@ pub fn status_text(s: ConnectionStatus) -> &'static str {
 pub struct Row {
     pub id: String,
     pub subject: String,
+    /// The organisation that owns it, else the one whose own app issued it ('' for neither).
+    pub organization: String,
     pub provider: String,
     /// Which account at the provider: its label, else its id (a user may hold several).
     pub account: String,
@@ -49,7 +51,17 @@ impl Row {
     fn of(state: &AppState, c: &Connection) -> Self {
         Self {
             id: c.id.to_string(),
-            subject: c.subject.clone(),
+            // An organisation's connection is no user's: its owner is named instead.
+            subject: if c.subject.is_empty() {
+                format!("organisation {}", c.organization)
+            } else {
+                c.subject.clone()
+            },
+            organization: if c.organization.is_empty() {
+                c.client_organization.clone()
+            } else {
+                c.organization.clone()
+            },
             provider: provider_name(state, &c.provider),
             account: c
                 .account_label
@@ -93,6 +105,7 @@ pub struct Choice {
 #[template(path = "admin/connections.html")]
 pub struct ListPage<'a> {
     pub q: &'a str,
+    pub organization: &'a str,
     pub providers: Vec<Choice>,
     pub statuses: Vec<Choice>,
     pub rows: Vec<Row>,
@@ -108,6 +121,8 @@ pub struct ListQuery {
     provider: Option<String>,
     #[serde(default, deserialize_with = "filtered")]
     status: Option<String>,
+    #[serde(default, deserialize_with = "filtered")]
+    organization: Option<String>,
     page: Option<String>,
 }
 
@@ -120,6 +135,7 @@ pub async fn list(
         subject: q.q,
         provider: q.provider,
         status: q.status.filter(|s| STATUSES.iter().any(|(v, _)| v == s)),
+        organization: q.organization,
     };
     let page = page_number(&q.page);
     let (conns, total) = state
@@ -133,6 +149,7 @@ pub async fn list(
             ("q", filter.subject.as_deref()),
             ("provider", filter.provider.as_deref()),
             ("status", filter.status.as_deref()),
+            ("organization", filter.organization.as_deref()),
         ],
         page,
         rows.len(),
@@ -161,6 +178,7 @@ pub async fn list(
         "Connections",
         &ListPage {
             q: filter.subject.as_deref().unwrap_or(""),
+            organization: filter.organization.as_deref().unwrap_or(""),
             providers,
             statuses,
             rows,
