@@ -325,7 +325,7 @@ fn bin() -> std::process::Command {
     c
 }
 
-fn run(config: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn run(config: &std::path::Path, args: &[&str]) -> (bool, String, String) {
     let out = bin()
         .arg("--config")
         .arg(config)

@@ -225,6 +225,43 @@ on_both_databases!(
             StatusCode::OK,
             "the organisation's connection still works"
         );
+
+        // Operators list and revoke by organisation.
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("mcp-connect.toml");
+        let opts = Options {
+            key: app.key.clone(),
+            ..options("")
+        };
+        std::fs::write(
+            &config,
+            config_toml(&app.url, &app.db_url, &app.peers, &opts),
+        )
+        .unwrap();
+        let run = crate::operations::run;
+        let (ok, out, err) = run(&config, &["connections", "list", "--organization", ORG]);
+        assert!(ok, "{err}");
+        assert!(out.contains(&org_conn), "{out}");
+        assert!(
+            !out.contains(&own),
+            "a member's own connection is not the organisation's: {out}"
+        );
+        let (ok, out, err) = run(
+            &config,
+            &["connections", "revoke-organization", ORG, "--yes"],
+        );
+        assert!(ok, "{err}");
+        assert!(out.contains("revoked 1 connection"), "{out}");
+        let (s, v) = token(
+            &app,
+            json!({"subject_token": member_token, "provider": "acme"}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+        assert_eq!(
+            audited(&app, "admin.connection_revoked").await,
+            vec![Some(ORG.to_owned())]
+        );
     }
 );
 
