@@ -256,3 +256,79 @@ fn webhook_settings_are_validated_and_named() {
     let e = Config::from_parts(&no_secret, &[]).unwrap_err().to_string();
     assert!(e.contains("clients[0].webhook_secret"), "{e}");
 }
+
+#[test]
+fn organisation_claims_and_apps_are_checked_together() {
+    let app = "[providers.github.organizations.\"acme-corp\"]\nclient_id = \"Iv1.acme\"\nclient_secret = \"s\"\n";
+    let with_app = format!("{}{app}", base());
+    // An organisation's app without the claim that names organisations.
+    let e = Config::from_parts(&with_app, &[]).unwrap_err().to_string();
+    assert!(e.contains("`providers.github.organizations`"), "{e}");
+    // An admin claim without the organisation claim, or without its values.
+    let e = Config::from_parts(
+        &base(),
+        &env(&[("MCP_CONNECT_IDENTITY__ORGANIZATION_ADMIN_CLAIM", "org_role")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("`identity.organization_claim`"), "{e}");
+    let e = Config::from_parts(
+        &base(),
+        &env(&[
+            ("MCP_CONNECT_IDENTITY__ORGANIZATION_CLAIM", "org_id"),
+            ("MCP_CONNECT_IDENTITY__ORGANIZATION_ADMIN_CLAIM", "org_role"),
+        ]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("`identity.organization_admin_values`"), "{e}");
+    // An empty organisation id or client id.
+    let bad = format!(
+        "{}[providers.github.organizations.\"\"]\nclient_id = \"\"\n",
+        base()
+    );
+    let e = Config::from_parts(
+        &bad,
+        &env(&[("MCP_CONNECT_IDENTITY__ORGANIZATION_CLAIM", "org_id")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("an organisation id is 1 to 255"), "{e}");
+    assert!(e.contains(".client_id`: is required"), "{e}");
+    // All together: loads, and membership follows the claims.
+    let c = Config::from_parts(
+        &with_app,
+        &env(&[
+            ("MCP_CONNECT_IDENTITY__ORGANIZATION_CLAIM", "org_id"),
+            ("MCP_CONNECT_IDENTITY__ORGANIZATION_ADMIN_CLAIM", "org_role"),
+            (
+                "MCP_CONNECT_IDENTITY__ORGANIZATION_ADMIN_VALUES",
+                "[\"admin\"]",
+            ),
+        ]),
+    )
+    .unwrap();
+    let claims = |v: serde_json::Value| v.as_object().unwrap().clone();
+    let m = c
+        .identity
+        .membership(&claims(
+            serde_json::json!({"org_id": "acme-corp", "org_role": ["member", "admin"]}),
+        ))
+        .unwrap();
+    assert_eq!((m.organization.as_str(), m.admin), ("acme-corp", true));
+    let m = c
+        .identity
+        .membership(&claims(
+            serde_json::json!({"org_id": 42, "org_role": "member"}),
+        ))
+        .unwrap();
+    assert_eq!((m.organization.as_str(), m.admin), ("42", false));
+    for none in [
+        serde_json::json!({}),
+        serde_json::json!({"org_id": ""}),
+        serde_json::json!({"org_id": ["a"]}),
+        serde_json::json!({"org_id": "a\u{0}b"}),
+    ] {
+        assert_eq!(c.identity.membership(&claims(none.clone())), None, "{none}");
+    }
+}
