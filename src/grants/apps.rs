@@ -134,8 +134,10 @@ impl Grants {
         Ok(views)
     }
 
-    /// Sets organisation `org`'s own app at `provider`, as administrator `by`. Grants made
-    /// with an earlier app of the organisation keep being refreshed with the new one.
+    /// Sets organisation `org`'s own app at `provider`, as administrator `by`. Grants made with
+    /// an earlier app of the organisation are refreshed with the new one from now on: a new
+    /// secret for the same client keeps them working; another client id does not (the
+    /// provider refuses, and their users reconnect).
     pub async fn set_organization_app(
         &self,
         org: &str,
