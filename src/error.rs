@@ -17,6 +17,10 @@ pub enum Error {
     Unauthorized,
     #[error("{0}")]
     ForbiddenProvider(String),
+    /// An organisation's connection asked for without a proven membership (no organisation
+    /// claim in the `subject_token`, a bare `subject`, or no organisations configured).
+    #[error("{0}")]
+    NoOrganization(String),
     /// A `subject_token` that does not prove the subject (expired, another audience, another
     /// key, another subject), or none where the API client must send one.
     #[error("{0}")]
@@ -281,6 +285,7 @@ impl Error {
         match self {
             Self::Unauthorized => ErrorCode::Unauthorized,
             Self::ForbiddenProvider(_) => ErrorCode::ForbiddenProvider,
+            Self::NoOrganization(_) => ErrorCode::Forbidden,
             Self::InvalidSubjectToken(_) => ErrorCode::InvalidSubjectToken,
             Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
             Self::InvalidRequestState(_) => ErrorCode::InvalidRequestState,

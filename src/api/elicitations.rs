@@ -109,7 +109,7 @@ pub fn validate_scopes(scopes: &Option<Vec<String>>) -> Result<()> {
     responses((status = 201, body = ElicitationView, description = "A new elicitation, or the pending one for the same subject and provider"),
         (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request`: the body is not JSON, lacks a field, breaks a limit, or gives an unknown or invalid parameter"),
         (status = 401, body = crate::api::error::ErrorBody, description = "`unauthorized` (API key) or `invalid_subject_token`"),
-        (status = 403, body = crate::api::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider"),
+        (status = 403, body = crate::api::error::ErrorBody, description = "`forbidden_provider`: this API client may not use the provider; `forbidden`: `owner: \"organization\"` where organisations are not configured, or with a `subject_token` that names no organisation"),
         (status = 404, body = crate::api::error::ErrorBody, description = "`not_found`: no such provider is configured"),
         (status = 413, body = crate::api::error::ErrorBody, description = "`invalid_request`: the body is larger than 16 KiB")),
     security(("api_key" = [])))]

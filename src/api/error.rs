@@ -46,7 +46,9 @@ pub struct ErrorBody {
 pub fn status(e: &Error) -> StatusCode {
     match e {
         Error::Unauthorized | Error::InvalidSubjectToken(_) => StatusCode::UNAUTHORIZED,
-        Error::ForbiddenProvider(_) | Error::InsufficientScope { .. } => StatusCode::FORBIDDEN,
+        Error::ForbiddenProvider(_)
+        | Error::NoOrganization(_)
+        | Error::InsufficientScope { .. } => StatusCode::FORBIDDEN,
         Error::InvalidRequest(_) | Error::InvalidRequestState(_) => StatusCode::BAD_REQUEST,
         Error::NotFound(_) | Error::NotConnected { .. } => StatusCode::NOT_FOUND,
         Error::AuthorizationRequired { .. }

@@ -26,14 +26,15 @@ impl Connect {
     /// administrator has at sign-in. A token that names no organisation is refused.
     pub fn organization_owner(&self, principal: &Principal, had_token: bool) -> Result<Owner> {
         if self.identity.config().organization_claim.is_none() {
-            return Err(Error::invalid(
-                "owner \"organization\" needs organisations: the operator sets [identity] organization_claim",
+            return Err(Error::NoOrganization(
+                "owner \"organization\" needs organisations: the operator sets [identity] organization_claim".into(),
             ));
         }
         match (&principal.membership, had_token) {
             (Some(m), _) => Ok(Owner::Organization(Some(m.organization.clone()))),
-            (None, true) => Err(Error::invalid(
-                "the subject_token names no organisation, so there is no organisation to connect for",
+            (None, true) => Err(Error::NoOrganization(
+                "the subject_token names no organisation, so there is no organisation to connect for"
+                    .into(),
             )),
             (None, false) => Ok(Owner::Organization(None)),
         }

@@ -117,8 +117,8 @@ impl Connect {
             (Whose::Own, _) => None,
             (_, Some(m)) => Some(m.organization.clone()),
             (Whose::Organization, None) => {
-                return Err(Error::invalid(
-                    "owner \"organization\" needs a subject_token whose claims name the user's organisation",
+                return Err(Error::NoOrganization(
+                    "owner \"organization\" needs a subject_token whose claims name the user's organisation".into(),
                 ));
             }
             (Whose::Any, None) => None,

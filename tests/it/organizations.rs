@@ -93,7 +93,7 @@ on_both_databases!(
                 json!({"subject_token": loner_token, "provider": "acme", "owner": "organization"}),
             )
             .await;
-        assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+        assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
 
         // The administrator connects the organisation's account; the page says who uses it.
         let (s, e) = app
@@ -156,7 +156,11 @@ on_both_databases!(
             json!({"subject_token": loner_token, "provider": "acme", "owner": "organization"}),
         ] {
             let (s, v) = token(&app, ask.clone()).await;
-            assert_eq!(s, StatusCode::BAD_REQUEST, "{ask} → {v}");
+            assert_eq!(
+                (s, v["error"].as_str()),
+                (StatusCode::FORBIDDEN, Some("forbidden")),
+                "{ask} → {v}"
+            );
         }
         // A forged token (another signature) reaches nothing.
         let mut forged = member_token.clone();

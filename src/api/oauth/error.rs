@@ -107,6 +107,8 @@ impl From<Error> for OAuthError {
             Error::Unauthorized => Self::new(InvalidClient, "unknown client or wrong API key"),
             // Expired, another audience or issuer, not signed by the identity issuer, malformed.
             Error::InvalidSubjectToken(m) => Self::new(InvalidGrant, m),
+            // The subject_token proves no organisation: it grants nothing of one.
+            Error::NoOrganization(m) => Self::new(InvalidGrant, m),
             Error::InvalidRequest(m) => Self::new(InvalidRequest, m),
             Error::InvalidRequestState(_) => Self::new(InvalidRequest, description),
             Error::NotFound(m) | Error::ForbiddenProvider(m) => Self::new(InvalidTarget, m),
