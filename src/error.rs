@@ -79,7 +79,9 @@ pub enum Error {
         message: Text,
     },
     /// The client has `token_access = "proxy"`: it never receives provider tokens.
-    #[error("this API client may use providers only through the proxy (token_access = \"proxy\"): call /v1/proxy/{{provider}}/{{path}} instead of asking for the token")]
+    #[error(
+        "this API client may use providers only through the proxy (token_access = \"proxy\"): call /v1/proxy/{{provider}}/{{path}} instead of asking for the token"
+    )]
     ProxyOnly,
     /// Not allowed by the proxy's allow-lists (a path or method of the provider's API).
     #[error("{0}")]

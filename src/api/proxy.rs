@@ -53,7 +53,10 @@ pub async fn forward(
     state.limits.check_proxy(&client.0.id)?;
     let (parts, body) = req.into_parts();
     let (provider, path) = split(parts.uri.path())?;
-    let subject_token = header(&parts.headers, crate::connect::subject::SUBJECT_TOKEN_HEADER)?;
+    let subject_token = header(
+        &parts.headers,
+        crate::connect::subject::SUBJECT_TOKEN_HEADER,
+    )?;
     let subject = header(&parts.headers, "connect-subject")?;
     let account = header(&parts.headers, "connect-account")?;
     super::tokens::validate_account(account)?;

@@ -403,7 +403,8 @@ fn check_api_base_url(key: &str, base: &str, p: &ProviderConfig, r: &mut Report)
     let entry = p.kind.as_ref().and_then(ProviderKind::entry);
     let names = super::catalog::placeholders(base);
     for n in &names {
-        let known = entry.is_some_and(|e| e.param(n).is_some() || e.metadata_names().any(|m| m == *n));
+        let known =
+            entry.is_some_and(|e| e.param(n).is_some() || e.metadata_names().any(|m| m == *n));
         if !known {
             r.err(
                 key,

@@ -104,6 +104,8 @@ pub enum Upload {
         body: reqwest::Body,
         over_limit: Arc<AtomicBool>,
     },
+    /// A streaming body already sent.
+    Spent,
 }
 
 impl Upload {
@@ -137,15 +139,15 @@ impl Upload {
 
     /// Whether the call can be made again (after a refresh).
     pub fn replayable(&self) -> bool {
-        !matches!(self, Self::Streaming { .. })
+        !matches!(self, Self::Streaming { .. } | Self::Spent)
     }
 
     /// The body for one attempt, and the flag a streaming one raises when over its limit.
     fn take(&mut self) -> (Option<reqwest::Body>, Option<Arc<AtomicBool>>) {
         match self {
-            Self::Empty => (None, None),
+            Self::Empty | Self::Spent => (None, None),
             Self::Buffered(b) => (Some(reqwest::Body::from(b.clone())), None),
-            Self::Streaming { .. } => match std::mem::replace(self, Self::Empty) {
+            Self::Streaming { .. } => match std::mem::replace(self, Self::Spent) {
                 Self::Streaming { body, over_limit } => (Some(body), Some(over_limit)),
                 _ => (None, None),
             },
@@ -303,5 +305,36 @@ mod tests {
         ]));
         let names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["content-type", "location"]);
+    }
+
+    /// A streamed body with a declared length arrives whole.
+    #[tokio::test]
+    async fn a_streamed_body_with_a_declared_length_arrives() {
+        let app = axum::Router::new()
+            .fallback(|body: axum::body::Bytes| async move { body.len().to_string() });
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/x", l.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(l, app).await });
+        let http = Http::build(
+            crate::config::ssrf::Policy::new(vec![
+                crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
+            ]),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let chunks = (0..10).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; 10_240])));
+        let mut up = Upload::streaming(futures_util::stream::iter(chunks), 1 << 20);
+        let headers = map(&[("content-length", "102400")]);
+        let r = send(
+            &http,
+            http::Method::POST,
+            url.parse().unwrap(),
+            headers,
+            &mut up,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.text().await.unwrap(), "102400");
     }
 }

@@ -71,7 +71,7 @@ pub struct Proxied {
 impl Connect {
     /// Forwards `ask` to the provider's API with the connection's token.
     pub async fn proxy(&self, mut ask: ProxyAsk<'_>) -> Result<Proxied> {
-        let path = target::confine(ask.path).map_err(|m| Error::invalid(m))?;
+        let path = target::confine(ask.path).map_err(Error::invalid)?;
         let provider = self.provider_for_client(ask.client, ask.provider)?.clone();
         let template = provider.api_base_url().ok_or_else(|| {
             Error::not_found(format!(
@@ -258,7 +258,10 @@ fn credential(
 
 /// Refuses what the provider's or the client's allow-list does not name.
 fn allowed(client: &ClientConfig, provider: &Provider, method: &Method, path: &str) -> Result<()> {
-    let rules = [Some(provider.proxy_rules()), client.proxy.get(&provider.name)];
+    let rules = [
+        Some(provider.proxy_rules()),
+        client.proxy.get(&provider.name),
+    ];
     for r in rules.into_iter().flatten() {
         if !r.allows_method(method.as_str()) {
             return Err(Error::Forbidden(format!(

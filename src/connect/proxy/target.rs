@@ -74,7 +74,10 @@ fn segment(seg: &str) -> Result<String, String> {
     }
     // Decoded once more by a careless server, `%252e%252e` would be `..`.
     let lower = text.to_ascii_lowercase();
-    if ["%2e", "%2f", "%5c", "%25"].iter().any(|e| lower.contains(e)) {
+    if ["%2e", "%2f", "%5c", "%25"]
+        .iter()
+        .any(|e| lower.contains(e))
+    {
         return Err("the path has a double-encoded ., /, \\ or %".into());
     }
     Ok(text)
@@ -114,12 +117,11 @@ pub fn api_base(
     for (i, ph) in placeholders(template).into_iter().enumerate() {
         let token = format!("{{{ph}}}");
         let value = match (entry.param(ph), metadata.get(ph).and_then(|v| v.as_str())) {
-            (Some(_), _) => {
-                crate::providers::params::fill(&token, entry, params, client_id)
-                    .map_err(|e| format!("the API base URL cannot be made: {e}"))?
+            (Some(_), _) => crate::providers::params::fill(&token, entry, params, client_id)
+                .map_err(|e| format!("the API base URL cannot be made: {e}"))?,
+            (None, Some(v)) if i == 0 && template.starts_with(&token) => {
+                origin(v).ok_or_else(|| format!("the connection's {ph} is not an https origin"))?
             }
-            (None, Some(v)) if i == 0 && template.starts_with(&token) => origin(v)
-                .ok_or_else(|| format!("the connection's {ph} is not an https origin"))?,
             (None, Some(v)) if safe_in_url(v) => v.to_owned(),
             (None, _) => {
                 return Err(format!(
@@ -137,8 +139,7 @@ pub fn api_base(
     {
         return Err("the API base URL is not an http(s) URL without query".into());
     }
-    crate::config::require_https_off_loopback(&url)
-        .map_err(|m| format!("the API base URL {m}"))?;
+    crate::config::require_https_off_loopback(&url).map_err(|m| format!("the API base URL {m}"))?;
     Ok(url)
 }
 
@@ -162,8 +163,7 @@ pub fn join(base: &Url, path: &ConfinedPath, query: Option<&str>) -> Result<Url,
     let mut url = base.clone();
     url.set_path(&format!("{prefix}/{}", path.raw));
     url.set_query(query.filter(|q| !q.is_empty()));
-    let below = url.path() == format!("{prefix}/")
-        || url.path().starts_with(&format!("{prefix}/"));
+    let below = url.path() == format!("{prefix}/") || url.path().starts_with(&format!("{prefix}/"));
     if url.origin() != base.origin() || !below {
         return Err("the path leaves the provider's API base".into());
     }
