@@ -6,7 +6,7 @@
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use super::{ApiClient, ApiLang};
 use crate::AppState;
@@ -22,6 +22,9 @@ pub const REPLAYABLE_BODY: u64 = 64 * 1024;
 
 const PREFIX: &str = "/v1/proxy/";
 
+/// On an error answered by mcp-connect itself (not passed on from the provider): its code.
+pub const OWN_ERROR: &str = "mcp-connect-error";
+
 #[utoipa::path(
     method(get, post, put, patch, delete),
     path = "/v1/proxy/{provider}/{path}",
@@ -33,7 +36,7 @@ const PREFIX: &str = "/v1/proxy/";
         ("Connect-Account" = Option<String>, Header, description = "which of the user's accounts at the provider (its id or label; default: the user's default account)"),
     ),
     responses(
-        (status = 200, description = "The provider's answer, whatever its status, streamed: its headers without `Set-Cookie` and hop-by-hop ones. A redirect is returned, never followed. `MCP-Connect-Token-Refreshed: true` on a 401 means the provider refused the token, it was refreshed, and the call (whose body was too large to keep) may be sent again"),
+        (status = 200, description = "The provider's answer, whatever its status (errors answered by mcp-connect itself carry `MCP-Connect-Error: <code>`), streamed: its headers without `Set-Cookie` and hop-by-hop ones. A redirect is returned, never followed. `MCP-Connect-Token-Refreshed: true` on a 401 means the provider refused the token, it was refreshed, and the call (whose body was too large to keep) may be sent again"),
         (status = 400, body = crate::api::error::ErrorBody, description = "`invalid_request`: a path that could leave the API base, a bad header"),
         (status = 403, body = crate::api::error::ErrorBody, description = "`forbidden_provider`; `forbidden`: a path or method the provider's or this client's allow-list does not name"),
         (status = 404, body = crate::api::error::ErrorBody, description = "`not_connected`; `not_found`: no such provider, or it has no API base URL"),
@@ -45,11 +48,35 @@ const PREFIX: &str = "/v1/proxy/";
     security(("api_key" = [])))]
 pub async fn forward(
     State(state): State<AppState>,
-    client: ApiClient,
+    client: Result<ApiClient, ApiError>,
     rid: RequestId,
     ApiLang(lang): ApiLang,
     req: Request,
+) -> Response {
+    match answer(state, client, rid, lang, req).await {
+        Ok(r) => r,
+        // The provider's own answers may be errors too: ours say they are ours.
+        Err(e) => {
+            let code = match &e {
+                ApiError::Domain(d) => d.code().as_str(),
+                ApiError::Limited(_) => crate::error::ErrorCode::RateLimited.as_str(),
+            };
+            let mut r = e.into_response();
+            r.headers_mut()
+                .insert(OWN_ERROR, HeaderValue::from_static(code));
+            r
+        }
+    }
+}
+
+async fn answer(
+    state: AppState,
+    client: Result<ApiClient, ApiError>,
+    rid: RequestId,
+    lang: crate::i18n::Lang,
+    req: Request,
 ) -> Result<Response, ApiError> {
+    let client = client?;
     state.limits.check_proxy(&client.0.id)?;
     let (parts, body) = req.into_parts();
     let (provider, path) = split(parts.uri.path())?;

@@ -350,6 +350,7 @@ on_both_databases!(
             .unwrap();
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(r.headers()["mcp-connect-token-refreshed"], "true");
+        assert!(r.headers().get("mcp-connect-error").is_none());
         assert_eq!(up.calls().len(), before + 3);
         let r = proxy(&app, reqwest::Method::POST, "flaky", "alice")
             .body(big)
@@ -371,6 +372,8 @@ on_both_databases!(
             .await
             .unwrap();
         assert_eq!(r.status(), StatusCode::NOT_FOUND);
+        // Our own errors say so; the provider's never carry the header.
+        assert_eq!(r.headers()["mcp-connect-error"], "not_connected");
         let r = client()
             .get(format!("{}/v1/proxy/nope/x", app.url))
             .bearer_auth(API_KEY)
@@ -504,6 +507,39 @@ on_both_databases!(
         assert_eq!(r.status(), StatusCode::OK);
         let v: Value = r.json().await.unwrap();
         assert!(v.to_string().contains("carol"), "{v}");
+        // The Rust client: the provider's answer, or mcp-connect's own refusal as an error.
+        let c = mcp_connect_client::Client::new(&app.url, API_KEY);
+        let r = c
+            .proxy(mcp_connect_client::ProxyRequest::for_subject(
+                reqwest::Method::GET,
+                "acme",
+                "whoami",
+                "carol",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let e = c
+            .proxy(mcp_connect_client::ProxyRequest::for_subject(
+                reqwest::Method::GET,
+                "acme",
+                "whoami",
+                "dave",
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some("not_connected"), "{e}");
+        // The provider's own 404 is an answer, not an error of ours.
+        let r = c
+            .proxy(mcp_connect_client::ProxyRequest::for_subject(
+                reqwest::Method::GET,
+                "acme",
+                "no-such-endpoint",
+                "carol",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
         app.shutdown().await;
     }
 );
