@@ -537,7 +537,7 @@ id = "other-mcp"
 api_key = "{OTHER_API_KEY}"
 providers = ["acme", "other"]
 
-{acme}api_base_url = "{acme_api}"
+{acme}{acme_api}
 [providers.other]
 {other}
 {extra}
@@ -545,10 +545,12 @@ providers = ["acme", "other"]
         identity = testkit::peers::identity_toml(&peers.identity),
         identity_extra = opts.identity_extra,
         acme = testkit::peers::provider_toml(&peers.upstream),
-        acme_api = opts
-            .acme_api_base_url
-            .clone()
-            .unwrap_or_else(|| format!("{}/api", peers.upstream)),
+        // Without peers (tests of start-up alone) the acme table has no address to build on.
+        acme_api = match (&opts.acme_api_base_url, peers.upstream.is_empty()) {
+            (Some(u), _) => format!("api_base_url = \"{u}\"\n"),
+            (None, false) => format!("api_base_url = \"{}/api\"\n", peers.upstream),
+            (None, true) => String::new(),
+        },
     )
 }
 
