@@ -179,9 +179,15 @@ pub async fn send(
     upload: &mut Upload,
     timeout: Duration,
 ) -> Result<reqwest::Response, ForwardError> {
+    let kept = matches!(upload, Upload::Buffered(_));
     let (body, over_limit) = upload.take();
     let mut req = http.request(method, url).timeout(timeout);
     for (name, value) in &headers {
+        // A kept body's length is the client's to set (once); a streamed one keeps the
+        // caller's, so the provider gets what it was told.
+        if kept && name == header::CONTENT_LENGTH {
+            continue;
+        }
         req = req.header(name, value);
     }
     if let Some(b) = body {
