@@ -103,6 +103,8 @@ pub struct ConfigOpts {
     pub refresh_ahead_seconds: Option<u64>,
     /// The bench client's `subject_token_audience`: it accepts MCP access tokens for it.
     pub subject_token_audience: Option<String>,
+    /// `api_base_url` of `acme`: where `/v1/proxy/acme/...` goes.
+    pub api_base_url: Option<String>,
 }
 
 pub fn config_toml(
@@ -120,6 +122,11 @@ pub fn config_toml(
         .subject_token_audience
         .as_ref()
         .map(|a| format!("subject_token_audience = \"{a}\""))
+        .unwrap_or_default();
+    let api = o
+        .api_base_url
+        .as_ref()
+        .map(|u| format!("api_base_url = \"{u}\"\n"))
         .unwrap_or_default();
     // `BENCH_CACHE_MAX_ENTRIES=0` runs the app without its token cache (an A/B in one build).
     let cache = std::env::var("BENCH_CACHE_MAX_ENTRIES")
@@ -139,6 +146,10 @@ outbound_allow_cidrs = ["127.0.0.0/8"]
 [limits]
 api_requests_per_second = 1000000
 api_burst = 1000000
+proxy_requests_per_second = 1000000
+proxy_burst = 1000000
+proxy_response_body_bytes = 4294967296
+proxy_timeout_seconds = 600
 
 {identity}
 [[clients]]
@@ -148,7 +159,7 @@ api_key = "{API_KEY}"
 providers = ["acme"]
 {audience}
 
-{acme}"#,
+{acme}{api}"#,
         identity = testkit::peers::identity_toml(&peers.identity),
         acme = testkit::peers::provider_toml(&peers.upstream),
     );
