@@ -545,12 +545,8 @@ providers = ["acme", "other"]
         identity = testkit::peers::identity_toml(&peers.identity),
         identity_extra = opts.identity_extra,
         acme = testkit::peers::provider_toml(&peers.upstream),
-        // Without peers (tests of start-up alone) the acme table has no address to build on.
-        acme_api = match (&opts.acme_api_base_url, peers.upstream.is_empty()) {
-            (Some(u), _) => format!("api_base_url = \"{u}\"\n"),
-            (None, false) => format!("api_base_url = \"{}/api\"\n", peers.upstream),
-            (None, true) => String::new(),
-        },
+        acme_api =
+            testkit::peers::api_base_toml(opts.acme_api_base_url.as_deref(), &peers.upstream),
     )
 }
 
