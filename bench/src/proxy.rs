@@ -64,39 +64,40 @@ async fn start_upstream() -> anyhow::Result<(std::net::SocketAddr, UpstreamRt)> 
         .thread_name("upstream")
         .enable_all()
         .build()?;
-    let addr = rt.spawn(async {
-        let chunk = Bytes::from(vec![b'x'; CHUNK]);
-        let app = axum::Router::new()
-            .route(
-                "/api/x",
-                axum::routing::get(|| async {
-                    (
-                        [(axum::http::header::CONTENT_TYPE, "application/json")],
-                        SMALL,
-                    )
-                }),
-            )
-            .route(
-                "/api/gib",
-                axum::routing::get(
-                    move |axum::extract::Query(q): axum::extract::Query<
-                        std::collections::HashMap<String, u64>,
-                    >| {
-                        let chunk = chunk.clone();
-                        async move {
-                            let n = q.get("bytes").copied().unwrap_or(1 << 30) / CHUNK as u64;
-                            let s = futures_stream(chunk, n);
-                            axum::body::Body::from_stream(s)
-                        }
-                    },
-                ),
-            );
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = l.local_addr()?;
-        tokio::spawn(async move { axum::serve(l, app).await });
-        anyhow::Ok(addr)
-    })
-    .await??;
+    let addr = rt
+        .spawn(async {
+            let chunk = Bytes::from(vec![b'x'; CHUNK]);
+            let app = axum::Router::new()
+                .route(
+                    "/api/x",
+                    axum::routing::get(|| async {
+                        (
+                            [(axum::http::header::CONTENT_TYPE, "application/json")],
+                            SMALL,
+                        )
+                    }),
+                )
+                .route(
+                    "/api/gib",
+                    axum::routing::get(
+                        move |axum::extract::Query(q): axum::extract::Query<
+                            std::collections::HashMap<String, u64>,
+                        >| {
+                            let chunk = chunk.clone();
+                            async move {
+                                let n = q.get("bytes").copied().unwrap_or(1 << 30) / CHUNK as u64;
+                                let s = futures_stream(chunk, n);
+                                axum::body::Body::from_stream(s)
+                            }
+                        },
+                    ),
+                );
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let addr = l.local_addr()?;
+            tokio::spawn(async move { axum::serve(l, app).await });
+            anyhow::Ok(addr)
+        })
+        .await??;
     Ok((addr, UpstreamRt(Some(rt))))
 }
 
@@ -302,8 +303,77 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         "got {got} bytes"
     );
     app.stop().await;
+    if setup::binary_path().exists() {
+        binary_memory(&url, &peers, &opts, args.stream_bytes).await?;
+    } else {
+        eprintln!("no release binary: the service's own RSS while streaming is not measured");
+    }
     setup::drop_db(Engine::Sqlite, name).await?;
     drop(haproxy);
     drop(up_rt);
+    Ok(())
+}
+
+/// The same stream through the release binary as its own process: its RSS alone.
+async fn binary_memory(
+    db_url: &str,
+    peers: &PeerUrls,
+    opts: &ConfigOpts,
+    bytes: u64,
+) -> anyhow::Result<()> {
+    let bin = setup::BinaryProcess::start(db_url, peers, opts).await?;
+    let pid = bin.pid().unwrap_or(0);
+    let client = setup::api_client()?;
+    // One small call first: the process as it is once it has served.
+    let warm = client
+        .get(format!("{}/v1/proxy/acme/x", bin.url))
+        .bearer_auth(setup::API_KEY)
+        .header("connect-subject", "user0")
+        .send()
+        .await?;
+    anyhow::ensure!(warm.status() == 200, "binary: {}", warm.status());
+    let _ = warm.bytes().await?;
+    let before = setup::rss_of(pid).0;
+    let peak = Arc::new(AtomicU64::new(before));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (peak, done) = (peak.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(setup::rss_of(pid).0, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let t0 = Instant::now();
+    let mut resp = client
+        .get(format!("{}/v1/proxy/acme/gib?bytes={bytes}", bin.url))
+        .bearer_auth(setup::API_KEY)
+        .header("connect-subject", "user0")
+        .send()
+        .await?;
+    let mut got: u64 = 0;
+    while let Some(c) = resp.chunk().await? {
+        got += c.len() as u64;
+    }
+    let took = t0.elapsed();
+    done.store(true, Ordering::Relaxed);
+    let _ = sampler.await;
+    let peak = peak.load(Ordering::Relaxed);
+    println!();
+    println!("The release binary as its own process (its RSS alone):");
+    println!();
+    println!("| streamed | took s | MiB/s | RSS before MiB | RSS peak MiB | rise MiB |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {} MiB | {:.2} | {:.0} | {:.1} | {:.1} | {:.1} |",
+        got >> 20,
+        took.as_secs_f64(),
+        (got >> 20) as f64 / took.as_secs_f64(),
+        before as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        peak.saturating_sub(before) as f64 / 1024.0
+    );
+    bin.stop().await;
     Ok(())
 }

@@ -21,8 +21,12 @@ use tokio::process::Child;
 pub const API_KEY: &str = "bench-api-key-0123456789abcdefghijklmnop";
 const BENCH_KEY: &str = "kbench:YmVuY2gta2V5LWJlbmNoLWtleS1iZW5jaC1rZXktISE=";
 
+/// `target/release/mcp-connect`, or `$MCP_CONNECT_BIN` (a release build in another target
+/// folder).
 pub fn binary_path() -> PathBuf {
-    testkit::repo_root().join("target/release/mcp-connect")
+    std::env::var_os("MCP_CONNECT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| testkit::repo_root().join("target/release/mcp-connect"))
 }
 
 /// `nproc`, load average and a timestamp, for the line above every table.
