@@ -236,6 +236,10 @@ impl AppState {
             tracing::warn!(error = %e, "cleanup failed");
         }
         self.refusals.flush(&self.db, crate::time::now()).await;
+        self.connect
+            .proxy_usage
+            .flush(&self.db, crate::time::now())
+            .await;
         if let Err(e) = self.connect.expire_elicitations().await {
             tracing::warn!(error = %e, "expiring elicitations failed");
         }

@@ -82,6 +82,18 @@ pub enum Error {
         title: Text,
         message: Text,
     },
+    /// The client has `token_access = "proxy"`: it never receives provider tokens.
+    #[error(
+        "this API client may use providers only through the proxy (token_access = \"proxy\"): call /v1/proxy/{{provider}}/{{path}} instead of asking for the token"
+    )]
+    ProxyOnly,
+    /// Not allowed by the proxy's allow-lists (a path or method of the provider's API).
+    #[error("{0}")]
+    Forbidden(String),
+    /// A proxied call to the provider's API failed: the message says how (never a URL or a
+    /// token).
+    #[error("{}", .0.message())]
+    Gateway(GatewayFailure),
     #[error("a dependency is unavailable")]
     Unavailable(#[source] anyhow::Error),
     #[error("the provider failed")]
@@ -127,6 +139,40 @@ named_enum! {
         InvalidState,
         NotSignedIn,
         SignInFailed,
+        /// `/v1/tokens` or `/oauth2/token` asked by a client with `token_access = "proxy"`.
+        ProxyOnly,
+    }
+}
+
+/// How a proxied call to a provider's API failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GatewayFailure {
+    /// The provider's answer says it is longer than the limit.
+    ResponseTooLarge { limit: u64 },
+    /// The provider did not answer (headers) within the time limit.
+    Timeout { seconds: u64 },
+    /// The SSRF guard refused the provider's address.
+    Refused,
+    /// The provider could not be reached.
+    Unreachable,
+    /// The connection's base URL could not be made (a stored parameter or metadata value
+    /// does not check, or the provider has no API base URL).
+    NoBase(String),
+}
+
+impl GatewayFailure {
+    pub fn message(&self) -> String {
+        match self {
+            Self::ResponseTooLarge { limit } => format!(
+                "the provider's answer is larger than the proxy's limit of {limit} bytes; nothing of it was passed on"
+            ),
+            Self::Timeout { seconds } => {
+                format!("the provider did not answer within {seconds} s")
+            }
+            Self::Refused => "the provider's API address is not allowed (SSRF guard)".into(),
+            Self::Unreachable => "the provider's API could not be reached".into(),
+            Self::NoBase(why) => why.clone(),
+        }
     }
 }
 
@@ -300,6 +346,9 @@ impl Error {
             Self::Unavailable(_) => ErrorCode::Unavailable,
             Self::Upstream(_) | Self::AuthorizationFailed { .. } => ErrorCode::UpstreamError,
             Self::Internal(_) => ErrorCode::Internal,
+            Self::ProxyOnly => ErrorCode::ProxyOnly,
+            Self::Forbidden(_) => ErrorCode::Forbidden,
+            Self::Gateway(_) => ErrorCode::UpstreamError,
         }
     }
 
@@ -398,6 +447,7 @@ mod tests {
                 "invalid_state",
                 "not_signed_in",
                 "sign_in_failed",
+                "proxy_only",
             ]
         );
     }

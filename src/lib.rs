@@ -154,6 +154,7 @@ impl AppState {
             waiters: waiters.clone(),
             grants: grants.clone(),
             signals: signals.clone(),
+            proxy_usage: Default::default(),
         });
         Ok(AppState(Arc::new(AppInner {
             identity,

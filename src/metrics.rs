@@ -67,6 +67,23 @@ struct UpstreamLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProxyLabels {
+    provider: String,
+    /// `2xx` .. `5xx`, or `error` when the provider gave no answer.
+    class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabels {
+    provider: String,
+}
+
+/// Proxied calls are often a few milliseconds: 0.5 ms .. ~16 s.
+fn proxy_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateRefusalLabels {
     callback: String,
     reason: String,
@@ -94,6 +111,8 @@ struct Inner {
     pool: Family<PoolLabels, Gauge>,
     pool_max: Gauge,
     state_refusals: Family<StateRefusalLabels, Counter>,
+    proxied: Family<ProxyLabels, Counter>,
+    proxy_upstream_seconds: Family<ProviderLabels, Histogram, fn() -> Histogram>,
 }
 
 /// The database pool's gauges, read when the metrics are scraped.
@@ -148,7 +167,7 @@ impl Metrics {
         let rate_limited = Family::<LimitLabels, Counter>::default();
         registry.register(
             "rate_limited",
-            "Requests refused with 429 by limit (browser, failed_auth, api_client, sse_streams, long_polls, per_address)",
+            "Requests refused with 429 by limit (browser, failed_auth, api_client, sse_streams, long_polls, per_address, proxy)",
             rate_limited.clone(),
         );
         let refreshes = Family::<ProviderOutcomeLabels, Counter>::default();
@@ -190,6 +209,21 @@ impl Metrics {
             "Callback `state` values refused, by callback (login, provider) and reason (missing, unknown, replayed, foreign_browser, expired, wrong_provider)",
             state_refusals.clone(),
         );
+        let proxied = Family::<ProxyLabels, Counter>::default();
+        registry.register(
+            "proxy_requests",
+            "Calls forwarded by the proxy, by provider and the provider's status class (2xx..5xx, or error: no answer)",
+            proxied.clone(),
+        );
+        let proxy_upstream_seconds =
+            Family::<ProviderLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                proxy_histogram,
+            );
+        registry.register(
+            "proxy_upstream_duration_seconds",
+            "Time the provider took to answer a proxied call (until its headers), by provider",
+            proxy_upstream_seconds.clone(),
+        );
         Self(Arc::new(Inner {
             registry,
             requests,
@@ -202,6 +236,8 @@ impl Metrics {
             pool,
             pool_max,
             state_refusals,
+            proxied,
+            proxy_upstream_seconds,
         }))
     }
 
@@ -262,6 +298,32 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    /// One proxied call: the provider's status (`None`: no answer) and how long its answer
+    /// took to start.
+    pub fn proxied(&self, provider: &str, status: Option<u16>, seconds: f64) {
+        let class = match status {
+            Some(100..=199) => "1xx",
+            Some(200..=299) => "2xx",
+            Some(300..=399) => "3xx",
+            Some(400..=499) => "4xx",
+            Some(500..=599) => "5xx",
+            _ => "error",
+        };
+        self.0
+            .proxied
+            .get_or_create(&ProxyLabels {
+                provider: provider.to_owned(),
+                class,
+            })
+            .inc();
+        self.0
+            .proxy_upstream_seconds
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_owned(),
+            })
+            .observe(seconds);
     }
 
     /// Times one call to a provider endpoint, counting it as an error when it fails.

@@ -6,6 +6,7 @@ mod exchange;
 mod footprint;
 mod load;
 mod long_poll;
+mod proxy;
 mod refresh_storm;
 mod revoke;
 mod setup;
@@ -37,6 +38,8 @@ enum Scenario {
     TokenFetch(token_fetch::Args),
     /// RFC 8693 token exchange on a cache hit next to POST /v1/tokens, same run, same tokens.
     Exchange(exchange::Args),
+    /// The proxy next to haproxy (64 connections), its added latency, memory streaming 1 GiB.
+    Proxy(proxy::Args),
     /// Server time and database round trips of the browser connect flow.
     ConnectFlow(connect_flow::Args),
     /// Concurrent fetches of one expiring token over two processes: upstream refreshes.
@@ -84,6 +87,11 @@ fn main() -> anyhow::Result<()> {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
             let server = setup::ServerRuntime::new()?;
             client.block_on(exchange::run(args, &server))?;
+        }
+        Scenario::Proxy(args) => {
+            mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
+            let server = setup::ServerRuntime::new()?;
+            client.block_on(proxy::run(args, &server))?;
         }
         Scenario::ConnectFlow(args) => {
             let filter = connect_flow::install_subscriber();

@@ -21,8 +21,12 @@ use tokio::process::Child;
 pub const API_KEY: &str = "bench-api-key-0123456789abcdefghijklmnop";
 const BENCH_KEY: &str = "kbench:YmVuY2gta2V5LWJlbmNoLWtleS1iZW5jaC1rZXktISE=";
 
+/// `target/release/mcp-connect`, or `$MCP_CONNECT_BIN` (a release build in another target
+/// folder).
 pub fn binary_path() -> PathBuf {
-    testkit::repo_root().join("target/release/mcp-connect")
+    std::env::var_os("MCP_CONNECT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| testkit::repo_root().join("target/release/mcp-connect"))
 }
 
 /// `nproc`, load average and a timestamp, for the line above every table.
@@ -103,6 +107,8 @@ pub struct ConfigOpts {
     pub refresh_ahead_seconds: Option<u64>,
     /// The bench client's `subject_token_audience`: it accepts MCP access tokens for it.
     pub subject_token_audience: Option<String>,
+    /// `api_base_url` of `acme`: where `/v1/proxy/acme/...` goes.
+    pub api_base_url: Option<String>,
 }
 
 pub fn config_toml(
@@ -120,6 +126,11 @@ pub fn config_toml(
         .subject_token_audience
         .as_ref()
         .map(|a| format!("subject_token_audience = \"{a}\""))
+        .unwrap_or_default();
+    let api = o
+        .api_base_url
+        .as_ref()
+        .map(|u| format!("api_base_url = \"{u}\"\n"))
         .unwrap_or_default();
     // `BENCH_CACHE_MAX_ENTRIES=0` runs the app without its token cache (an A/B in one build).
     let cache = std::env::var("BENCH_CACHE_MAX_ENTRIES")
@@ -139,6 +150,10 @@ outbound_allow_cidrs = ["127.0.0.0/8"]
 [limits]
 api_requests_per_second = 1000000
 api_burst = 1000000
+proxy_requests_per_second = 1000000
+proxy_burst = 1000000
+proxy_response_body_bytes = 4294967296
+proxy_timeout_seconds = 600
 
 {identity}
 [[clients]]
@@ -148,7 +163,7 @@ api_key = "{API_KEY}"
 providers = ["acme"]
 {audience}
 
-{acme}"#,
+{acme}{api}"#,
         identity = testkit::peers::identity_toml(&peers.identity),
         acme = testkit::peers::provider_toml(&peers.upstream),
     );

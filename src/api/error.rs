@@ -16,7 +16,9 @@ use crate::server::rendered::RenderedError;
 /// `invalid_request_state`, `not_found`, `not_connected`, `authorization_required`,
 /// `reauthorization_required`, `authorization_declined`, `account_selection_required` (with
 /// `accounts`), `rate_limited` (with a `Retry-After`
-/// header), `unavailable`, `upstream_error`, `internal`.
+/// header), `unavailable`, `upstream_error`, `internal`, `forbidden` (a path or method the
+/// proxy does not let through), `proxy_only` (a client with `token_access = "proxy"` asked for
+/// a token).
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// The stable error code.
@@ -59,6 +61,9 @@ pub fn status(e: &Error) -> StatusCode {
         Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         Error::Upstream(_) | Error::AuthorizationFailed { .. } => StatusCode::BAD_GATEWAY,
         Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        Error::ProxyOnly | Error::Forbidden(_) => StatusCode::FORBIDDEN,
+        Error::Gateway(crate::error::GatewayFailure::Timeout { .. }) => StatusCode::GATEWAY_TIMEOUT,
+        Error::Gateway(_) => StatusCode::BAD_GATEWAY,
     }
 }
 

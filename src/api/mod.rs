@@ -6,6 +6,7 @@ pub mod error;
 pub mod events;
 pub mod oauth;
 pub mod openapi;
+pub mod proxy;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request};
 use axum::http::header;
 use axum::http::request::Parts;
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use serde::de::DeserializeOwned;
 
 use crate::AppState;
@@ -57,6 +58,16 @@ pub fn router(state: AppState) -> Router {
                 .route("/v1/elicitations/{id}", get(elicitations::show))
                 .route("/v1/tokens", post(tokens::fetch))
                 .layer(edge(Edge::new(&state).deadline(Some(long_poll)))),
+        )
+        .merge(
+            // No body limit: the proxy streams bodies within its own (`[limits] proxy_*`).
+            // Its deadline covers the provider's answer starting (a refresh first, perhaps);
+            // the body streams after it, bounded by `proxy_timeout_seconds`.
+            Router::new()
+                .route("/v1/proxy/{provider}/{*path}", any(proxy::forward))
+                .layer(Edge::new(&state).deadline(Some(
+                    Duration::from_secs(state.config.limits.proxy_timeout_seconds) + base,
+                ))),
         )
         .merge(
             Router::new()

@@ -146,7 +146,7 @@ impl utoipa::Modify for TokenRequestRules {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "mcp-connect", description = "Third-party OAuth for MCP servers through URL-mode elicitation. Errors are `{\"error\": code, \"message\": text}` (schema `ErrorBody`). Completion signals: `GET /v1/events` (server-sent events) and, for clients with a `webhook_url`, webhooks signed per Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of \"id.timestamp.body\">`) whose body is `EventBody`."),
-    paths(api::elicitations::create, api::elicitations::show, api::tokens::fetch, api::connections::list, api::connections::revoke, api::events::stream, api::oauth::exchange::exchange, api::oauth::metadata::document),
+    paths(api::elicitations::create, api::elicitations::show, api::tokens::fetch, api::connections::list, api::connections::revoke, api::events::stream, api::oauth::exchange::exchange, api::oauth::metadata::document, api::proxy::forward),
     components(schemas(
         api::elicitations::CreateElicitation,
         crate::connect::elicitations::ElicitationView,
@@ -227,7 +227,8 @@ mod tests {
                 );
             }
         }
-        assert_eq!(operations, 8);
+        // Eight, and the proxy under five methods.
+        assert_eq!(operations, 13);
     }
 
     /// docs/openapi.json is the published contract; it must match the code. Regenerate with

@@ -31,6 +31,11 @@ struct RawClient {
     require_subject_token: bool,
     #[serde(default)]
     account_selection: AccountSelection,
+    #[serde(default)]
+    token_access: super::proxy::TokenAccess,
+    /// Per provider: what this client may reach through the proxy.
+    #[serde(default)]
+    proxy: std::collections::BTreeMap<String, super::proxy::ProxyRules>,
 }
 
 /// What a token request without `account` gets when the user holds several accounts at the
@@ -67,6 +72,11 @@ pub struct ClientConfig {
     pub require_subject_token: bool,
     /// A token request without `account`, for a user with several accounts.
     pub account_selection: AccountSelection,
+    /// `Proxy`: `/v1/tokens` and `/oauth2/token` refuse this client; it uses the proxy only.
+    pub token_access: super::proxy::TokenAccess,
+    /// Per provider name: the paths and methods this client may use through the proxy (on top
+    /// of the provider's own allow-list). A provider not named here: the provider's rules only.
+    pub proxy: std::collections::BTreeMap<String, super::proxy::ProxyRules>,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -77,6 +87,7 @@ impl fmt::Debug for ClientConfig {
             .field("webhook", &self.webhook)
             .field("grant_group", &self.grant_group)
             .field("require_subject_token", &self.require_subject_token)
+            .field("token_access", &self.token_access)
             .finish_non_exhaustive()
     }
 }
@@ -249,6 +260,15 @@ pub(super) fn read(
                 "needs `subject_token_audience` (JWT access tokens) or `subject_token_introspection = true`",
             );
         }
+        for (p, rules) in &c.proxy {
+            if !c.providers.contains(p) {
+                r.err(
+                    format!("{key}.proxy.{p}"),
+                    format!("{p:?} is not among this client's `providers`"),
+                );
+            }
+            rules.check(&format!("{key}.proxy.{p}"), r);
+        }
         if let Some(h) = hash {
             clients.push(ClientConfig {
                 name: c.name.unwrap_or_else(|| id.clone()),
@@ -261,6 +281,8 @@ pub(super) fn read(
                 subject_token_introspection: c.subject_token_introspection,
                 require_subject_token: c.require_subject_token,
                 account_selection: c.account_selection,
+                token_access: c.token_access,
+                proxy: c.proxy,
             });
         }
     }

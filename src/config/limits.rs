@@ -36,6 +36,17 @@ pub struct Limits {
     /// Peers whose `X-Forwarded-For` is believed (reverse proxies). Empty (the default): the
     /// client address is always the peer address.
     pub trusted_proxies: Vec<IpNet>,
+    /// Proxied requests per second per API client (0 = no limit beyond the API's), with this
+    /// burst.
+    pub proxy_requests_per_second: u64,
+    pub proxy_burst: u64,
+    /// The largest request body the proxy forwards (413 above it).
+    pub proxy_request_body_bytes: u64,
+    /// The largest response body the proxy passes back: above it, 502 when the provider says
+    /// its length, else the stream is cut (the caller never gets a whole body).
+    pub proxy_response_body_bytes: u64,
+    /// The longest a proxied call may take, response body included.
+    pub proxy_timeout_seconds: u64,
 }
 
 impl Default for Limits {
@@ -55,6 +66,11 @@ impl Default for Limits {
             failed_auth_burst: 30,
             tracked_addresses: 100_000,
             trusted_proxies: Vec::new(),
+            proxy_requests_per_second: 2_000,
+            proxy_burst: 4_000,
+            proxy_request_body_bytes: 16 * 1024 * 1024,
+            proxy_response_body_bytes: 256 * 1024 * 1024,
+            proxy_timeout_seconds: 60,
         }
     }
 }
@@ -134,6 +150,35 @@ pub(super) fn read(t: Option<Section>, r: &mut Report) -> Limits {
             10_000_000,
         ) as usize,
         trusted_proxies: Vec::new(),
+        proxy_requests_per_second: t.bounded(
+            r,
+            "proxy_requests_per_second",
+            d.proxy_requests_per_second,
+            0,
+            1_000_000,
+        ),
+        proxy_burst: t.bounded(r, "proxy_burst", d.proxy_burst, 1, 1_000_000),
+        proxy_request_body_bytes: t.bounded(
+            r,
+            "proxy_request_body_bytes",
+            d.proxy_request_body_bytes,
+            0,
+            1 << 40,
+        ),
+        proxy_response_body_bytes: t.bounded(
+            r,
+            "proxy_response_body_bytes",
+            d.proxy_response_body_bytes,
+            1024,
+            1 << 40,
+        ),
+        proxy_timeout_seconds: t.bounded(
+            r,
+            "proxy_timeout_seconds",
+            d.proxy_timeout_seconds,
+            1,
+            3600,
+        ),
     };
     for p in t.get::<Vec<String>>(r, "trusted_proxies") {
         match IpNet::parse(&p) {

@@ -17,6 +17,7 @@ mod identity;
 mod limits;
 mod network;
 mod providers;
+mod proxy;
 mod server;
 mod sources;
 pub mod ssrf;
@@ -43,6 +44,7 @@ pub use identity::{IdentityConfig, Membership};
 pub use limits::Limits;
 pub use network::{IpNet, is_loopback_url, require_https_off_loopback};
 pub use providers::{AuthKind, ProviderConfig, ProviderKind};
+pub use proxy::{ProxyRules, TokenAccess};
 pub use server::{LogFormat, RefreshAhead};
 pub use sources::Files;
 

@@ -137,6 +137,13 @@ pub struct ProviderConfig {
     /// organisation's members and of its connections uses the organisation's client.
     #[serde(default)]
     pub organizations: BTreeMap<String, OrganizationApp>,
+    /// Where the proxy sends this provider's API calls: replaces the catalog entry's
+    /// `[api] base_url` (and may use its `{placeholders}`); required for the proxy with
+    /// providers the catalog knows no API of (generic ones).
+    pub api_base_url: Option<String>,
+    /// The paths and methods the proxy lets through to this provider (empty: all).
+    #[serde(default)]
+    pub proxy: super::proxy::ProxyRules,
 }
 
 /// An organisation's own OAuth app at a provider (`[providers.NAME.organizations."ORG"]`).
@@ -375,6 +382,10 @@ pub(super) fn read(
                 );
             }
         }
+        if let Some(base) = &p.api_base_url {
+            check_api_base_url(&format!("{key}.api_base_url"), base, p, r);
+        }
+        p.proxy.check(&format!("{key}.proxy"), r);
         if p.registered_name
             .as_deref()
             .is_some_and(|n| n.trim().is_empty())
@@ -384,4 +395,43 @@ pub(super) fn read(
     }
 
     (providers, t.dict.into_keys().collect())
+}
+
+/// An `api_base_url`: an http(s) URL without query, fragment or credentials, https off
+/// loopback; `{placeholders}` only those of the catalog entry (its parameters and metadata).
+fn check_api_base_url(key: &str, base: &str, p: &ProviderConfig, r: &mut Report) {
+    let entry = p.kind.as_ref().and_then(ProviderKind::entry);
+    let names = super::catalog::placeholders(base);
+    for n in &names {
+        let known =
+            entry.is_some_and(|e| e.param(n).is_some() || e.metadata_names().any(|m| m == *n));
+        if !known {
+            r.err(
+                key,
+                format!("{{{n}}} is not a parameter or metadata name of this provider's kind"),
+            );
+        }
+    }
+    if !names.is_empty() {
+        return;
+    }
+    match Url::parse(base) {
+        Ok(u)
+            if matches!(u.scheme(), "http" | "https")
+                && u.has_host()
+                && u.query().is_none()
+                && u.fragment().is_none()
+                && u.username().is_empty()
+                && u.password().is_none() =>
+        {
+            if let Err(m) = require_https_off_loopback(&u) {
+                r.err(key, m);
+            }
+            r.called(key, u);
+        }
+        _ => r.err(
+            key,
+            "must be an http(s) URL without query, fragment or credentials",
+        ),
+    }
 }

@@ -9,6 +9,7 @@ pub mod credentials;
 pub mod elicitations;
 pub mod identity;
 pub mod organizations;
+pub mod proxy;
 pub mod request_state;
 pub mod scopes;
 pub mod subject;
@@ -43,6 +44,8 @@ pub struct ConnectParts {
     pub waiters: Waiters,
     pub grants: Grants,
     pub signals: Signals,
+    /// Proxy use not yet in the audit log.
+    pub proxy_usage: proxy::usage::Usage,
 }
 
 impl Connect {

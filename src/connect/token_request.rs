@@ -104,7 +104,21 @@ impl Connect {
     /// `long_poll_slot` is taken only while waiting for an elicitation (the surface bounds how
     /// many requests of one client wait at once); its guard is held for the wait, and its
     /// refusal (`Ok(Err(_))`) is the surface's own answer, passed back untouched.
+    /// A client with `token_access = "proxy"` is refused (`ProxyOnly`): it never holds a
+    /// provider token.
     pub async fn token_for<G, R>(
+        &self,
+        ask: TokenAsk<'_>,
+        long_poll_slot: impl FnOnce() -> std::result::Result<G, R>,
+    ) -> Result<std::result::Result<(FreshToken, Arc<Provider>), R>> {
+        if ask.client.token_access == crate::config::TokenAccess::Proxy {
+            return Err(Error::ProxyOnly);
+        }
+        self.fresh_token_for(ask, long_poll_slot).await
+    }
+
+    /// `token_for` for any client: the proxy's way to a token, which never leaves the service.
+    pub(crate) async fn fresh_token_for<G, R>(
         &self,
         ask: TokenAsk<'_>,
         long_poll_slot: impl FnOnce() -> std::result::Result<G, R>,

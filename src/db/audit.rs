@@ -39,6 +39,9 @@ named_enum! {
         KeysRotated = "keys.rotated",
         /// One app's use of a grant ended (`DELETE /v1/connections/{id}` by one of several apps).
         ConnectionClientRemoved = "connection.client_removed",
+        /// A client used the connection through the proxy (one row per client and connection
+        /// per hour, `detail` counting the calls).
+        ConnectionProxied = "connection.proxied",
         /// A `subject_token` was refused (expired, foreign audience, forged, other subject).
         SubjectTokenRefused = "subject_token.refused",
         /// The provider's validation endpoint refused a typed API key or password.

@@ -348,6 +348,8 @@ issuer = {sandbox_issuer}
 client_id = {service_client}
 client_secret_file = {scs}
 scopes = ["profile", "api"]
+# Where /v1/proxy/{provider_key}/... goes.
+api_base_url = {sandbox_api}
 "#,
         public_url = q(public_url),
         listen = q(&listen.to_string()),
@@ -362,6 +364,7 @@ scopes = ["profile", "api"]
         provider = q(PROVIDER),
         provider_key = PROVIDER,
         sandbox_issuer = q(&format!("{public_url}/dev/sandbox")),
+        sandbox_api = q(&format!("{public_url}/dev/sandbox/api")),
         scs = file("sandbox-client-secret"),
         mcp_resource = q(issuer::MCP_RESOURCE),
         admin = q(ADMIN),
@@ -434,6 +437,9 @@ pub fn banner(info: &DemoInfo, shown_dir: &Path, connect_url: Option<&str>) -> S
     let whoami = format!(
         r#"curl -sS {base}/dev/sandbox/api/whoami -H "Authorization: Bearer $({token} | sed -E 's/.*"access_token":"([^"]*)".*/\1/')""#
     );
+    let proxied = format!(
+        "curl -sS {base}/v1/proxy/{PROVIDER}/whoami -H 'Authorization: Bearer {key}' -H 'Connect-Subject: {USER}'"
+    );
     let open = match connect_url {
         Some(u) => format!(
             "2. Open the connect URL from its answer (\"url\") in a browser. This one was made at start:\n\n     {u}\n"
@@ -479,6 +485,11 @@ Admin pages: {base}/admin (sign in as "{ADMIN}")
 4. Call the sandbox's whoami with it; it answers for {USER}:
 
      {whoami}
+
+   Or let mcp-connect make the call (the proxy: the token never leaves it; the recommended way,
+   with token_access = "proxy" on the client):
+
+     {proxied}
 
 5. Proof of subject: an MCP server forwards its user's MCP access token as subject_token. The
    development issuer makes one for any user (as an MCP client would get it by signing in), for

@@ -15,6 +15,7 @@
 //! issuer on a private network, or loopback stand-ins in the demo and the tests.
 
 pub mod http;
+pub mod proxy;
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;

@@ -138,6 +138,13 @@ pub fn facts(e: &Entry, redirect_uri: &str) -> Vec<Fact> {
             out.push(fact(label, v.clone()));
         }
     }
+    out.push(fact(
+        "API base URL (proxy)",
+        e.api
+            .base_url
+            .clone()
+            .unwrap_or_else(|| "none: set api_base_url to use the proxy".into()),
+    ));
     for p in &e.params {
         let rule = match (&p.pattern, &p.choices) {
             (Some(pat), _) => format!("matching {pat}"),

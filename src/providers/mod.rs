@@ -251,6 +251,20 @@ impl Provider {
         params::resolve(self, given)
     }
 
+    /// The template of the provider's API base URL, where the proxy sends calls: the
+    /// operator's `api_base_url`, else the catalog entry's `[api] base_url`.
+    pub fn api_base_url(&self) -> Option<&str> {
+        self.config
+            .api_base_url
+            .as_deref()
+            .or(self.entry.api.base_url.as_deref())
+    }
+
+    /// The paths and methods the proxy lets through to this provider.
+    pub fn proxy_rules(&self) -> &crate::config::ProxyRules {
+        &self.config.proxy
+    }
+
     /// The organisations with their own OAuth app here, and its client id.
     pub fn organization_apps(&self) -> impl Iterator<Item = (&str, &str)> {
         self.config

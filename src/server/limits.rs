@@ -172,6 +172,8 @@ pub enum Limit {
     LongPolls,
     /// Requests in flight per forwarded client address (behind a trusted proxy).
     PerAddress,
+    /// Proxied requests per API client.
+    Proxy,
 }
 
 impl Limit {
@@ -183,6 +185,7 @@ impl Limit {
             Self::SseStreams => "sse_streams",
             Self::LongPolls => "long_polls",
             Self::PerAddress => "per_address",
+            Self::Proxy => "proxy",
         }
     }
 }
@@ -224,6 +227,7 @@ pub struct Limits {
     browser: Option<RateLimiter<AddrKey>>,
     failed_auth: Option<RateLimiter<AddrKey>>,
     api: Option<RateLimiter<String>>,
+    proxy: Option<RateLimiter<String>>,
     sse: Cap,
     long_polls: Cap,
     /// Connections per peer address, or requests in flight per forwarded client address.
@@ -269,6 +273,12 @@ impl Limits {
                 c.api_burst,
                 usize::MAX,
             ),
+            proxy: RateLimiter::new(
+                c.proxy_requests_per_second,
+                Duration::from_secs(1),
+                c.proxy_burst,
+                usize::MAX,
+            ),
             sse: Cap::new(c.sse_streams_per_client),
             long_polls: Cap::new(c.long_polls_per_client),
             per_address: Cap::new(c.max_connections_per_address),
@@ -306,6 +316,16 @@ impl Limits {
             Some(l) => l
                 .check(&client_id.to_owned())
                 .map_err(|d| self.refuse(Limit::ApiClient, d)),
+            None => Ok(()),
+        }
+    }
+
+    /// One proxied request by `client_id` (on top of `check_api`).
+    pub fn check_proxy(&self, client_id: &str) -> Result<(), TooMany> {
+        match &self.proxy {
+            Some(l) => l
+                .check(&client_id.to_owned())
+                .map_err(|d| self.refuse(Limit::Proxy, d)),
             None => Ok(()),
         }
     }

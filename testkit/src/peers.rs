@@ -34,6 +34,14 @@ pub fn provider_toml(issuer: &str) -> String {
     )
 }
 
+/// The `api_base_url` line of `[providers.acme]`: `base`, else the peer's `/api` (where its
+/// whoami is); none without a peer (tests of start-up alone).
+pub fn api_base_toml(base: Option<&str>, upstream: &str) -> String {
+    let base = base.map(str::to_owned);
+    base.or((!upstream.is_empty()).then(|| format!("{upstream}/api")))
+        .map_or(String::new(), |u| format!("api_base_url = {u:?}\n"))
+}
+
 /// The peers' base URLs and, while they run, their process (killed when dropped).
 pub struct Peers {
     pub identity: String,

@@ -95,7 +95,11 @@ async fn start_demo(data_dir: &std::path::Path, port: u16) -> Printed {
         .filter(|l| l.starts_with("curl "))
         .map(|l| l.to_string())
         .collect();
-    assert_eq!(curls.len(), 4, "create, complete, token, whoami:\n{text}");
+    assert_eq!(
+        curls.len(),
+        5,
+        "create, complete, token, whoami, whoami through the proxy:\n{text}"
+    );
     Printed {
         child,
         base,
@@ -164,6 +168,7 @@ const CREATE: usize = 0;
 const COMPLETE: usize = 1;
 const TOKEN: usize = 2;
 const WHOAMI: usize = 3;
+const PROXIED: usize = 4;
 
 /// Runs printed command `i` with curl, or its equivalent.
 async fn run_printed(p: &Printed, i: usize) -> Value {
@@ -179,6 +184,22 @@ async fn run_printed(p: &Printed, i: usize) -> Value {
         return reqwest::Client::new()
             .post(url)
             .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    }
+    if i == PROXIED {
+        let url = p.curls[i]
+            .split_whitespace()
+            .find(|w| w.starts_with("http"))
+            .unwrap();
+        return reqwest::Client::new()
+            .get(url)
+            .bearer_auth(&p.api_key)
+            .header("connect-subject", "alice")
             .send()
             .await
             .unwrap()
@@ -283,6 +304,8 @@ async fn following_what_the_demo_prints_ends_with_whoami_answering_for_alice() {
     assert!(t["access_token"].is_string(), "{t}");
     let me = run_printed(&p, WHOAMI).await;
     assert_eq!(me["sub"], "alice", "{me}");
+    let me = run_printed(&p, PROXIED).await;
+    assert_eq!(me["sub"], "alice", "through the proxy: {me}");
 
     // The printed admin user opens the admin pages, and sees alice's connection.
     let admin_url = format!("{}/admin", p.base);

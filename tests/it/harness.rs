@@ -80,6 +80,8 @@ pub struct Options {
     pub demo_client_extra: String,
     /// Extra keys for `[identity]` (e.g. `organization_claim`).
     pub identity_extra: String,
+    /// `api_base_url` of `[providers.acme]` (default: the peer's `/api`).
+    pub acme_api_base_url: Option<String>,
     pub key: String,
 }
 
@@ -92,6 +94,7 @@ impl Default for Options {
             other_provider: "authorization_url = \"http://127.0.0.1:9/authorize\"\ntoken_url = \"http://127.0.0.1:9/token\"\nclient_id = \"x\"".into(),
             demo_client_extra: String::new(),
             identity_extra: String::new(),
+            acme_api_base_url: None,
             key: mcp_connect::crypto::generate_key("k1"),
         }
     }
@@ -534,7 +537,7 @@ id = "other-mcp"
 api_key = "{OTHER_API_KEY}"
 providers = ["acme", "other"]
 
-{acme}
+{acme}{acme_api}
 [providers.other]
 {other}
 {extra}
@@ -542,6 +545,8 @@ providers = ["acme", "other"]
         identity = testkit::peers::identity_toml(&peers.identity),
         identity_extra = opts.identity_extra,
         acme = testkit::peers::provider_toml(&peers.upstream),
+        acme_api =
+            testkit::peers::api_base_toml(opts.acme_api_base_url.as_deref(), &peers.upstream),
     )
 }
 

@@ -33,6 +33,7 @@ mod pages_i18n;
 mod pool;
 mod private_postgres;
 mod provider_quirks;
+mod proxy;
 mod recovery;
 mod refresh_burst;
 mod rmcp_example;

@@ -9,7 +9,10 @@
 #
 # Needs python3 with venv; installs schemathesis into tests/schemathesis/.venv. Uses
 # $MCP_CONNECT_BIN or target/debug/mcp-connect. GET /v1/events (a never-ending SSE stream) is not
-# fuzzed; its 401 and its content type are checked here directly.
+# fuzzed; its 401 and its content type are checked here directly. Nor is /v1/proxy/...: what it
+# answers is the provider's own (any status, any content type, which no schema of ours can
+# describe); its own refusals (401, a path leaving the base) are checked here directly, and
+# tests/it/proxy.rs drives it against a recording upstream.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -50,11 +53,18 @@ status="$(curl -sS -o /dev/null -w '%{http_code} %{content_type}' "$base/v1/even
 status="$(curl -sS -o /dev/null -m 2 -w '%{http_code} %{content_type}' -H "Authorization: Bearer $api_key" "$base/v1/events" || true)"
 case "$status" in "200 text/event-stream"*) ;; *) echo "GET /v1/events: $status" >&2; exit 1 ;; esac
 
+# The proxy's own refusals: no key, and a path that tries to leave the API base.
+status="$(curl -sS -o /dev/null -w '%{http_code} %{content_type}' "$base/v1/proxy/sandbox/whoami")"
+[ "$status" = "401 application/json" ] || { echo "GET /v1/proxy without a key: $status" >&2; exit 1; }
+status="$(curl -sS --path-as-is -o /dev/null -w '%{http_code} %{content_type}' -H "Authorization: Bearer $api_key" -H 'Connect-Subject: alice' "$base/v1/proxy/sandbox/%2e%2e/x")"
+[ "$status" = "400 application/json" ] || { echo "GET /v1/proxy/sandbox/%2e%2e/x: $status" >&2; exit 1; }
+
 cd "$here"
 PYTHONPATH="$here" SCHEMATHESIS_HOOKS=hooks "$venv/bin/st" --config-file "$here/schemathesis.toml" run "$base/openapi.json" \
   -H "Authorization: Bearer $api_key" \
   --exclude-path /v1/events \
   --exclude-path /oauth2/token \
+  --exclude-path-regex '^/v1/proxy/' \
   --checks all \
   --workers 1 \
   --request-timeout 10 \

@@ -20,9 +20,11 @@
 //! Webhooks) are checked by [`webhooks::Verifier`].
 
 pub mod exchange;
+pub mod proxy;
 pub mod webhooks;
 
 pub use exchange::{ExchangeRequest, ExchangedToken};
+pub use proxy::ProxyRequest;
 
 use std::time::Duration;
 

@@ -154,6 +154,14 @@ impl From<Error> for OAuthError {
                 tracing::error!(error = format!("{cause:#}"), "internal error");
                 Self::new(ServerError, "internal error")
             }
+            Error::ProxyOnly => {
+                Self::new(UnauthorizedClient, description).status(StatusCode::FORBIDDEN)
+            }
+            // Not answered by the token endpoint; mapped for completeness.
+            Error::Forbidden(m) => Self::new(InvalidRequest, m).status(StatusCode::FORBIDDEN),
+            Error::Gateway(_) => {
+                Self::new(ServerError, description).status(StatusCode::BAD_GATEWAY)
+            }
         }
     }
 }

@@ -171,6 +171,10 @@ impl ExchangeForm {
                 "client_id is not the authenticated client",
             ));
         }
+        // Before anything else about the form: this client never receives a token.
+        if client.token_access == crate::config::TokenAccess::Proxy {
+            return Err(crate::error::Error::ProxyOnly.into());
+        }
         let subject_token = given(self.subject_token)
             .ok_or_else(|| OAuthError::invalid_request("subject_token is missing"))?;
         match given(self.subject_token_type).as_deref() {

@@ -393,6 +393,17 @@ pub struct MetadataFetch {
     pub fields: BTreeMap<String, String>,
 }
 
+/// The provider's API, where the proxy sends calls.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ApiSpec {
+    /// The base URL every proxied path is appended to (and confined to). `{name}` stands for a
+    /// parameter (`{shop}`, `{subdomain}`) or a metadata value; a metadata value at the very
+    /// start stands for a whole origin (Salesforce `{instance_url}`), checked as such.
+    pub base_url: Option<String>,
+}
+
 /// What the operator does at the provider before configuring it.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
@@ -442,6 +453,8 @@ pub struct Entry {
     #[serde(default)]
     pub metadata: MetadataSpec,
     #[serde(default)]
+    pub api: ApiSpec,
+    #[serde(default)]
     pub setup: SetupSpec,
 }
 
@@ -453,6 +466,18 @@ impl Entry {
 
     pub fn param(&self, name: &str) -> Option<&ParamSpec> {
         self.params.iter().find(|p| p.name == name)
+    }
+
+    /// The names metadata is stored under (from the token answer, the redirect, userinfo and
+    /// further fetches).
+    pub fn metadata_names(&self) -> impl Iterator<Item = &str> {
+        let m = &self.metadata;
+        m.from_token
+            .keys()
+            .chain(m.from_redirect.keys())
+            .chain(m.from_userinfo.keys())
+            .chain(m.fetch.iter().flat_map(|f| f.fields.keys()))
+            .map(String::as_str)
     }
 }
 

@@ -104,6 +104,20 @@ pub fn validate(e: &Entry) -> Result<(), (String, String)> {
             check_template(k, u, &[])?;
         }
     }
+    if let Some(base) = &e.api.base_url {
+        let meta: Vec<&str> = e.metadata_names().collect();
+        // A metadata value at the very start is a whole origin (`{instance_url}`).
+        let checked = match placeholders(base).first() {
+            Some(first) if base.starts_with(&format!("{{{first}}}")) && meta.contains(first) => {
+                base.replacen(&format!("{{{first}}}"), "https://x", 1)
+            }
+            _ => base.clone(),
+        };
+        check_template("api.base_url", &checked, &meta)?;
+        if checked.contains('?') || checked.contains('#') {
+            return fail("api.base_url", "no query or fragment".into());
+        }
+    }
     if ep.authorization_url.is_some() != ep.token_url.is_some() {
         return fail(
             "endpoints",

@@ -31,6 +31,7 @@ pub const EVENTS: &[&str] = &[
     "connection.needs_reauth",
     "connection.revoked",
     "connection.client_removed",
+    "connection.proxied",
     "subject_token.refused",
     "admin.",
     "admin.connection_revoked",

@@ -1,0 +1,379 @@
+//! The proxy (`/v1/proxy/{provider}/{path}`, issue 27): throughput next to haproxy forwarding
+//! the same requests to the same upstream, latency added over calling the upstream directly,
+//! and memory while 1 GiB streams through.
+//!
+//! The upstream is a small axum server (its own one-thread runtime) answering `GET /api/x` with
+//! a 120-byte JSON body and `GET /api/gib` with 1 GiB in 64 KiB chunks. haproxy (`haproxy` on
+//! `PATH`, 2 threads, `http-reuse always`, setting an `Authorization` header as the proxy does)
+//! forwards `GET /api/x`; mcp-connect forwards `GET /v1/proxy/acme/x` for one stored connection
+//! (a token-cache hit: the token path is `bench token-fetch`'s). Everything shares the machine.
+//!
+//! Memory is this process's RSS (the app runs in it, beside the upstream and the client, which
+//! both hold no more than a chunk), sampled every 20 ms while one client reads 1 GiB through
+//! the proxy: the peak's rise over the level before is an upper bound of what the service
+//! buffered.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::header::{AUTHORIZATION, HeaderName, HeaderValue};
+
+use crate::load::{self, LoadResult, Target};
+use crate::setup::{self, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Concurrent connections of the load generator.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 64])]
+    pub conns: Vec<usize>,
+    /// Seconds of warm-up before each measurement.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Seconds measured per run.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Alternating runs of haproxy and the proxy per cell (figures are their means).
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// Bytes streamed through the proxy for the memory figure.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub stream_bytes: u64,
+}
+
+const SMALL: &str = r#"{"id":42,"login":"user0","name":"Bench User","plan":"pro","created_at":"2026-01-01T00:00:00Z","ok":true}"#;
+const CHUNK: usize = 64 * 1024;
+
+/// The upstream's runtime, shut down without waiting when dropped (a runtime cannot be
+/// dropped inside another's task).
+struct UpstreamRt(Option<tokio::runtime::Runtime>);
+
+impl Drop for UpstreamRt {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The upstream on its own runtime (one worker), so it never takes the server's threads.
+async fn start_upstream() -> anyhow::Result<(std::net::SocketAddr, UpstreamRt)> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("upstream")
+        .enable_all()
+        .build()?;
+    let addr = rt
+        .spawn(async {
+            let chunk = Bytes::from(vec![b'x'; CHUNK]);
+            let app = axum::Router::new()
+                .route(
+                    "/api/x",
+                    axum::routing::get(|| async {
+                        (
+                            [(axum::http::header::CONTENT_TYPE, "application/json")],
+                            SMALL,
+                        )
+                    }),
+                )
+                .route(
+                    "/api/gib",
+                    axum::routing::get(
+                        move |axum::extract::Query(q): axum::extract::Query<
+                            std::collections::HashMap<String, u64>,
+                        >| {
+                            let chunk = chunk.clone();
+                            async move {
+                                let n = q.get("bytes").copied().unwrap_or(1 << 30) / CHUNK as u64;
+                                let s = futures_stream(chunk, n);
+                                axum::body::Body::from_stream(s)
+                            }
+                        },
+                    ),
+                );
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let addr = l.local_addr()?;
+            tokio::spawn(async move { axum::serve(l, app).await });
+            anyhow::Ok(addr)
+        })
+        .await??;
+    Ok((addr, UpstreamRt(Some(rt))))
+}
+
+/// `n` copies of `chunk`.
+fn futures_stream(
+    chunk: Bytes,
+    n: u64,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+    futures_util::stream::iter(std::iter::repeat_n(chunk, n as usize).map(Ok))
+}
+
+/// haproxy forwarding to `upstream`, listening on a free port; killed on drop.
+struct Haproxy {
+    addr: std::net::SocketAddr,
+    _child: tokio::process::Child,
+    _dir: std::path::PathBuf,
+}
+
+async fn start_haproxy(upstream: std::net::SocketAddr) -> anyhow::Result<Haproxy> {
+    let port = testkit::process::free_port();
+    let dir = std::env::temp_dir().join(format!("mcp-connect-bench-haproxy-{port}"));
+    std::fs::create_dir_all(&dir)?;
+    let cfg = dir.join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n    maxconn 4096\n    nbthread 2\n\n\
+             defaults\n    mode http\n    timeout connect 5s\n    timeout client 60s\n    timeout server 60s\n    http-reuse always\n\n\
+             frontend bench\n    bind 127.0.0.1:{port}\n    default_backend upstream\n\n\
+             backend upstream\n    http-request set-header Authorization \"Bearer bench-upstream-token\"\n    server u {upstream}\n"
+        ),
+    )?;
+    let child = tokio::process::Command::new("haproxy")
+        .arg("-db")
+        .arg("-f")
+        .arg(&cfg)
+        .kill_on_drop(true)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("starting haproxy (is it on PATH?): {e}"))?;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return Ok(Haproxy {
+                addr,
+                _child: child,
+                _dir: dir,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("haproxy did not listen on {addr}")
+}
+
+fn get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: Vec<(HeaderName, HeaderValue)>,
+) -> Arc<Target> {
+    Arc::new(Target {
+        addr,
+        method: hyper::Method::GET,
+        path: path.into(),
+        headers,
+        body: Box::new(|_| Bytes::new()),
+        ok_status: 200,
+    })
+}
+
+fn proxy_headers() -> Vec<(HeaderName, HeaderValue)> {
+    vec![
+        (
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {}", setup::API_KEY))
+                .unwrap_or(HeaderValue::from_static("")),
+        ),
+        (
+            HeaderName::from_static("connect-subject"),
+            HeaderValue::from_static("user0"),
+        ),
+    ]
+}
+
+fn mean_rps(runs: &[LoadResult]) -> f64 {
+    runs.iter().map(LoadResult::throughput).sum::<f64>() / runs.len().max(1) as f64
+}
+
+fn mean_p50(runs: &[LoadResult]) -> f64 {
+    runs.iter().map(|r| r.ms(0.5)).sum::<f64>() / runs.len().max(1) as f64
+}
+
+fn rss_kib() -> u64 {
+    setup::rss_of(std::process::id()).0
+}
+
+pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let measure = Duration::from_secs_f64(args.duration);
+    let (up, up_rt) = start_upstream().await?;
+    let haproxy = start_haproxy(up).await?;
+    let peers = PeerUrls::unreachable();
+    let name = "mcpc_bench_sqlite_proxy";
+    let (url, _) =
+        setup::prepare_connections(Engine::Sqlite, name, 1, &peers.identity, true).await?;
+    let opts = ConfigOpts {
+        api_base_url: Some(format!("http://{up}/api")),
+        ..ConfigOpts::default()
+    };
+    let app = InProcessApp::start(server, &url, &peers, &opts, None).await?;
+
+    let direct = get(up, "/api/x", vec![]);
+    let via_haproxy = get(haproxy.addr, "/api/x", vec![]);
+    let via_proxy = get(app.addr, "/v1/proxy/acme/x", proxy_headers());
+    for t in [&direct, &via_haproxy, &via_proxy] {
+        let r = load::closed_loop(t.clone(), 16, warmup, warmup).await;
+        anyhow::ensure!(
+            r.errors == 0 && r.throughput() > 0.0,
+            "{} at {} answers other than 200 in warm-up",
+            t.path,
+            t.addr
+        );
+    }
+    println!(
+        "| conns | direct req/s | p50 ms | haproxy req/s | p50 ms | proxy req/s | p50 ms | p99 ms | proxy ÷ haproxy | proxy p50 − direct p50 ms |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &c in &args.conns {
+        let d = load::closed_loop(direct.clone(), c, warmup, measure).await;
+        let (mut h, mut p) = (Vec::new(), Vec::new());
+        for _ in 0..args.rounds.max(1) {
+            h.push(load::closed_loop(via_haproxy.clone(), c, warmup, measure).await);
+            p.push(load::closed_loop(via_proxy.clone(), c, warmup, measure).await);
+        }
+        let p99 = p.iter().map(|r| r.ms(0.99)).sum::<f64>() / p.len().max(1) as f64;
+        eprintln!(
+            "c={c}: direct {:.0}/s, haproxy {:.0}/s, proxy {:.0}/s",
+            d.throughput(),
+            mean_rps(&h),
+            mean_rps(&p)
+        );
+        println!(
+            "| {c} | {:.0} | {:.3} | {:.0} | {:.3} | {:.0} | {:.3} | {:.3} | {:.2} | {:.3} |",
+            d.throughput(),
+            d.ms(0.5),
+            mean_rps(&h),
+            mean_p50(&h),
+            mean_rps(&p),
+            mean_p50(&p),
+            p99,
+            mean_rps(&p) / mean_rps(&h),
+            mean_p50(&p) - d.ms(0.5)
+        );
+    }
+
+    // Memory while `stream_bytes` go through.
+    let before = rss_kib();
+    let peak = Arc::new(AtomicU64::new(before));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (peak, done) = (peak.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_kib(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let client = setup::api_client()?;
+    let t0 = Instant::now();
+    let mut resp = client
+        .get(format!(
+            "{}/v1/proxy/acme/gib?bytes={}",
+            app.url, args.stream_bytes
+        ))
+        .bearer_auth(setup::API_KEY)
+        .header("connect-subject", "user0")
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status() == 200, "streaming: {}", resp.status());
+    let mut got: u64 = 0;
+    while let Some(c) = resp.chunk().await? {
+        got += c.len() as u64;
+    }
+    let took = t0.elapsed();
+    done.store(true, Ordering::Relaxed);
+    let _ = sampler.await;
+    let peak = peak.load(Ordering::Relaxed);
+    println!();
+    println!("| streamed | took s | MiB/s | RSS before MiB | RSS peak MiB | rise MiB |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {} MiB | {:.2} | {:.0} | {:.1} | {:.1} | {:.1} |",
+        got >> 20,
+        took.as_secs_f64(),
+        (got >> 20) as f64 / took.as_secs_f64(),
+        before as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        peak.saturating_sub(before) as f64 / 1024.0
+    );
+    anyhow::ensure!(
+        got == args.stream_bytes / CHUNK as u64 * CHUNK as u64,
+        "got {got} bytes"
+    );
+    app.stop().await;
+    if setup::binary_path().exists() {
+        binary_memory(&url, &peers, &opts, args.stream_bytes).await?;
+    } else {
+        eprintln!("no release binary: the service's own RSS while streaming is not measured");
+    }
+    setup::drop_db(Engine::Sqlite, name).await?;
+    drop(haproxy);
+    drop(up_rt);
+    Ok(())
+}
+
+/// The same stream through the release binary as its own process: its RSS alone.
+async fn binary_memory(
+    db_url: &str,
+    peers: &PeerUrls,
+    opts: &ConfigOpts,
+    bytes: u64,
+) -> anyhow::Result<()> {
+    let bin = setup::BinaryProcess::start(db_url, peers, opts).await?;
+    let pid = bin.pid().unwrap_or(0);
+    let client = setup::api_client()?;
+    // One small call first: the process as it is once it has served.
+    let warm = client
+        .get(format!("{}/v1/proxy/acme/x", bin.url))
+        .bearer_auth(setup::API_KEY)
+        .header("connect-subject", "user0")
+        .send()
+        .await?;
+    anyhow::ensure!(warm.status() == 200, "binary: {}", warm.status());
+    let _ = warm.bytes().await?;
+    let before = setup::rss_of(pid).0;
+    let peak = Arc::new(AtomicU64::new(before));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (peak, done) = (peak.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(setup::rss_of(pid).0, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let t0 = Instant::now();
+    let mut resp = client
+        .get(format!("{}/v1/proxy/acme/gib?bytes={bytes}", bin.url))
+        .bearer_auth(setup::API_KEY)
+        .header("connect-subject", "user0")
+        .send()
+        .await?;
+    let mut got: u64 = 0;
+    while let Some(c) = resp.chunk().await? {
+        got += c.len() as u64;
+    }
+    let took = t0.elapsed();
+    done.store(true, Ordering::Relaxed);
+    let _ = sampler.await;
+    let peak = peak.load(Ordering::Relaxed);
+    println!();
+    println!("The release binary as its own process (its RSS alone):");
+    println!();
+    println!("| streamed | took s | MiB/s | RSS before MiB | RSS peak MiB | rise MiB |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {} MiB | {:.2} | {:.0} | {:.1} | {:.1} | {:.1} |",
+        got >> 20,
+        took.as_secs_f64(),
+        (got >> 20) as f64 / took.as_secs_f64(),
+        before as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        peak.saturating_sub(before) as f64 / 1024.0
+    );
+    bin.stop().await;
+    Ok(())
+}

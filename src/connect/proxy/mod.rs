@@ -1,0 +1,289 @@
+//! The proxy use case (`/v1/proxy/{provider}/{path}`): the caller names a user and a provider
+//! as for a token, and gets the provider's answer to its call instead of the token, which never
+//! leaves the service. The path is confined below the provider's API base URL and held to the
+//! allow-lists; the token comes from the same use case as `/v1/tokens` (`token_request`); a 401
+//! from the provider earns one forced refresh and, when the request can be sent again, one
+//! retry. Forwarding itself (headers that may cross, bodies streamed and bounded, the SSRF
+//! guard) is `outbound::proxy`.
+
+pub mod target;
+pub mod usage;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, Method, StatusCode};
+use secrecy::ExposeSecret;
+
+use crate::config::{AuthKind, ClientConfig};
+use crate::connect::Connect;
+use crate::connect::token_request::{TokenAsk, Whose};
+use crate::error::{Error, GatewayFailure, Refusal, Result};
+use crate::grants::tokens::FreshToken;
+use crate::i18n::Lang;
+use crate::ids::ProviderName;
+use crate::outbound::proxy::{self as forward, Download, ForwardError, Upload};
+use crate::providers::Provider;
+
+/// The response header saying the provider refused the token, the token was refreshed, and
+/// the call (whose body could not be sent twice) may be retried.
+pub const TOKEN_REFRESHED: &str = "mcp-connect-token-refreshed";
+
+/// The bounds of one proxied call (`[limits] proxy_*`).
+#[derive(Debug, Clone, Copy)]
+pub struct ProxyLimits {
+    pub request_body_bytes: u64,
+    pub response_body_bytes: u64,
+    pub timeout: Duration,
+}
+
+/// A proxied call, as the API parsed it.
+pub struct ProxyAsk<'a> {
+    pub client: &'a ClientConfig,
+    pub subject: Option<&'a str>,
+    pub subject_token: Option<&'a str>,
+    /// Which of the user's accounts (its id or label; `None`: the default).
+    pub account: Option<&'a str>,
+    pub provider: &'a ProviderName,
+    pub method: Method,
+    /// The path below the provider's API base, as sent (still percent-encoded).
+    pub path: &'a str,
+    /// The query, as sent.
+    pub query: Option<&'a str>,
+    /// The caller's headers (cleaned before they go on).
+    pub headers: &'a HeaderMap,
+    pub body: Upload,
+    pub request_id: Option<String>,
+    pub lang: Lang,
+    pub limits: ProxyLimits,
+}
+
+/// The provider's answer, on its way to the caller.
+pub struct Proxied {
+    pub status: StatusCode,
+    /// Cleaned: no cookies, no hop-by-hop headers.
+    pub headers: HeaderMap,
+    pub body: Download,
+    /// The provider refused the token; it was refreshed, but the call could not be replayed.
+    pub token_refreshed: bool,
+}
+
+impl Connect {
+    /// Forwards `ask` to the provider's API with the connection's token.
+    pub async fn proxy(&self, mut ask: ProxyAsk<'_>) -> Result<Proxied> {
+        let path = target::confine(ask.path).map_err(Error::invalid)?;
+        let provider = self.provider_for_client(ask.client, ask.provider)?.clone();
+        let template = provider.api_base_url().ok_or_else(|| {
+            Error::not_found(format!(
+                "provider {:?} has no API base URL for the proxy (its catalog entry names none; the operator sets api_base_url)",
+                provider.name
+            ))
+        })?;
+        allowed(ask.client, &provider, &ask.method, &path.decoded)?;
+        let mut token = self.proxy_token(&ask, false).await?;
+        let base = target::api_base(
+            template,
+            provider.entry,
+            &token.params,
+            &token.metadata,
+            &provider.client_id,
+        )
+        .map_err(|m| Error::Gateway(GatewayFailure::NoBase(m)))?;
+        let url = target::join(&base, &path, ask.query).map_err(Error::invalid)?;
+        let headers = forward::request_headers(ask.headers);
+        let call = Call {
+            provider: &provider,
+            method: &ask.method,
+            url: &url,
+            headers: &headers,
+            limits: ask.limits,
+        };
+        let mut resp = self.forward(&call, &token, &mut ask.body).await?;
+        let mut token_refreshed = false;
+        if resp.status() == StatusCode::UNAUTHORIZED
+            && !AuthKind::is_credential_type(&token.token_type)
+        {
+            match self.proxy_token(&ask, true).await {
+                Ok(t) => {
+                    token = t;
+                    if ask.body.replayable() {
+                        resp = self.forward(&call, &token, &mut ask.body).await?;
+                    } else {
+                        token_refreshed = true;
+                    }
+                }
+                // The grant is dead: say so, rather than pass on a 401 a retry cannot fix.
+                Err(e @ Error::ReauthorizationRequired { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(provider = %provider.name, error = %e, "refresh after the provider's 401 failed; passing the 401 on")
+                }
+            }
+        }
+        let limit = ask.limits.response_body_bytes;
+        if ask.method != Method::HEAD && declared_length(resp.headers()).is_some_and(|n| n > limit)
+        {
+            return Err(Error::Gateway(GatewayFailure::ResponseTooLarge { limit }));
+        }
+        self.proxy_usage
+            .note(
+                &self.db,
+                usage::Use {
+                    client_id: ask.client.id.clone(),
+                    connection_id: token.connection_id.to_string(),
+                    provider: provider.name.clone(),
+                },
+                ask.request_id.as_deref(),
+            )
+            .await;
+        Ok(Proxied {
+            status: resp.status(),
+            headers: forward::response_headers(resp.headers()),
+            body: Download::new(resp, limit),
+            token_refreshed,
+        })
+    }
+
+    /// A fresh token for the call (forced: the provider just refused the one held).
+    async fn proxy_token(&self, ask: &ProxyAsk<'_>, force_refresh: bool) -> Result<FreshToken> {
+        let t = TokenAsk {
+            client: ask.client,
+            subject: ask.subject,
+            subject_token: ask.subject_token,
+            provider: ask.provider,
+            account: ask.account,
+            whose: Whose::Any,
+            scopes: None,
+            min_ttl_seconds: None,
+            force_refresh,
+            elicit: false,
+            elicit_scopes: false,
+            awaited: None,
+            wait_seconds: None,
+            request_id: ask.request_id.clone(),
+            lang: ask.lang,
+            dpop: None,
+        };
+        // Nothing is awaited, so no long-poll slot is ever asked for.
+        match self
+            .fresh_token_for(t, || Ok::<(), std::convert::Infallible>(()))
+            .await?
+        {
+            Ok((token, _)) => Ok(token),
+            Err(never) => match never {},
+        }
+    }
+
+    /// One attempt: the credential added, timed and counted per provider and status class.
+    async fn forward(
+        &self,
+        call: &Call<'_>,
+        token: &FreshToken,
+        body: &mut Upload,
+    ) -> Result<reqwest::Response> {
+        let mut headers = call.headers.clone();
+        let (name, value) = credential(call.provider, token)?;
+        headers.insert(name, value);
+        let started = Instant::now();
+        let sent = forward::send(
+            &self.http,
+            call.method.clone(),
+            call.url.clone(),
+            headers,
+            body,
+            call.limits.timeout,
+        )
+        .await;
+        self.metrics.proxied(
+            &call.provider.name,
+            sent.as_ref().ok().map(|r| r.status().as_u16()),
+            started.elapsed().as_secs_f64(),
+        );
+        sent.map_err(|e| match e {
+            ForwardError::Refused => Error::Gateway(GatewayFailure::Refused),
+            ForwardError::Timeout => Error::Gateway(GatewayFailure::Timeout {
+                seconds: call.limits.timeout.as_secs(),
+            }),
+            ForwardError::RequestTooLarge => Error::refused(
+                Refusal::TooLarge,
+                "Request too large",
+                format!(
+                    "the request body is larger than the proxy's limit of {} bytes",
+                    call.limits.request_body_bytes
+                ),
+            ),
+            ForwardError::Unreachable(why) => {
+                tracing::warn!(provider = %call.provider.name, error = %why, "proxied call failed");
+                Error::Gateway(GatewayFailure::Unreachable)
+            }
+        })
+    }
+}
+
+/// What every attempt of one call shares.
+struct Call<'a> {
+    provider: &'a Arc<Provider>,
+    method: &'a Method,
+    url: &'a url::Url,
+    headers: &'a HeaderMap,
+    limits: ProxyLimits,
+}
+
+/// The header presenting `token`: the provider's own for typed credentials (`X-API-Key`,
+/// Basic), else `Authorization: Bearer`.
+fn credential(
+    provider: &Provider,
+    token: &FreshToken,
+) -> Result<(http::HeaderName, http::HeaderValue)> {
+    let secret = token.access_token.expose_secret();
+    let (name, value) = match provider
+        .credential
+        .as_ref()
+        .filter(|_| AuthKind::is_credential_type(&token.token_type))
+    {
+        Some(s) => s.header_for(secret),
+        None if crate::providers::mcp::is_dpop_bound(&token.token_type) => {
+            return Err(Error::invalid(
+                "this connection's token is DPoP-bound: the proxy does not forward DPoP-bound tokens",
+            ));
+        }
+        None => ("authorization".to_owned(), format!("Bearer {secret}")),
+    };
+    forward::credential(&name, &value).ok_or_else(|| {
+        Error::internal(anyhow::anyhow!(
+            "the credential of provider {} does not fit in an HTTP header",
+            provider.name
+        ))
+    })
+}
+
+/// Refuses what the provider's or the client's allow-list does not name.
+fn allowed(client: &ClientConfig, provider: &Provider, method: &Method, path: &str) -> Result<()> {
+    let rules = [
+        Some(provider.proxy_rules()),
+        client.proxy.get(&provider.name),
+    ];
+    for r in rules.into_iter().flatten() {
+        if !r.allows_method(method.as_str()) {
+            return Err(Error::Forbidden(format!(
+                "the proxy does not let {method} through to provider {:?} for this client",
+                provider.name
+            )));
+        }
+        if !r.allows_path(path) {
+            return Err(Error::Forbidden(format!(
+                "the proxy does not let this path through to provider {:?} for this client",
+                provider.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The `Content-Length` the provider declared, if one.
+fn declared_length(h: &HeaderMap) -> Option<u64> {
+    h.get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}

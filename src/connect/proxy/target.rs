@@ -1,0 +1,257 @@
+//! Where a proxied call goes: the provider's API base URL for one connection (its
+//! `{placeholders}` filled from the connection's parameters and metadata, each checked), and the
+//! caller's path confined below it. A path is taken as the caller sent it (still
+//! percent-encoded) and refused, never repaired, when any segment could climb out of the base or
+//! mean something else to the provider than to us: `.` and `..` (also percent-encoded, also
+//! double-encoded), empty segments (`//`), backslashes, encoded `/` and `\`, control
+//! characters, malformed escapes.
+
+use url::Url;
+
+use crate::config::catalog::{Entry, placeholders, safe_in_url};
+use crate::db::connections::{ConnParams, Metadata};
+
+/// A caller's path that stays below the base: as sent (to append) and decoded (for the
+/// allow-lists; it starts with `/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfinedPath {
+    raw: String,
+    pub decoded: String,
+}
+
+/// The longest path the proxy passes on.
+const MAX_PATH: usize = 4096;
+
+/// Checks `raw` (the part after `/v1/proxy/{provider}/`, as sent). `Err` says why, for a 400.
+pub fn confine(raw: &str) -> Result<ConfinedPath, String> {
+    if raw.len() > MAX_PATH {
+        return Err(format!("the path is longer than {MAX_PATH} bytes"));
+    }
+    if raw.is_empty() {
+        return Ok(ConfinedPath {
+            raw: String::new(),
+            decoded: "/".into(),
+        });
+    }
+    let segments: Vec<&str> = raw.split('/').collect();
+    let last = segments.len() - 1;
+    let mut decoded = String::with_capacity(raw.len() + 1);
+    for (i, seg) in segments.iter().enumerate() {
+        decoded.push('/');
+        // A trailing slash is the provider's business; an empty segment elsewhere is `//`.
+        if seg.is_empty() && i == last {
+            continue;
+        }
+        decoded.push_str(&segment(seg)?);
+    }
+    Ok(ConfinedPath {
+        raw: raw.to_owned(),
+        decoded,
+    })
+}
+
+/// One segment, decoded, or why it is refused.
+fn segment(seg: &str) -> Result<String, String> {
+    if seg.is_empty() {
+        return Err("the path has an empty segment (//)".into());
+    }
+    if seg.bytes().any(|b| b == b'\\') {
+        return Err("the path has a backslash".into());
+    }
+    if seg.bytes().any(|b| b < 0x20 || b == 0x7f || b >= 0x80) {
+        return Err("the path has control or unencoded non-ASCII characters".into());
+    }
+    let bytes = percent_decode(seg).ok_or("the path has a malformed percent-escape")?;
+    let text = String::from_utf8(bytes).map_err(|_| "the path does not decode to UTF-8")?;
+    if text == "." || text == ".." {
+        return Err("the path has a . or .. segment (also percent-encoded)".into());
+    }
+    if text.contains('/') || text.contains('\\') {
+        return Err("the path has a percent-encoded / or \\".into());
+    }
+    if text.chars().any(char::is_control) {
+        return Err("the path has control characters".into());
+    }
+    // Decoded once more by a careless server, `%252e%252e` would be `..`.
+    let lower = text.to_ascii_lowercase();
+    if ["%2e", "%2f", "%5c", "%25"]
+        .iter()
+        .any(|e| lower.contains(e))
+    {
+        return Err("the path has a double-encoded ., /, \\ or %".into());
+    }
+    Ok(text)
+}
+
+fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = |c: u8| (c as char).to_digit(16);
+            let hi = hex(*b.get(i + 1)?)?;
+            let lo = hex(*b.get(i + 2)?)?;
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+/// The API base URL of one connection: `template` with each `{name}` filled. A metadata value
+/// at the very start stands for a whole origin (Salesforce `{instance_url}`) and must be one
+/// (https off loopback, no credentials, path, query or fragment); any other value must be a
+/// plain label (`catalog::safe_in_url`), parameters as their catalog entry checks them.
+pub fn api_base(
+    template: &str,
+    entry: &Entry,
+    params: &ConnParams,
+    metadata: &Metadata,
+    client_id: &str,
+) -> Result<Url, String> {
+    let mut filled = template.to_owned();
+    for (i, ph) in placeholders(template).into_iter().enumerate() {
+        let token = format!("{{{ph}}}");
+        let value = match (entry.param(ph), metadata.get(ph).and_then(|v| v.as_str())) {
+            (Some(_), _) => crate::providers::params::fill(&token, entry, params, client_id)
+                .map_err(|e| format!("the API base URL cannot be made: {e}"))?,
+            (None, Some(v)) if i == 0 && template.starts_with(&token) => {
+                origin(v).ok_or_else(|| format!("the connection's {ph} is not an https origin"))?
+            }
+            (None, Some(v)) if safe_in_url(v) => v.to_owned(),
+            (None, _) => {
+                return Err(format!(
+                    "the connection has no usable {ph} for the API base URL"
+                ));
+            }
+        };
+        filled = filled.replacen(&token, &value, 1);
+    }
+    let url = Url::parse(&filled).map_err(|_| "the API base URL is not a URL".to_owned())?;
+    if !matches!(url.scheme(), "http" | "https")
+        || !url.has_host()
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        return Err("the API base URL is not an http(s) URL without query".into());
+    }
+    crate::config::require_https_off_loopback(&url).map_err(|m| format!("the API base URL {m}"))?;
+    Ok(url)
+}
+
+/// `v` as a bare origin (`https://host[:port]`), if it is one.
+fn origin(v: &str) -> Option<String> {
+    let u = Url::parse(v).ok()?;
+    let bare = matches!(u.scheme(), "http" | "https")
+        && u.has_host()
+        && u.username().is_empty()
+        && u.password().is_none()
+        && matches!(u.path(), "" | "/")
+        && u.query().is_none()
+        && u.fragment().is_none();
+    bare.then(|| u.origin().ascii_serialization())
+}
+
+/// `path` (and the caller's query, as sent) below `base`. The result is checked to lie below
+/// the base again, whatever the URL parser made of it.
+pub fn join(base: &Url, path: &ConfinedPath, query: Option<&str>) -> Result<Url, String> {
+    let prefix = base.path().trim_end_matches('/').to_owned();
+    let mut url = base.clone();
+    url.set_path(&format!("{prefix}/{}", path.raw));
+    url.set_query(query.filter(|q| !q.is_empty()));
+    let below = url.path() == format!("{prefix}/") || url.path().starts_with(&format!("{prefix}/"));
+    if url.origin() != base.origin() || !below {
+        return Err("the path leaves the provider's API base".into());
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_that_could_leave_the_base_are_refused() {
+        for bad in [
+            "..",
+            "a/../b",
+            "a/./b",
+            ".",
+            "a//b",
+            "/a",
+            "%2e%2e/x",
+            "%2E%2E",
+            ".%2e",
+            "a%2fb",
+            "a%2Fb",
+            "a%5cb",
+            "a\\b",
+            "%252e%252e/x",
+            "a%252fb",
+            "a%00b",
+            "a%0d%0ab",
+            "a%zz",
+            "a%2",
+            "a%ff",
+        ] {
+            assert!(confine(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn ordinary_paths_pass_as_sent() {
+        let p = confine("repos/o/r/issues").unwrap();
+        assert_eq!(p.decoded, "/repos/o/r/issues");
+        let p = confine("files/a%20b.txt/").unwrap();
+        assert_eq!(p.decoded, "/files/a b.txt/");
+        assert_eq!(confine("").unwrap().decoded, "/");
+        let base = Url::parse("https://slack.com/api").unwrap();
+        let u = join(&base, &confine("chat.postMessage").unwrap(), Some("x=1")).unwrap();
+        assert_eq!(u.as_str(), "https://slack.com/api/chat.postMessage?x=1");
+        let base = Url::parse("https://api.github.com").unwrap();
+        let u = join(&base, &confine("user").unwrap(), None).unwrap();
+        assert_eq!(u.as_str(), "https://api.github.com/user");
+        let u = join(&base, &confine("a%20b").unwrap(), None).unwrap();
+        assert_eq!(u.as_str(), "https://api.github.com/a%20b");
+    }
+
+    #[test]
+    fn metadata_origins_and_parameters_fill_the_base() {
+        let sf = crate::config::catalog::lookup("salesforce").unwrap();
+        let mut meta = Metadata::new();
+        meta.insert(
+            "instance_url".into(),
+            serde_json::json!("https://acme.my.salesforce.com"),
+        );
+        let u = api_base("{instance_url}", sf, &ConnParams::new(), &meta, "c").unwrap();
+        assert_eq!(u.as_str(), "https://acme.my.salesforce.com/");
+        for evil in [
+            "https://user@evil.test",
+            "https://acme.my.salesforce.com/x",
+            "http://acme.my.salesforce.com",
+            "javascript:alert(1)",
+        ] {
+            meta.insert("instance_url".into(), serde_json::json!(evil));
+            assert!(
+                api_base("{instance_url}", sf, &ConnParams::new(), &meta, "c").is_err(),
+                "{evil}"
+            );
+        }
+        let shop = crate::config::catalog::lookup("shopify").unwrap();
+        let mut params = ConnParams::new();
+        params.insert("shop".into(), "acme".into());
+        let u = api_base(
+            "https://{shop}.myshopify.com/admin/api",
+            shop,
+            &params,
+            &Metadata::new(),
+            "c",
+        )
+        .unwrap();
+        assert_eq!(u.as_str(), "https://acme.myshopify.com/admin/api");
+    }
+}
