@@ -220,9 +220,9 @@ async fn migrate(bin: &Path, config: &Path, log: &Path) -> (bool, String) {
 
 /// Config keys added since the previous release (`MCP_CONNECT_PREVIOUS_REF`), which it would
 /// refuse as unknown: the harness writes them for this release.
-const KEYS_SINCE_PREVIOUS_RELEASE: &[&str] = &["outbound_allow_cidrs"];
+const KEYS_SINCE_PREVIOUS_RELEASE: &[&str] = &["outbound_allow_cidrs", "api_base_url"];
 
-/// `toml` without the top-level keys the previous release does not know.
+/// `toml` without the keys the previous release does not know.
 fn for_previous_release(toml: &str) -> String {
     toml.lines()
         .filter(|l| {
