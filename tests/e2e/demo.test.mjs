@@ -54,8 +54,9 @@ function parse(text) {
   const connectUrl = lines.find((l) => base && l.startsWith(`${base}/connect/`));
   const curls = lines.filter((l) => l.startsWith('curl '));
   assert.ok(base && apiKey && connectUrl, `banner incomplete:\n${text}`);
-  // Create, complete without a person (/dev/complete), token, whoami.
-  assert.equal(curls.length, 4, `four curl commands:\n${text}`);
+  // Create, complete without a person (/dev/complete), token, whoami, whoami through the proxy.
+  assert.equal(curls.length, 5, `five curl commands:\n${text}`);
+  assert.ok(curls[4].includes(`${base}/v1/proxy/`), `the fifth calls through the proxy:\n${text}`);
   assert.ok(curls[1].includes(`${base}/dev/complete`) && curls[1].includes(connectUrl), `the second completes the connect URL:\n${text}`);
   return { base, apiKey, connectUrl, curls };
 }
