@@ -155,19 +155,13 @@ impl Db {
         new: &str,
         old: &str,
     ) -> Result<bool> {
-        Ok(sqlx::query(
+        self.replace_sealed(
             "UPDATE organization_apps SET client_secret = $4 \
              WHERE issuer = $1 AND organization = $2 AND provider = $3 AND client_secret = $5",
+            &[key.issuer, key.organization, key.provider],
+            (new, old),
         )
-        .bind(key.issuer)
-        .bind(key.organization)
-        .bind(key.provider)
-        .bind(new)
-        .bind(old)
-        .execute(&self.pool)
-        .await?
-        .rows_affected()
-            == 1)
+        .await
     }
 
     /// Every stored app's sealed secret.

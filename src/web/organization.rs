@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use secrecy::SecretString;
 use serde::Deserialize;
 
+use super::account::ActionForm;
 use super::connect::shown_name;
 use super::extract::{CsrfForm, CsrfProtected, QueryOrDefault, RequestId, SignedIn};
 use super::pages::render;
@@ -110,17 +111,6 @@ pub async fn show(
         },
         StatusCode::OK,
     ))
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ActionForm {
-    csrf: String,
-}
-
-impl CsrfProtected for ActionForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
 }
 
 pub async fn disconnect(
