@@ -106,9 +106,11 @@ impl Connect {
     }
 }
 
-/// The one provider among `providers` that serves `resource`. The catalog knows no provider's
-/// API base URL yet, so only an upstream MCP server's resource URL matches (compared as parsed
-/// URLs, so `HTTPS://Host` and `https://host/` are the same); none, or several, is `NotFound`.
+/// The one provider among `providers` that serves `resource`: an upstream MCP server whose
+/// resource URL it is (compared as parsed URLs, so `HTTPS://Host` and `https://host/` are the
+/// same), or a provider whose API base URL (`api_base_url`, else the catalog's) it names, at
+/// the base or below it (`connect::proxy::target::serves`). None, or several, is `NotFound`:
+/// the caller then names the provider by `audience`.
 fn resource_provider<'p>(
     providers: impl Iterator<Item = &'p Provider>,
     resource: &str,
@@ -118,7 +120,12 @@ fn resource_provider<'p>(
     if wanted.fragment().is_some() {
         return Err(unknown());
     }
-    let mut found = providers.filter(|p| p.mcp.as_ref().is_some_and(|m| m.resource == wanted));
+    let mut found = providers.filter(|p| match &p.mcp {
+        Some(m) => m.resource == wanted,
+        None => p
+            .api_base_url()
+            .is_some_and(|base| crate::connect::proxy::target::serves(base, &wanted)),
+    });
     match (found.next(), found.next()) {
         (Some(p), None) => Ok(p.name.clone()),
         _ => Err(unknown()),
@@ -135,7 +142,7 @@ mod tests {
     }
 
     #[test]
-    fn a_resource_names_the_one_mcp_server_at_that_url() {
+    fn a_resource_names_the_one_mcp_server_or_api_at_that_url() {
         let mcp = |name, url: &str| {
             provider(
                 name,
@@ -152,8 +159,11 @@ mod tests {
         let pick = |r: &str| resource_provider(all.iter().copied(), r).map_err(|e| e.to_string());
         assert_eq!(pick("https://mcp.example.com/mcp").unwrap(), "tools");
         assert_eq!(pick("HTTPS://MCP.example.com:443/mcp").unwrap(), "tools");
+        // A provider's API base URL (the catalog's), at the base or below.
+        assert_eq!(pick("https://api.github.com").unwrap(), "github");
+        assert_eq!(pick("https://api.github.com/user").unwrap(), "github");
         for unknown in [
-            "https://api.github.com",
+            "https://api.github.com.evil.test",
             "https://mcp.example.com/mcp/",
             "https://mcp.example.com/mcp#x",
             "not a url",

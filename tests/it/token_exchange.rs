@@ -174,6 +174,19 @@ on_both_databases!(
         assert_eq!(tokens["scope"], scopes.join(" "));
         assert_eq!(v["token_endpoint"], format!("{}/oauth2/token", app.url));
 
+        // The provider named by its API base URL (RFC 8707 `resource`), the base or below it.
+        let api = format!("{}/api", app.peers.upstream);
+        for resource in [api.clone(), format!("{api}/whoami")] {
+            let v = exchange(
+                &app,
+                params(&alice, json!({"audience": null, "resource": resource})),
+            )
+            .await;
+            assert_eq!(v["tokens"]["access_token"], t["access_token"], "{v}");
+        }
+        let v = exchange(&app, params(&alice, json!({"resource": api}))).await;
+        assert_eq!(v["tokens"]["access_token"], t["access_token"], "{v}");
+
         // With the `jwt` token type, a scope the grant holds, the one token type we issue: the same.
         let v = exchange(
             &app,
@@ -206,6 +219,8 @@ on_both_databases!(
             json!({"audience": "other"}),
             json!({"audience": null, "resource": "https://api.example.test/"}),
             json!({"resource": "https://api.example.test/"}),
+            json!({"audience": null, "resource": format!("{}/apix", app.peers.upstream)}),
+            json!({"audience": null, "resource": format!("{}/api?x=1", app.peers.upstream)}),
         ] {
             let v = exchange(&app, params(&alice, target.clone())).await;
             refused(&v, 400, "invalid_target");

@@ -32,7 +32,7 @@ pub const SCOPE_PATTERN: &str = r"^[!#-+\--\[\]-~]+( [!#-+\--\[\]-~]+)*$";
 /// absent and unknown parameters are ignored (RFC 6749 §3.2); a parameter sent twice is
 /// `invalid_request`.
 // No `Debug`: it holds the subject token.
-#[derive(Default, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct ExchangeForm {
     /// Only `urn:ietf:params:oauth:grant-type:token-exchange`; any other is
     /// `unsupported_grant_type`.
@@ -50,8 +50,9 @@ pub struct ExchangeForm {
     /// Unknown, or not allowed for this client: `invalid_target`.
     #[schema(nullable = false, pattern = r"^[A-Za-z0-9_-]+$")]
     pub audience: Option<String>,
-    /// RFC 8707: the provider by a URL it serves. Today only an upstream MCP server's
-    /// `resource` URL (`kind = "mcp"`) matches; anything else is `invalid_target`.
+    /// RFC 8707: the provider by a URL it serves: its API base URL (the base or below it), or
+    /// an upstream MCP server's `resource` URL (`kind = "mcp"`). No provider, or several:
+    /// `invalid_target`.
     #[schema(nullable = false, max_length = 2048)]
     pub resource: Option<String>,
     /// Scopes the token must carry, space-separated (as `scopes` on `/v1/tokens`): when the
@@ -143,17 +144,17 @@ pub async fn exchange(
 }
 
 /// A token exchange the service can run: every parameter checked, empty ones dropped.
-struct Asked {
-    subject_token: String,
-    audience: Option<String>,
-    resource: Option<String>,
-    scopes: Option<Vec<String>>,
-    account: Option<String>,
+pub struct Asked {
+    pub subject_token: String,
+    pub audience: Option<String>,
+    pub resource: Option<String>,
+    pub scopes: Option<Vec<String>>,
+    pub account: Option<String>,
 }
 
 impl ExchangeForm {
     /// The exchange `client` asks for, or the OAuth error that says what is wrong with the form.
-    fn parse(self, client: &ClientConfig) -> Result<Asked, OAuthError> {
+    pub fn parse(self, client: &ClientConfig) -> Result<Asked, OAuthError> {
         let given = |v: Option<String>| v.filter(|s| !s.is_empty());
         match given(self.grant_type).as_deref() {
             None => return Err(OAuthError::invalid_request("grant_type is missing")),

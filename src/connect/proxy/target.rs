@@ -143,6 +143,41 @@ pub fn api_base(
     Ok(url)
 }
 
+/// Whether `resource` (an RFC 8707 resource indicator) names the API at `template`: the base
+/// itself or a URL below it (on a segment boundary), each `{name}` standing for one URL-safe
+/// label (`acme` in `https://{shop}.myshopify.com`). Scheme and host compare case-insensitively.
+/// A template that starts with a placeholder (a whole origin from the connection, Salesforce
+/// `{instance_url}`) names no URL in advance, so it matches none.
+pub fn serves(template: &str, resource: &Url) -> bool {
+    if template.starts_with('{') || resource.fragment().is_some() || resource.query().is_some() {
+        return false;
+    }
+    let base = template.trim_end_matches('/');
+    let mut pattern = String::from("(?i)^");
+    let mut rest = base;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            return false;
+        };
+        pattern.push_str(&regex::escape(&rest[..open]));
+        pattern.push_str("[A-Za-z0-9_-]+");
+        rest = &rest[open + close + 1..];
+    }
+    pattern.push_str(&regex::escape(rest));
+    pattern.push_str("(?:/.*)?$");
+    let Ok(re) = regex::Regex::new(&pattern) else {
+        return false;
+    };
+    // `Url` writes a bare origin with a `/` path; the template may have none.
+    let text = resource.as_str();
+    let text = if resource.path() == "/" {
+        text.trim_end_matches('/')
+    } else {
+        text
+    };
+    re.is_match(text)
+}
+
 /// `v` as a bare origin (`https://host[:port]`), if it is one.
 fn origin(v: &str) -> Option<String> {
     let u = Url::parse(v).ok()?;
@@ -217,6 +252,34 @@ mod tests {
         assert_eq!(u.as_str(), "https://api.github.com/user");
         let u = join(&base, &confine("a%20b").unwrap(), None).unwrap();
         assert_eq!(u.as_str(), "https://api.github.com/a%20b");
+    }
+
+    #[test]
+    fn a_resource_names_the_api_at_its_base_or_below() {
+        let url = |s: &str| Url::parse(s).unwrap();
+        let gh = "https://api.github.com";
+        assert!(serves(gh, &url("https://api.github.com")));
+        assert!(serves(gh, &url("HTTPS://API.GitHub.com/")));
+        assert!(serves(gh, &url("https://api.github.com/user")));
+        assert!(!serves(gh, &url("https://api.github.com.evil.test/")));
+        assert!(!serves(gh, &url("https://api.github.com?x=1")));
+        assert!(!serves(gh, &url("http://api.github.com")));
+        let slack = "https://slack.com/api/";
+        assert!(serves(slack, &url("https://slack.com/api")));
+        assert!(serves(
+            slack,
+            &url("https://slack.com/api/chat.postMessage")
+        ));
+        assert!(!serves(slack, &url("https://slack.com/apix")));
+        assert!(!serves(slack, &url("https://slack.com/")));
+        let shop = "https://{shop}.myshopify.com/admin/api";
+        assert!(serves(shop, &url("https://acme.myshopify.com/admin/api")));
+        assert!(!serves(shop, &url("https://a.b.myshopify.com/admin/api")));
+        assert!(!serves(shop, &url("https://myshopify.com/admin/api")));
+        assert!(!serves(
+            "{instance_url}",
+            &url("https://acme.my.salesforce.com")
+        ));
     }
 
     #[test]
