@@ -540,6 +540,41 @@ on_both_databases!(
             .await
             .unwrap();
         assert_eq!(r.status(), StatusCode::NOT_FOUND);
+        // Dot segments never leave the client: a URL parser would resolve them, and
+        // `../../connections` would reach mcp-connect's own API with the client's key.
+        for escape in [
+            "../../connections",
+            "a/../../../connections",
+            "%2e%2e/%2E%2e/connections",
+            ".%2e/x",
+            "./whoami",
+            "whoami/..?x=1",
+        ] {
+            let e = c
+                .proxy(mcp_connect_client::ProxyRequest::for_subject(
+                    reqwest::Method::GET,
+                    "acme",
+                    escape,
+                    "carol",
+                ))
+                .await
+                .unwrap_err();
+            // The client's own refusal: nothing was sent (the resolved path would have reached
+            // another endpoint, whose answer would say something else).
+            assert_eq!(e.code(), Some("invalid_request"), "{escape}: {e}");
+            assert!(e.to_string().contains(". or .. segment"), "{escape}: {e}");
+        }
+        // A `#` is part of the path, not a fragment cut off.
+        let r = c
+            .proxy(mcp_connect_client::ProxyRequest::for_subject(
+                reqwest::Method::GET,
+                "acme",
+                "whoami#x",
+                "carol",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
         app.shutdown().await;
     }
 );

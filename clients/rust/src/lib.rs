@@ -129,9 +129,14 @@ pub struct ApiError {
 impl ApiError {
     /// What a body that is not mcp-connect's JSON error (a proxy's page, say) becomes.
     fn unexpected(text: &str) -> Self {
+        Self::with("unexpected_response", text.chars().take(200).collect())
+    }
+
+    /// An error with `code` and `message` and nothing else.
+    fn with(code: &str, message: String) -> Self {
         Self {
-            error: "unexpected_response".into(),
-            message: text.chars().take(200).collect(),
+            error: code.into(),
+            message,
             reason: None,
             elicitation: None,
             elicitation_id: None,

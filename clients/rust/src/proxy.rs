@@ -103,12 +103,37 @@ impl Client {
     /// Sends `req` through the proxy. `Ok` is the provider's answer, whatever its status, its
     /// body still streaming; `Err` is mcp-connect's own refusal ([`Error::Api`]: `not_connected`,
     /// `forbidden`, `upstream_error`, ...), told apart by its `MCP-Connect-Error` header.
+    ///
+    /// A path with a `.` or `..` segment (also percent-encoded) is refused here, as
+    /// `invalid_request`, without sending anything: URL parsers resolve such segments before a
+    /// request leaves, so `../../connections` would otherwise reach another endpoint of
+    /// mcp-connect with this client's API key instead of being refused by the proxy. A `#` is
+    /// sent as `%23` (a fragment would be cut off).
     pub async fn proxy(&self, req: ProxyRequest) -> Result<reqwest::Response, Error> {
+        let path = req.path.trim_start_matches('/');
+        let (segments, query) = match path.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path, None),
+        };
+        if segments.split('/').any(is_dot_segment) {
+            return Err(Error::Api {
+                status: 400,
+                body: Box::new(ApiError::with(
+                    "invalid_request",
+                    "the proxy path has a . or .. segment; it would leave the provider's API base"
+                        .into(),
+                )),
+            });
+        }
+        let path = match query {
+            Some(q) => format!("{segments}?{q}"),
+            None => segments.to_owned(),
+        };
         let url = format!(
             "{}/v1/proxy/{}/{}",
             self.base,
             req.provider,
-            req.path.trim_start_matches('/')
+            path.replace('#', "%23")
         );
         let mut b = self
             .http
@@ -138,4 +163,10 @@ impl Client {
         }
         Ok(resp)
     }
+}
+
+/// `.` or `..`, as the URL standard counts them (`%2e` is a dot, in either case).
+fn is_dot_segment(segment: &str) -> bool {
+    let s = segment.to_ascii_lowercase().replace("%2e", ".");
+    s == "." || s == ".."
 }
