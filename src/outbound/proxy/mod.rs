@@ -1,8 +1,12 @@
 //! Forwarding one proxied call to a provider's API: the headers that may cross (both ways),
 //! the request body as it arrives (buffered only when small enough to replay after a refresh),
-//! the response body as the provider sends it, each bounded, through the guarded client
-//! ([`Http`]: SSRF checks on every address, no redirect followed, no proxy from the
-//! environment).
+//! the response body as the provider sends it, each bounded, over the proxy's own connections
+//! ([`Pool`]: SSRF checks on every address, no redirect followed, no proxy from the
+//! environment; each call driven in the task that makes it).
+
+mod pool;
+
+pub use pool::Pool;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,10 +15,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
+use futures_util::{Stream, StreamExt, TryStreamExt};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
 
-use super::{Http, SendError};
+use pool::{BoxError, Incoming, OutBody};
 
 /// The caller's headers that never reach the provider beyond the hop-by-hop ones: its
 /// credentials for us and for anyone else, its cookies, and how it named the user.
@@ -101,7 +107,7 @@ pub enum Upload {
     Buffered(Bytes),
     /// Passed on as it arrives; cannot be sent twice.
     Streaming {
-        body: reqwest::Body,
+        body: OutBody,
         over_limit: Arc<AtomicBool>,
     },
     /// A streaming body already sent.
@@ -119,7 +125,6 @@ impl Upload {
         let over_limit = Arc::new(AtomicBool::new(false));
         let flag = over_limit.clone();
         let mut seen: u64 = 0;
-        type BoxError = Box<dyn std::error::Error + Send + Sync>;
         let limited = stream.map(move |chunk| -> Result<Bytes, BoxError> {
             let chunk = chunk.map_err(|e| -> BoxError { Box::new(e) })?;
             seen += chunk.len() as u64;
@@ -132,7 +137,7 @@ impl Upload {
             Ok(chunk)
         });
         Self::Streaming {
-            body: reqwest::Body::wrap_stream(limited),
+            body: StreamBody::new(limited.map_ok(http_body::Frame::data)).boxed_unsync(),
             over_limit,
         }
     }
@@ -143,10 +148,13 @@ impl Upload {
     }
 
     /// The body for one attempt, and the flag a streaming one raises when over its limit.
-    fn take(&mut self) -> (Option<reqwest::Body>, Option<Arc<AtomicBool>>) {
+    fn take(&mut self) -> (Option<OutBody>, Option<Arc<AtomicBool>>) {
         match self {
             Self::Empty | Self::Spent => (None, None),
-            Self::Buffered(b) => (Some(reqwest::Body::from(b.clone())), None),
+            Self::Buffered(b) => (
+                Some(Full::new(b.clone()).map_err(never).boxed_unsync()),
+                None,
+            ),
             Self::Streaming { .. } => match std::mem::replace(self, Self::Spent) {
                 Self::Streaming { body, over_limit } => (Some(body), Some(over_limit)),
                 _ => (None, None),
@@ -172,52 +180,90 @@ pub enum ForwardError {
 /// One call: `headers` as they go (cleaned, the credential set), the whole call (headers and
 /// body, both ways) bounded by `timeout`.
 pub async fn send(
-    http: &Http,
+    pool: &Arc<Pool>,
     method: http::Method,
-    url: url::Url,
+    url: &url::Url,
     headers: HeaderMap,
     upload: &mut Upload,
     timeout: Duration,
-) -> Result<reqwest::Response, ForwardError> {
+) -> Result<Answer, ForwardError> {
     let kept = matches!(upload, Upload::Buffered(_));
     let (body, over_limit) = upload.take();
-    let mut req = http.request(method, url).timeout(timeout);
+    let target = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_owned(),
+    };
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(target)
+        .body(body.unwrap_or_else(|| Empty::new().map_err(never).boxed_unsync()))
+        .map_err(|_| ForwardError::Unreachable("the request could not be made".into()))?;
+    let size = req.body().size_hint().exact();
+    let out = req.headers_mut();
     for (name, value) in &headers {
-        // A kept body's length is the client's to set (once); a streamed one keeps the
-        // caller's, so the provider gets what it was told.
+        // A kept body's length is ours to set (once); a streamed one keeps the caller's, so
+        // the provider gets what it was told.
         if kept && name == header::CONTENT_LENGTH {
             continue;
         }
-        req = req.header(name, value);
+        out.append(name, value.clone());
     }
-    if let Some(b) = body {
-        req = req.body(b);
+    if kept && let Some(n) = size {
+        out.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
-    match req.send().await {
-        Ok(r) => Ok(r),
-        Err(_) if over_limit.is_some_and(|f| f.load(Ordering::Relaxed)) => {
+    out.entry(header::USER_AGENT)
+        .or_insert(HeaderValue::from_static(concat!(
+            "mcp-connect/",
+            env!("CARGO_PKG_VERSION")
+        )));
+    let deadline = tokio::time::Instant::now() + timeout;
+    match tokio::time::timeout_at(deadline, pool.send(url, req)).await {
+        Ok(Ok(r)) => Ok(Answer { head: r, deadline }),
+        Ok(Err(_)) if over_limit.is_some_and(|f| f.load(Ordering::Relaxed)) => {
             Err(ForwardError::RequestTooLarge)
         }
-        Err(e) if e.is_refused() => Err(ForwardError::Refused),
-        Err(SendError::Http(e)) if e.is_timeout() => Err(ForwardError::Timeout),
-        Err(e) => Err(ForwardError::Unreachable(e.without_url())),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ForwardError::Timeout),
     }
+}
+
+/// The provider's answer: its head now, its body to stream (see [`Download`]).
+pub struct Answer {
+    head: http::Response<Incoming>,
+    deadline: tokio::time::Instant,
+}
+
+impl Answer {
+    pub fn status(&self) -> http::StatusCode {
+        self.head.status()
+    }
+
+    pub fn headers(&self) -> &HeaderMap {
+        self.head.headers()
+    }
+}
+
+fn never(e: std::convert::Infallible) -> BoxError {
+    match e {}
 }
 
 /// A provider's response body on its way to the caller: passed on chunk by chunk, and cut
 /// with an error (so the caller never takes a partial body for a whole one) once more than
 /// `limit` bytes came.
 pub struct Download {
-    inner: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    body: Incoming,
+    /// The whole call's end: a body still coming then is cut.
+    deadline: Pin<Box<tokio::time::Sleep>>,
     seen: u64,
     limit: u64,
     done: bool,
 }
 
 impl Download {
-    pub fn new(resp: reqwest::Response, limit: u64) -> Self {
+    pub fn new(answer: Answer, limit: u64) -> Self {
         Self {
-            inner: Box::pin(resp.bytes_stream()),
+            body: answer.head.into_body(),
+            deadline: Box::pin(tokio::time::sleep_until(answer.deadline)),
             seen: 0,
             limit,
             done: false,
@@ -241,26 +287,39 @@ impl Stream for Download {
         if self.done {
             return Poll::Ready(None);
         }
-        match self.inner.as_mut().poll_next(cx) {
-            Poll::Ready(Some(Ok(chunk))) => {
-                self.seen += chunk.len() as u64;
-                if self.seen > self.limit {
-                    self.done = true;
-                    return Poll::Ready(Some(Err(DownloadError::TooLarge(self.limit))));
+        loop {
+            let this = &mut *self;
+            match Pin::new(&mut this.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    // Trailers are not passed on.
+                    let Ok(chunk) = frame.into_data() else {
+                        continue;
+                    };
+                    this.seen += chunk.len() as u64;
+                    if this.seen > this.limit {
+                        this.done = true;
+                        return Poll::Ready(Some(Err(DownloadError::TooLarge(this.limit))));
+                    }
+                    return Poll::Ready(Some(Ok(chunk)));
                 }
-                Poll::Ready(Some(Ok(chunk)))
+                Poll::Ready(Some(Err(e))) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(DownloadError::Broken(e.to_string()))));
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    if this.deadline.as_mut().poll(cx).is_ready() {
+                        this.done = true;
+                        return Poll::Ready(Some(Err(DownloadError::Broken(
+                            "no end of the answer in time".into(),
+                        ))));
+                    }
+                    return Poll::Pending;
+                }
             }
-            Poll::Ready(Some(Err(e))) => {
-                self.done = true;
-                Poll::Ready(Some(Err(DownloadError::Broken(
-                    e.without_url().to_string(),
-                ))))
-            }
-            Poll::Ready(None) => {
-                self.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -313,34 +372,129 @@ mod tests {
         assert_eq!(names, ["content-type", "location"]);
     }
 
-    /// A streamed body with a declared length arrives whole.
-    #[tokio::test]
-    async fn a_streamed_body_with_a_declared_length_arrives() {
-        let app = axum::Router::new()
-            .fallback(|body: axum::body::Bytes| async move { body.len().to_string() });
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/x", l.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(l, app).await });
-        let http = Http::build(
-            crate::config::ssrf::Policy::new(vec![
+    fn pool() -> Arc<Pool> {
+        Arc::new(
+            Pool::new(Arc::new(crate::config::ssrf::Policy::new(vec![
                 crate::config::IpNet::parse("127.0.0.0/8").unwrap(),
-            ]),
-            Duration::from_secs(5),
+            ])))
+            .unwrap(),
         )
-        .unwrap();
-        let chunks = (0..10).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; 10_240])));
-        let mut up = Upload::streaming(futures_util::stream::iter(chunks), 1 << 20);
-        let headers = map(&[("content-length", "102400")]);
-        let r = send(
-            &http,
+    }
+
+    /// An upstream that answers with the request body's length and counts the connections
+    /// it accepted.
+    async fn upstream() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", l.local_addr().unwrap());
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                let svc = hyper::service::service_fn(
+                    |req: http::Request<hyper::body::Incoming>| async move {
+                        let n = req
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes().len())
+                            .unwrap_or(0);
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from(n.to_string()),
+                        )))
+                    },
+                );
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(s), svc),
+                );
+            }
+        });
+        (base, accepted)
+    }
+
+    async fn read(answer: Answer) -> String {
+        let chunks: Vec<Bytes> = Download::new(answer, 1 << 20)
+            .map(|c| c.unwrap())
+            .collect()
+            .await;
+        String::from_utf8(chunks.concat()).unwrap()
+    }
+
+    async fn call(pool: &Arc<Pool>, url: &str, up: &mut Upload, headers: HeaderMap) -> Answer {
+        send(
+            pool,
             http::Method::POST,
-            url.parse().unwrap(),
+            &url.parse().unwrap(),
             headers,
-            &mut up,
+            up,
             Duration::from_secs(5),
         )
         .await
-        .unwrap();
-        assert_eq!(r.text().await.unwrap(), "102400");
+        .unwrap()
+    }
+
+    /// Bodies arrive whole, streamed (with the caller's declared length) or kept (with ours).
+    #[tokio::test]
+    async fn streamed_and_kept_bodies_arrive_whole() {
+        let (base, _) = upstream().await;
+        let pool = pool();
+        let chunks = (0..10).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; 10_240])));
+        let mut up = Upload::streaming(futures_util::stream::iter(chunks), 1 << 20);
+        let headers = map(&[("content-length", "102400")]);
+        let a = call(&pool, &format!("{base}/x"), &mut up, headers).await;
+        assert_eq!(read(a).await, "102400");
+        let mut up = Upload::Buffered(Bytes::from_static(b"hello"));
+        let a = call(
+            &pool,
+            &format!("{base}/x"),
+            &mut up,
+            map(&[("content-length", "99")]),
+        )
+        .await;
+        assert_eq!(read(a).await, "5");
+        assert!(up.replayable());
+    }
+
+    /// A connection whose answer was read to the end serves the next call; one whose answer
+    /// was abandoned does not; one the provider closed while idle is replaced unnoticed.
+    #[tokio::test]
+    async fn connections_are_reused_only_when_whole() {
+        let (base, accepted) = upstream().await;
+        let pool = pool();
+        let url = format!("{base}/x");
+        for _ in 0..5 {
+            let a = call(&pool, &url, &mut Upload::Empty, HeaderMap::new()).await;
+            assert_eq!(read(a).await, "0");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        drop(call(&pool, &url, &mut Upload::Empty, HeaderMap::new()).await);
+        let a = call(&pool, &url, &mut Upload::Empty, HeaderMap::new()).await;
+        assert_eq!(read(a).await, "0");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// An address the policy does not allow is never dialled.
+    #[tokio::test]
+    async fn refused_addresses_are_not_dialled() {
+        let pool = Arc::new(Pool::new(Arc::new(crate::config::ssrf::Policy::new(vec![]))).unwrap());
+        for url in [
+            "http://127.0.0.1:9/x",
+            "http://localhost:9/x",
+            "http://10.0.0.1/x",
+        ] {
+            let e = send(
+                &pool,
+                http::Method::GET,
+                &url.parse().unwrap(),
+                HeaderMap::new(),
+                &mut Upload::Empty,
+                Duration::from_secs(5),
+            )
+            .await
+            .err();
+            assert!(matches!(e, Some(ForwardError::Refused)), "{url}: {e:?}");
+        }
     }
 }
