@@ -469,6 +469,14 @@ mod tests {
             assert_eq!(read(a).await, "0");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        // Read as hyper writes a body of declared length out: up to its last byte, and no
+        // further poll for an end.
+        for _ in 0..3 {
+            let a = call(&pool, &url, &mut Upload::Empty, HeaderMap::new()).await;
+            let mut d = Download::new(a, 1 << 20);
+            assert_eq!(d.next().await.unwrap().unwrap(), "0");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
         drop(call(&pool, &url, &mut Upload::Empty, HeaderMap::new()).await);
         let a = call(&pool, &url, &mut Upload::Empty, HeaderMap::new()).await;
         assert_eq!(read(a).await, "0");

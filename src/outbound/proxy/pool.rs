@@ -361,14 +361,19 @@ impl Body for Incoming {
             conn.drive(cx);
         }
         let frame = ready!(Pin::new(&mut this.body).poll_frame(cx));
-        match &frame {
-            None => {
-                if let Some((conn, origin, pool)) = this.conn.take() {
-                    pool.checkin(origin, conn);
-                }
+        // The end is known with the last chunk when the length was declared, and whoever
+        // reads a body of known length (hyper writing it out) stops there: the connection is
+        // free then, not at a `None` that may never be asked for.
+        let ended = match &frame {
+            None => true,
+            Some(Err(_)) => {
+                this.conn = None;
+                false
             }
-            Some(Err(_)) => this.conn = None,
-            Some(Ok(_)) => {}
+            Some(Ok(_)) => this.body.is_end_stream(),
+        };
+        if ended && let Some((conn, origin, pool)) = this.conn.take() {
+            pool.checkin(origin, conn);
         }
         Poll::Ready(frame)
     }
