@@ -155,6 +155,10 @@ impl AppState {
             grants: grants.clone(),
             signals: signals.clone(),
             proxy_usage: Default::default(),
+            proxy_pool: Arc::new(
+                outbound::proxy::Pool::new(Arc::new(config.outbound.clone()))
+                    .context("building the proxy's TLS client")?,
+            ),
         });
         Ok(AppState(Arc::new(AppInner {
             identity,

@@ -46,6 +46,8 @@ pub struct ConnectParts {
     pub signals: Signals,
     /// Proxy use not yet in the audit log.
     pub proxy_usage: proxy::usage::Usage,
+    /// The proxy's connections to providers' APIs.
+    pub proxy_pool: Arc<crate::outbound::proxy::Pool>,
 }
 
 impl Connect {

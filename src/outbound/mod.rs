@@ -33,29 +33,50 @@ impl reqwest::dns::Resolve for GuardedResolver {
         let policy = self.policy.clone();
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let found: Vec<SocketAddr> = if is_localhost(&host) {
-                // RFC 6761: never ask DNS about localhost.
-                vec![
-                    SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-                    SocketAddr::from((Ipv6Addr::LOCALHOST, 0)),
-                ]
-            } else {
-                tokio::net::lookup_host((host.as_str(), 0))
-                    .await
-                    .map_err(|e| -> Box<dyn std::error::Error + Send + Sync> {
-                        Box::new(std::io::Error::other(format!("resolving {host}: {e}")))
-                    })?
-                    .collect()
-            };
-            let ok = policy.filter(&host, found).map_err(
-                |m| -> Box<dyn std::error::Error + Send + Sync> {
-                    Box::new(GuardError(format!("SSRF guard: {m}")))
+            let ok = resolve_allowed(&policy, &host, 0).await.map_err(
+                |e| -> Box<dyn std::error::Error + Send + Sync> {
+                    match e {
+                        Resolved::Refused(m) => Box::new(GuardError(format!("SSRF guard: {m}"))),
+                        Resolved::Failed(m) => Box::new(std::io::Error::other(m)),
+                    }
                 },
             )?;
             let addrs: reqwest::dns::Addrs = Box::new(ok.into_iter());
             Ok(addrs)
         })
     }
+}
+
+/// Why a name gave no address to connect to.
+#[derive(Debug)]
+pub enum Resolved {
+    /// The guard refused every address it has.
+    Refused(String),
+    /// It could not be resolved.
+    Failed(String),
+}
+
+/// The addresses of `host` (a name or an address literal) that the policy allows, with `port`.
+/// `localhost` never goes to DNS (RFC 6761).
+pub async fn resolve_allowed(
+    policy: &Policy,
+    host: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, Resolved> {
+    let found: Vec<SocketAddr> = if is_localhost(host) {
+        vec![
+            SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
+        ]
+    } else if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        vec![SocketAddr::new(ip, port)]
+    } else {
+        tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| Resolved::Failed(format!("resolving {host}: {e}")))?
+            .collect()
+    };
+    policy.filter(host, found).map_err(Resolved::Refused)
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -144,7 +144,12 @@ impl Connect {
     }
 
     /// A fresh token for the call (forced: the provider just refused the one held).
-    async fn proxy_token(&self, ask: &ProxyAsk<'_>, force_refresh: bool) -> Result<FreshToken> {
+    /// (`ask` is read before the future starts: its body cannot be shared between threads.)
+    fn proxy_token<'a>(
+        &'a self,
+        ask: &ProxyAsk<'a>,
+        force_refresh: bool,
+    ) -> impl Future<Output = Result<FreshToken>> + Send + use<'a> {
         let t = TokenAsk {
             client: ask.client,
             subject: ask.subject,
@@ -163,13 +168,15 @@ impl Connect {
             lang: ask.lang,
             dpop: None,
         };
-        // Nothing is awaited, so no long-poll slot is ever asked for.
-        match self
-            .fresh_token_for(t, || Ok::<(), std::convert::Infallible>(()))
-            .await?
-        {
-            Ok((token, _)) => Ok(token),
-            Err(never) => match never {},
+        async move {
+            // Nothing is awaited, so no long-poll slot is ever asked for.
+            match self
+                .fresh_token_for(t, || Ok::<(), std::convert::Infallible>(()))
+                .await?
+            {
+                Ok((token, _)) => Ok(token),
+                Err(never) => match never {},
+            }
         }
     }
 
@@ -179,15 +186,15 @@ impl Connect {
         call: &Call<'_>,
         token: &FreshToken,
         body: &mut Upload,
-    ) -> Result<reqwest::Response> {
+    ) -> Result<forward::Answer> {
         let mut headers = call.headers.clone();
         let (name, value) = credential(call.provider, token)?;
         headers.insert(name, value);
         let started = Instant::now();
         let sent = forward::send(
-            &self.http,
+            &self.proxy_pool,
             call.method.clone(),
-            call.url.clone(),
+            call.url,
             headers,
             body,
             call.limits.timeout,

@@ -1,0 +1,388 @@
+//! The proxy's HTTP/1.1 client: connections to providers' APIs, kept between calls and driven
+//! by the task that uses them.
+//!
+//! A shared client (reqwest, hyper-util's pool) runs each connection in a task of its own: a
+//! proxied call then hops from the handler to that task and back for the head, and again for
+//! every chunk of the body, each hop a wake-up on possibly another thread. Here a call checks a
+//! connection out of the pool and polls it itself, beside the response it waits for, and the
+//! response body carries the connection along and polls it as the server writes the body out,
+//! in the same task, so one proxied call stays on one task from the caller's request to the
+//! provider's last byte. The connection goes back to the pool once its body has been read to
+//! the end; one whose body was abandoned, or that failed, is closed.
+//!
+//! Every connection is opened through the SSRF guard: the host's addresses are resolved here,
+//! filtered by the policy, and only those are dialled; https uses rustls with the webpki roots
+//! (as reqwest does); no proxy from the environment.
+
+use std::collections::HashMap;
+use std::future::{Future, poll_fn};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, header};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::ForwardError;
+use crate::config::ssrf::Policy;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request body on its way out (empty, kept, or streamed).
+pub type OutBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Idle connections kept per origin: enough for every connection a busy client holds open to
+/// us to have one of its own.
+const MAX_IDLE_PER_ORIGIN: usize = 256;
+/// An idle connection older than this is closed rather than reused: providers close theirs
+/// after a minute or so, and a stale one costs a failed first write.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most hyper buffers per connection when reading: a body chunk never needs more, and
+/// each connection's buffer is memory held while it streams.
+const MAX_READ_BUFFER: usize = 64 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Origin {
+    https: bool,
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    fn of(url: &url::Url) -> Result<Self, ForwardError> {
+        let host = url
+            .host_str()
+            .ok_or_else(|| ForwardError::Unreachable("the URL has no host".into()))?;
+        Ok(Self {
+            https: url.scheme() == "https",
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port: url.port_or_known_default().unwrap_or(80),
+        })
+    }
+}
+
+/// A TCP or TLS stream to a provider.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(s) => s.is_write_vectored(),
+            Self::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+type Driver = http1::Connection<TokioIo<Stream>, OutBody>;
+
+/// One connection: the handle requests are sent on, and the future that does its I/O (polled
+/// by whoever holds the connection).
+struct Conn {
+    sender: http1::SendRequest<OutBody>,
+    driver: Pin<Box<Driver>>,
+    /// The driver finished (the connection closed); it must not be polled again.
+    closed: bool,
+    idle_since: Instant,
+}
+
+/// Lets a connection read and write what it can (`closed` once it has finished).
+fn drive(driver: &mut Pin<Box<Driver>>, closed: &mut bool, cx: &mut Context<'_>) {
+    if !*closed && driver.as_mut().poll(cx).is_ready() {
+        *closed = true;
+    }
+}
+
+impl Conn {
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        drive(&mut self.driver, &mut self.closed, cx);
+    }
+
+    /// Ready for a request (`false`: it closed meanwhile).
+    async fn ready(&mut self) -> bool {
+        poll_fn(|cx| {
+            self.drive(cx);
+            if self.closed {
+                return Poll::Ready(false);
+            }
+            self.sender.poll_ready(cx).map(|r| r.is_ok())
+        })
+        .await
+    }
+}
+
+/// The pool, one per application (cheap to share).
+pub struct Pool {
+    idle: Mutex<HashMap<Origin, Vec<Conn>>>,
+    tls: tokio_rustls::TlsConnector,
+    policy: Arc<Policy>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    pub fn new(policy: Arc<Policy>) -> Result<Self, rustls::Error> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Self {
+            idle: Mutex::default(),
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+            policy,
+        })
+    }
+
+    /// Sends `req` to `url` (its origin; the request's own URI is the path and query) and
+    /// returns the head of the answer; the body follows in [`Incoming`].
+    pub async fn send(
+        self: &Arc<Self>,
+        url: &url::Url,
+        mut req: Request<OutBody>,
+    ) -> Result<Response<Incoming>, ForwardError> {
+        self.policy
+            .check_url(url)
+            .map_err(|_| ForwardError::Refused)?;
+        let origin = Origin::of(url)?;
+        let authority = match url.port() {
+            Some(p) => format!("{}:{p}", url.host_str().unwrap_or_default()),
+            None => url.host_str().unwrap_or_default().to_owned(),
+        };
+        let host = header::HeaderValue::from_str(&authority)
+            .map_err(|_| ForwardError::Unreachable("the host is not a header value".into()))?;
+        req.headers_mut().insert(header::HOST, host);
+        loop {
+            let (mut conn, pooled) = match self.checkout(&origin) {
+                Some(c) => (c, true),
+                None => (self.connect(&origin).await?, false),
+            };
+            if !conn.ready().await {
+                if pooled {
+                    continue;
+                }
+                return Err(ForwardError::Unreachable(
+                    "the provider closed the connection".into(),
+                ));
+            }
+            let answer = {
+                let mut answer = std::pin::pin!(conn.sender.try_send_request(req));
+                let (driver, closed) = (&mut conn.driver, &mut conn.closed);
+                poll_fn(|cx| {
+                    drive(driver, closed, cx);
+                    answer.as_mut().poll(cx)
+                })
+                .await
+            };
+            match answer {
+                Ok(resp) => {
+                    // Nothing to read (a HEAD, a 204, `Content-Length: 0`): the connection is
+                    // free at once, even if the body is never polled.
+                    let conn = if resp.body().is_end_stream() {
+                        self.checkin(origin, conn);
+                        None
+                    } else {
+                        Some((conn, origin, self.clone()))
+                    };
+                    return Ok(resp.map(|body| Incoming { body, conn }));
+                }
+                // Never written (a pooled connection that had closed): another connection.
+                Err(mut e) => match e.take_message() {
+                    Some(r) if pooled => req = r,
+                    _ => return Err(ForwardError::Unreachable(e.into_error().to_string())),
+                },
+            }
+        }
+    }
+
+    fn checkout(&self, origin: &Origin) -> Option<Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.get_mut(origin)?;
+        while let Some(c) = list.pop() {
+            if c.idle_since.elapsed() < IDLE_TIMEOUT && !c.closed && !c.sender.is_closed() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn checkin(&self, origin: Origin, mut conn: Conn) {
+        if conn.closed || conn.sender.is_closed() {
+            return;
+        }
+        conn.idle_since = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.entry(origin).or_default();
+        // The oldest go first: they are the likeliest to have been closed by the provider.
+        list.retain(|c| c.idle_since.elapsed() < IDLE_TIMEOUT);
+        if list.len() < MAX_IDLE_PER_ORIGIN {
+            list.push(conn);
+        }
+    }
+
+    /// A new connection to `origin`, to an address the policy allows.
+    async fn connect(&self, origin: &Origin) -> Result<Conn, ForwardError> {
+        let addrs = super::super::resolve_allowed(&self.policy, &origin.host, origin.port)
+            .await
+            .map_err(|e| match e {
+                super::super::Resolved::Refused(_) => ForwardError::Refused,
+                super::super::Resolved::Failed(m) => ForwardError::Unreachable(m),
+            })?;
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, dial(&addrs))
+            .await
+            .map_err(|_| ForwardError::Unreachable("connecting timed out".into()))?
+            .map_err(|e| ForwardError::Unreachable(format!("connecting: {e}")))?;
+        let _ = tcp.set_nodelay(true);
+        let stream = if origin.https {
+            let name = rustls::pki_types::ServerName::try_from(origin.host.clone())
+                .map_err(|_| ForwardError::Unreachable("the host is not a TLS name".into()))?;
+            let tls = tokio::time::timeout(CONNECT_TIMEOUT, self.tls.connect(name, tcp))
+                .await
+                .map_err(|_| ForwardError::Unreachable("the TLS handshake timed out".into()))?
+                .map_err(|e| ForwardError::Unreachable(format!("TLS: {e}")))?;
+            Stream::Tls(Box::new(tls))
+        } else {
+            Stream::Plain(tcp)
+        };
+        let (sender, driver) = http1::Builder::new()
+            .max_buf_size(MAX_READ_BUFFER)
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| ForwardError::Unreachable(e.to_string()))?;
+        Ok(Conn {
+            sender,
+            driver: Box::pin(driver),
+            closed: false,
+            idle_since: Instant::now(),
+        })
+    }
+}
+
+/// The first of `addrs` that answers.
+async fn dial(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::other("no address");
+    for a in addrs {
+        match TcpStream::connect(a).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// A provider's response body, carrying the connection it arrives on: polling the body drives
+/// the connection, and the connection goes back to the pool when the body has ended.
+pub struct Incoming {
+    body: hyper::body::Incoming,
+    conn: Option<(Conn, Origin, Arc<Pool>)>,
+}
+
+impl Body for Incoming {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        if let Some((conn, _, _)) = &mut this.conn {
+            conn.drive(cx);
+        }
+        let frame = ready!(Pin::new(&mut this.body).poll_frame(cx));
+        // The end is known with the last chunk when the length was declared, and whoever
+        // reads a body of known length (hyper writing it out) stops there: the connection is
+        // free then, not at a `None` that may never be asked for.
+        let ended = match &frame {
+            None => true,
+            Some(Err(_)) => {
+                this.conn = None;
+                false
+            }
+            Some(Ok(_)) => this.body.is_end_stream(),
+        };
+        if ended && let Some((conn, origin, pool)) = this.conn.take() {
+            pool.checkin(origin, conn);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
