@@ -1,6 +1,7 @@
 """A client for the example server (official Python SDK, protocol 2026-07-28): it calls `whoami`,
 shows the connect URL when the server needs the user to connect a provider account, and calls
-the tool again once the user is done.
+the tool again once the user is done; then `whoami_via_proxy`, the same question asked through
+mcp-connect's proxy.
 
     MCP_TOKEN=<the user's MCP access token> python client.py [http://127.0.0.1:8765/mcp]
 
@@ -40,6 +41,8 @@ async def main(url: str):
         print("whoami:", text_of(await client.call_tool("whoami", {})), flush=True)
         # Once connected, the same call answers straight away.
         print("whoami again:", text_of(await client.call_tool("whoami", {})), flush=True)
+        # The same question through mcp-connect's proxy: the server never holds the token.
+        print("whoami_via_proxy:", text_of(await client.call_tool("whoami_via_proxy", {})), flush=True)
 
 
 if __name__ == "__main__":

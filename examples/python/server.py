@@ -1,9 +1,15 @@
-"""An MCP server (official Python SDK, protocol 2026-07-28) whose tool needs the user's token at a
-provider, and gets it from mcp-connect: `InputRequiredResult` + `requestState`. It validates the
-user's MCP access token (a JWT from MCP_ISSUER for this server's resource) and forwards it to
+"""An MCP server (official Python SDK, protocol 2026-07-28) whose tools need the user's account at
+a provider, and get it through mcp-connect: `InputRequiredResult` + `requestState`. It validates
+the user's MCP access token (a JWT from MCP_ISSUER for this server's resource) and forwards it to
 mcp-connect as `subject_token`, the proof of who is asking. Talking to mcp-connect and building the
-MCP answer is one call of `token_or_input_required` from the mcp-connect-client package
-(clients/python); what is left here is the tool logic.
+MCP answer is one call of a helper from the mcp-connect-client package (clients/python); what is
+left here is the tool logic. Two tools ask the provider the same question:
+
+- `whoami` fetches the user's token (`token_or_input_required`) and calls PROVIDER_API with it;
+- `whoami_via_proxy` sends the call to mcp-connect's proxy (`proxy_or_input_required`), which
+  adds the token and forwards it to PROXY_PATH (default `whoami`) below the provider's API base
+  URL: this server never holds the token. The recommended way (with `token_access = "proxy"`
+  on the client, `whoami` is refused).
 
     python3 -m venv .venv && . .venv/bin/activate   # Debian refuses a system-wide pip install
     pip install -r examples/python/requirements.txt   # from the repository's root
@@ -27,11 +33,14 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_connect_client import Client
-from mcp_connect_client.mcp_sdk import NotConnected, token_or_input_required
+from mcp_connect_client.mcp_sdk import NotConnected, proxy_or_input_required, token_or_input_required
 from mcp_types import InputRequiredResult
 
 connect = Client(os.environ["MCP_CONNECT_URL"], os.environ["MCP_CONNECT_API_KEY"])
 PROVIDER, PROVIDER_API = os.environ["PROVIDER"], os.environ["PROVIDER_API"]
+# The same whoami through the proxy: a path below the provider's API base URL (the demo's
+# sandbox: /dev/sandbox/api, so `whoami` is PROVIDER_API's /dev/sandbox/api/whoami).
+PROXY_PATH = os.environ.get("PROXY_PATH", "whoami")
 ISSUER = os.environ.get("MCP_ISSUER")  # the MCP authorization server
 
 
@@ -93,6 +102,25 @@ def build(url: str) -> MCPServer:
         async with httpx.AsyncClient(timeout=30) as http:
             me = await http.get(PROVIDER_API, headers={"authorization": f"Bearer {got.access_token}"})
         return f"{PROVIDER} says you are {me.json()['sub']}"
+
+    @mcp.tool()
+    async def whoami_via_proxy(ctx: Context) -> str | InputRequiredResult:
+        """Who you are at the provider, asked through mcp-connect's proxy: this server never
+        holds your token (connects your account first if needed)."""
+        user = get_access_token()
+        subject_token = user.token if ISSUER else None
+        try:
+            # The provider's answer, or the InputRequiredResult that asks the user to connect
+            # (the same rounds as whoami's).
+            got = await proxy_or_input_required(connect, ctx, PROVIDER, PROXY_PATH, subject=user.subject,
+                                                subject_token=subject_token)
+        except NotConnected as e:
+            return str(e)
+        if isinstance(got, InputRequiredResult):
+            return got
+        if not got.is_success:  # the provider's own refusal, passed on as it answered
+            return f"{PROVIDER} answered {got.status_code}"
+        return f"{PROVIDER} says you are {got.json()['sub']} (through mcp-connect's proxy)"
 
     return mcp
 

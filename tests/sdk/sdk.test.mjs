@@ -9,7 +9,8 @@
 //     the session);
 //   - the runnable clients examples/python/client.py and examples/typescript/client.ts against
 //     `mcp-connect demo` and the example servers, each connect URL completed with
-//     POST /dev/complete.
+//     POST /dev/complete (the Python one also calls whoami_via_proxy, the sandbox's whoami
+//     through mcp-connect's proxy).
 //
 //   cargo build && scripts/test   (or: node --test tests/sdk/; DEBUG_EVENTS=1 prints what the
 //   Python client saw, E2E_VERBOSE=1 echoes every process)
@@ -561,7 +562,7 @@ describe('the example clients against the demo, each connect URL completed with 
     return lines;
   }
 
-  test('examples/python/client.py: the URL, then the tool\'s answer, then the same call at once', { ...STEP, skip: MISSING.python }, withLogs(() => null, async () => {
+  test('examples/python/client.py: the URL, then the tool\'s answer, then the same call at once, then through the proxy', { ...STEP, skip: MISSING.python }, withLogs(() => null, async () => {
     const port = await freePort();
     const server = run('python server', PYTHON, ['examples/python/server.py', '--port', String(port)], { env: serverEnv() });
     cleanups.push(() => stop(server.child));
@@ -569,6 +570,9 @@ describe('the example clients against the demo, each connect URL completed with 
     const lines = await runClient('python client', PYTHON, ['examples/python/client.py', `http://127.0.0.1:${port}/mcp`], 'alice');
     assert.ok(lines.includes('whoami: sandbox says you are alice'), lines.join('\n'));
     assert.ok(lines.includes('whoami again: sandbox says you are alice'), lines.join('\n'));
+    // The same question through mcp-connect's proxy (the sandbox's /api/whoami below its
+    // api_base_url), answered for the same user without a second URL.
+    assert.ok(lines.includes("whoami_via_proxy: sandbox says you are alice (through mcp-connect's proxy)"), lines.join('\n'));
     await stop(server.child);
   }));
 

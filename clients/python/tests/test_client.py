@@ -28,10 +28,16 @@ from mcp_connect_client import (
     Account,
     Client,
     ConnectError,
+    ProxyResponse,
     Verifier,
     WebhookError,
 )
-from mcp_connect_client.mcp_sdk import DEFAULT_MAX_ROUNDS, NotConnected, token_or_input_required
+from mcp_connect_client.mcp_sdk import (
+    DEFAULT_MAX_ROUNDS,
+    NotConnected,
+    proxy_or_input_required,
+    token_or_input_required,
+)
 
 DEMO: demo.Demo
 
@@ -194,6 +200,60 @@ class ApiTest(unittest.IsolatedAsyncioTestCase):
             self.assertTrue(cm.exception.is_declined, cm.exception)
             self.assertEqual(cm.exception.elicitation_id, el.id)
             self.assertEqual((await c.get_elicitation(el.id)).status, "declined")
+
+    async def test_the_proxy_calls_the_sandbox_for_the_right_user_and_never_shows_the_token(self) -> None:
+        async with connect() as c:
+            # Not connected: mcp-connect's own answer, raised, however the user is named.
+            for who in ({"subject": "pia"}, {"subject_token": demo.mcp_token(DEMO.base, "pia")}):
+                with self.assertRaises(ConnectError) as cm:
+                    await c.proxy("sandbox", "whoami", **who)
+                self.assertEqual((cm.exception.code, cm.exception.status), ("not_connected", 404), who)
+            # A HEAD's error has no body: the MCP-Connect-Error header still names it.
+            with self.assertRaises(ConnectError) as cm:
+                await c.proxy("sandbox", "whoami", method="HEAD", subject="pia")
+            self.assertEqual((cm.exception.code, cm.exception.status), ("not_connected", 404))
+
+            el = await c.create_elicitation("sandbox", subject="pia")
+            await asyncio.to_thread(demo.user_opens, el.url, "pia")
+            await asyncio.to_thread(demo.user_opens, (await c.create_elicitation("sandbox", subject="quin")).url, "quin")
+            token = await c.token("sandbox", subject="pia")
+
+            # The MCP access token proves pia; the sandbox answers for her, through mcp-connect.
+            answer = await c.proxy("sandbox", "whoami", subject_token=demo.mcp_token(DEMO.base, "pia"))
+            self.assertIsInstance(answer, ProxyResponse)
+            self.assertEqual((answer.status_code, answer.token_refreshed), (200, False))
+            self.assertEqual(answer.json()["sub"], "pia")
+            self.assertNotIn(token.access_token, answer.text, "the provider token never reaches the caller")
+            for name, value in answer.headers.multi_items():
+                self.assertNotIn(token.access_token, value, name)
+                self.assertFalse(name.lower().startswith("set-cookie"), name)
+            # Another user, another answer; named by `sub`, with the account named too.
+            quin = await c.proxy("sandbox", "/whoami", subject="quin", account="quin")
+            self.assertEqual((quin.status_code, quin.json()["sub"]), (200, "quin"))
+            with self.assertRaises(ConnectError) as cm:
+                await c.proxy("sandbox", "whoami", subject="quin", account="quin-elsewhere")
+            self.assertEqual(cm.exception.code, "not_connected")
+
+            # The provider's own refusals are its answers, passed back, not raised.
+            missing = await c.proxy("sandbox", "no-such-api", subject="pia")
+            self.assertEqual((missing.status_code, missing.is_success), (404, False))
+            self.assertNotIn("mcp-connect-error", missing.headers)
+            wrong_method = await c.proxy("sandbox", "whoami", method="POST", subject="pia", json={"x": 1})
+            self.assertEqual(wrong_method.status_code, 405)
+
+            # Paths that could leave the API base are mcp-connect's 400, never repaired on the
+            # way: `../../connections` is not this API's /v1/connections.
+            for path in ("../../connections", "a/../whoami", "./whoami", "//whoami", "a%2Fb", "%2e%2e/whoami"):
+                with self.assertRaises(ConnectError) as cm:
+                    await c.proxy("sandbox", path, subject="pia")
+                self.assertEqual((cm.exception.code, cm.exception.status), ("invalid_request", 400), path)
+            with self.assertRaises(ConnectError) as cm:
+                await c.proxy("elsewhere", "whoami", subject="pia")
+            self.assertIn(cm.exception.status, (403, 404))
+
+            async with c.proxy_stream("sandbox", "whoami", subject="pia") as streamed:
+                body = b"".join([chunk async for chunk in streamed.aiter_bytes()])
+            self.assertEqual(json.loads(body)["sub"], "pia")
 
     async def test_errors_carry_the_api_code_message_and_status(self) -> None:
         async with Client(DEMO.base, "not-the-key") as bad:
@@ -396,6 +456,58 @@ class McpHelperTest(unittest.IsolatedAsyncioTestCase):
         self.assertIn("Still not connected to sandbox", self.text(result))
         self.assertLess(time.monotonic() - started, 20)
         self.assertEqual(DEFAULT_MAX_ROUNDS, 3)
+
+
+class McpProxyHelperTest(McpHelperTest):
+    """proxy_or_input_required in a tool of an MCPServer, called by the official SDK client: the
+    same rounds, the provider's answer through the proxy at the end."""
+
+    def server(self, subject: str, **kw: Any) -> MCPServer:
+        mcp = MCPServer("proxy-helper-test")
+        conn = connect()
+        self.addAsyncCleanup(conn.aclose)
+
+        @mcp.tool()
+        async def whoami_tool(ctx: Context) -> str | InputRequiredResult:
+            got = await proxy_or_input_required(conn, ctx, "sandbox", "whoami", subject=subject, **kw)
+            if isinstance(got, InputRequiredResult):
+                return got
+            return f"sandbox says you are {got.json()['sub']}"
+
+        return mcp
+
+    async def test_input_required_the_user_connects_and_the_retry_returns_provider_data(self) -> None:
+        users: list[Any] = []
+
+        def accept(params: Any) -> str:
+            users.append(demo.later(0.5, demo.user_opens, params.url, "ruth"))
+            return "accept"
+
+        mcp = self.server("ruth", subject_token=demo.mcp_token(DEMO.base, "ruth"))
+        result, asked = await self.call(mcp, accept)
+        for u in users:
+            u.join()
+        self.assertEqual(self.text(result), "sandbox says you are ruth")
+        self.assertFalse(result.is_error)
+        self.assertEqual(len(asked), 1)
+        self.assertEqual(asked[0]["mode"], "url")
+        self.assertTrue(asked[0]["url"].startswith(f"{DEMO.base}/connect/"))
+        # Connected: the next call answers at once.
+        result, asked = await self.call(mcp, lambda _: "decline")
+        self.assertEqual((self.text(result), asked), ("sandbox says you are ruth", []))
+
+    async def test_a_named_account_that_is_not_connected_is_asked_for_and_then_served(self) -> None:
+        users: list[Any] = []
+
+        def accept(params: Any) -> str:
+            users.append(demo.later(0.5, demo.user_opens, params.url, "sven", "continue", "sven-work"))
+            return "accept"
+
+        result, asked = await self.call(self.server("sven", account="sven-work"), accept)
+        for u in users:
+            u.join()
+        self.assertEqual(self.text(result), "sandbox says you are sven-work")
+        self.assertEqual(len(asked), 1)
 
 
 class PackagingTest(unittest.TestCase):

@@ -9,8 +9,14 @@ elicitation (docs/mcp-integration.md).
                 raise
             ...  # hand e.elicitation to the MCP client (see mcp_connect_client.mcp_sdk)
 
-Webhook signatures: `mcp_connect_client.webhooks.Verifier`. The official MCP SDK helper
-(2026-07-28): `mcp_connect_client.mcp_sdk.token_or_input_required` (extra `mcp`).
+The proxy, where the token never reaches this server (`ANY /v1/proxy/{provider}/{path}`):
+
+    answer = await connect.proxy("github", "user", subject_token=mcp_access_token)
+    answer.status_code, answer.json()   # the provider's answer, whatever its status
+
+Webhook signatures: `mcp_connect_client.webhooks.Verifier`. The official MCP SDK helpers
+(2026-07-28): `mcp_connect_client.mcp_sdk.token_or_input_required` and
+`proxy_or_input_required` (extra `mcp`).
 """
 
 from ._client import DEFAULT_MAX_RETRIES, DEFAULT_MAX_RETRY_AFTER, MAX_WAIT_SECONDS, Client
@@ -28,6 +34,7 @@ from ._models import (
     StreamedEvent,
     Token,
 )
+from ._proxy import OWN_ERROR_HEADER, TOKEN_REFRESHED_HEADER, ProxyQuery, ProxyResponse
 from .webhooks import Verifier, WebhookError
 
 __all__ = [
@@ -36,6 +43,8 @@ __all__ = [
     "MAX_WAIT_SECONDS",
     "MCP_2025_11_25",
     "MCP_2026_07_28",
+    "OWN_ERROR_HEADER",
+    "TOKEN_REFRESHED_HEADER",
     "TRANSPORT_ERROR",
     "UNEXPECTED_RESPONSE",
     "Account",
@@ -46,6 +55,8 @@ __all__ = [
     "Elicitation",
     "Event",
     "EventData",
+    "ProxyQuery",
+    "ProxyResponse",
     "Revocation",
     "StreamedEvent",
     "Token",

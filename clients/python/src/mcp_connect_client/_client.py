@@ -1,15 +1,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
 import anyio
 import httpx2 as httpx
 
-from ._errors import TRANSPORT_ERROR, ConnectError
+from ._errors import TRANSPORT_ERROR, UNEXPECTED_RESPONSE, ConnectError
 from ._models import Connection, Elicitation, Event, Revocation, StreamedEvent, Token
+from ._proxy import OWN_ERROR_HEADER, ProxyQuery, ProxyResponse, caller_headers, proxy_target
 
 #: The longest the service holds a waiting request (`wait_seconds`, `?wait=`).
 MAX_WAIT_SECONDS = 60
@@ -37,7 +39,8 @@ class Client:
     any call answered `429 rate_limited` with a `Retry-After` of at most `max_retry_after`
     seconds (the request was not processed), and the reads (`get_elicitation`,
     `wait_elicitation`, `connections`) after a transport failure or `503 unavailable`.
-    `token`, `create_elicitation` and `revoke` are never re-sent after a transport failure.
+    `token`, `create_elicitation` and `revoke` are never re-sent after a transport failure;
+    `proxy` is never re-sent at all (its body may be a stream, and the provider may have acted).
     """
 
     def __init__(
@@ -255,6 +258,103 @@ class Client:
         except httpx.TransportError as e:
             raise ConnectError(TRANSPORT_ERROR, f"the event stream failed ({type(e).__name__})") from e
 
+    async def proxy(
+        self,
+        provider: str,
+        path: str,
+        *,
+        method: str = "GET",
+        subject_token: str | None = None,
+        subject: str | None = None,
+        account: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: ProxyQuery | None = None,
+        body: bytes | str | AsyncIterable[bytes] | None = None,
+        json: Any = None,
+    ) -> ProxyResponse:
+        """`ANY /v1/proxy/{provider}/{path}`: calls the provider's API through mcp-connect, which
+        adds the user's token; this server never holds it. Returns the provider's answer,
+        whatever its status, with its body read (`Client.proxy_stream` streams it). Raises
+        `ConnectError` when mcp-connect answered itself (`MCP-Connect-Error`): `not_connected`,
+        `reauthorization_required`, `account_selection_required`, `forbidden`,
+        `invalid_request` (a path that could leave the API base), `upstream_error`, ...
+
+        `path`: below the provider's API base URL, with any query (`"repos/o/r/issues?state=open"`),
+        sent as given (a leading `/` is optional): `..`, `//` and encoded slashes are mcp-connect's
+        400, never repaired here. The user: `subject_token` (their MCP access token, the proof)
+        or, for a client allowed to name it, `subject`. `account`: which of their accounts at the
+        provider (id or label). `headers` go to the provider (`Authorization`, `Subject-Token`
+        and `Connect-*` are mcp-connect's and are not sent from here); `params` are added to the
+        query; `body` (bytes, text or an async stream) or `json` is the request body.
+
+        A 401 with `token_refreshed` means mcp-connect refreshed the token after the provider
+        refused it and could not replay the call itself (a body over 64 KiB): send it again.
+        """
+        async with self.proxy_stream(
+            provider,
+            path,
+            method=method,
+            subject_token=subject_token,
+            subject=subject,
+            account=account,
+            headers=headers,
+            params=params,
+            body=body,
+            json=json,
+        ) as answer:
+            await answer.aread()
+            return answer
+
+    @asynccontextmanager
+    async def proxy_stream(
+        self,
+        provider: str,
+        path: str,
+        *,
+        method: str = "GET",
+        subject_token: str | None = None,
+        subject: str | None = None,
+        account: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: ProxyQuery | None = None,
+        body: bytes | str | AsyncIterable[bytes] | None = None,
+        json: Any = None,
+    ) -> AsyncIterator[ProxyResponse]:
+        """`proxy` with the answer's body still streaming: read it inside the block
+        (`async for chunk in answer.aiter_bytes()`); it is closed when the block ends.
+
+            async with connect.proxy_stream("github", "repos/o/r/tarball/main", subject_token=t) as answer:
+                async for chunk in answer.aiter_bytes():
+                    ...
+        """
+        if body is not None and json is not None:
+            raise ValueError("a proxied call has one body: pass `body` or `json`, not both")
+        h = caller_headers(headers)
+        h["authorization"] = f"Bearer {self._api_key}"
+        if subject_token is not None:
+            h["subject-token"] = subject_token
+        if subject is not None:
+            h["connect-subject"] = subject
+        if account is not None:
+            h["connect-account"] = account
+        request = self._http.build_request(
+            method.upper(),
+            f"{self._base}{proxy_target(provider, path, params)}",
+            headers=h,
+            content=body,
+            json=json,
+        )
+        try:
+            resp = await self._http.send(request, stream=True)
+        except httpx.TransportError as e:
+            raise ConnectError(TRANSPORT_ERROR, f"could not reach mcp-connect ({type(e).__name__})") from e
+        try:
+            if OWN_ERROR_HEADER in resp.headers:
+                raise await _own_error(resp)
+            yield ProxyResponse(resp)
+        finally:
+            await resp.aclose()
+
 
 def _retry_after(resp: httpx.Response) -> float | None:
     v = resp.headers.get("retry-after")
@@ -264,6 +364,24 @@ def _retry_after(resp: httpx.Response) -> float | None:
         return max(0.0, float(v))
     except ValueError:
         return None
+
+
+async def _own_error(resp: httpx.Response) -> ConnectError:
+    """mcp-connect's own answer on the proxy: its JSON error, or (no body, as to a `HEAD`, or
+    not JSON) the code its `MCP-Connect-Error` header names."""
+    try:
+        raw = await resp.aread()
+    except httpx.TransportError:
+        raw = b""
+    try:
+        parsed: Any = json.loads(raw)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+        return ConnectError.from_body(resp.status_code, parsed, _retry_after(resp))
+    code = resp.headers.get(OWN_ERROR_HEADER, "").strip()[:64] or UNEXPECTED_RESPONSE
+    text = raw.decode("utf-8", "replace")[:200]
+    return ConnectError(code, text, resp.status_code, retry_after=_retry_after(resp))
 
 
 def _request_body(**fields: Any) -> dict[str, Any]:
