@@ -2,7 +2,8 @@
 //! protocol eras, with the real service, peers and a form-walking browser: the 2026-07-28
 //! `InputRequiredResult` round trip, 2025-11-25 `elicitation/create` with the completion
 //! notification, decline, and forged or foreign `requestState` refused by mcp-connect itself (rmcp
-//! passes `requestState` through verbatim, so here mcp-connect's check is the one that matters).
+//! passes `requestState` through verbatim, so here mcp-connect's check is the one that matters);
+//! and `whoami_via_proxy`, the provider called through mcp-connect's proxy after the same rounds.
 
 use std::sync::{Arc, Mutex};
 
@@ -104,6 +105,7 @@ async fn connect(
         connect: Client::new(&app.url, API_KEY),
         provider: "acme".into(),
         provider_api: format!("{}/api/whoami", app.peers.upstream),
+        proxy_path: "whoami".into(),
         subject: subject.into(),
         subject_token: None,
         http: reqwest::Client::new(),
@@ -130,6 +132,20 @@ async fn connect(
 
 fn whoami() -> CallToolRequestParams {
     CallToolRequestParams::new("whoami")
+}
+
+fn via_proxy() -> CallToolRequestParams {
+    CallToolRequestParams::new("whoami_via_proxy")
+}
+
+/// The `sub` that the upstream's whoami answered through the proxy, from the tool's text.
+fn proxied_sub(r: &CallToolResult) -> String {
+    let t = text(r);
+    let body = t
+        .strip_prefix("acme says (through mcp-connect's proxy): ")
+        .unwrap_or_else(|| panic!("not an answer through the proxy: {t}"));
+    let me: Value = serde_json::from_str(body).unwrap();
+    me["sub"].as_str().unwrap_or_default().to_owned()
 }
 
 fn text(r: &CallToolResult) -> String {
@@ -243,6 +259,100 @@ async fn rmcp_decline_ends_the_call_and_forged_or_foreign_state_is_refused() {
         );
     }
     for subject in ["carol", "dave"] {
+        let (_, v) = app.get(&format!("/v1/connections?subject={subject}")).await;
+        assert_eq!(v["connections"], json!([]));
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_whoami_via_proxy_in_both_eras() {
+    let app = TestApp::spawn(DbKind::Sqlite).await;
+    // 2025-11-25: elicitation/create, the browser connects, the completion notification, then
+    // the upstream's answer through the proxy; the second call is answered at once.
+    let user = User::new(
+        "erin",
+        ElicitationAction::Accept,
+        ProtocolVersion::V_2025_11_25,
+    );
+    let client = connect(&app, "erin", user.clone()).await;
+    let r = client.call_tool(via_proxy()).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(proxied_sub(&r), "erin");
+    let asked = user.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let id = asked[0]["elicitationId"].as_str().unwrap().to_owned();
+    for _ in 0..50 {
+        if !user.completed.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(*user.completed.lock().unwrap(), vec![id]);
+    let again = client.call_tool(via_proxy()).await.unwrap();
+    assert_eq!(proxied_sub(&again), "erin");
+    assert_eq!(
+        user.asked.lock().unwrap().len(),
+        1,
+        "connected: not asked again"
+    );
+
+    // 2026-07-28: InputRequiredResult, the retry waits for the flow, then the answer.
+    let user = User::new(
+        "frank",
+        ElicitationAction::Accept,
+        ProtocolVersion::V_2026_07_28,
+    );
+    let client = connect(&app, "frank", user.clone()).await;
+    let r = client.call_tool(via_proxy()).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    assert_eq!(proxied_sub(&r), "frank");
+    assert_eq!(user.asked.lock().unwrap().len(), 1);
+
+    // The state of a round is an elicitation of the user's own: gina's, presented on hank's
+    // session, or a made-up one, is refused and starts no round.
+    let gina = connect(
+        &app,
+        "gina",
+        User::new(
+            "gina",
+            ElicitationAction::Cancel,
+            ProtocolVersion::V_2026_07_28,
+        ),
+    )
+    .await;
+    let CallToolResponse::InputRequired(first) = gina.call_tool_once(via_proxy()).await.unwrap()
+    else {
+        panic!("expected InputRequiredResult");
+    };
+    let ginas = first.request_state.clone().unwrap();
+    let hank = connect(
+        &app,
+        "hank",
+        User::new(
+            "hank",
+            ElicitationAction::Cancel,
+            ProtocolVersion::V_2026_07_28,
+        ),
+    )
+    .await;
+    let accept: rmcp::model::InputResponses =
+        [("connect".to_owned(), json!({"action": "accept"}))].into();
+    for state in [ginas.as_str(), "no-such-elicitation"] {
+        let mut p = via_proxy();
+        p.input_responses = Some(accept.clone());
+        p.request_state = Some(state.to_owned());
+        let CallToolResponse::Complete(r) = hank.call_tool_once(p).await.unwrap() else {
+            panic!("a refused state must not start another round");
+        };
+        assert_eq!(r.is_error, Some(true), "{r:?}");
+        assert!(
+            text(&r).contains("invalid_request_state"),
+            "{state}: {}",
+            text(&r)
+        );
+    }
+    for subject in ["gina", "hank"] {
         let (_, v) = app.get(&format!("/v1/connections?subject={subject}")).await;
         assert_eq!(v["connections"], json!([]));
     }

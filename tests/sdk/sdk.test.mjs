@@ -7,6 +7,8 @@
 //     cleanly; forged, altered and replayed requestState are refused;
 //   - the TypeScript example forwards each call's own MCP access token (one refreshed during
 //     the session);
+//   - the TypeScript example's whoami_via_proxy: the provider called through mcp-connect's proxy
+//     (the token never reaches the example), after the same elicitation/create;
 //   - the runnable clients examples/python/client.py and examples/typescript/client.ts against
 //     `mcp-connect demo` and the example servers, each connect URL completed with
 //     POST /dev/complete (the Python one also calls whoami_via_proxy, the sandbox's whoami
@@ -50,7 +52,7 @@ const toml = (v) => JSON.stringify(v);
 // examples' MCP resource (what an MCP client gets by signing its user in). The examples validate
 // it against the peer's JWKS and forward it to mcp-connect as `subject_token`, which mcp-connect
 // requires from them (`require_subject_token`).
-const USERS = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'gina', 'hank', 'ivan', 'judy'];
+const USERS = ['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'gina', 'hank', 'ivan', 'judy', 'lena'];
 const MCP_RESOURCE = 'https://mcp.example.test/';
 const TOKENS = new Map();
 const tokenOf = (user) => TOKENS.get(user) ?? assert.fail(`no MCP access token for ${user}`);
@@ -189,6 +191,8 @@ issuer = ${toml(peers.upstream)}
 client_id = "mcp-connect-upstream"
 client_secret = "upstream-secret"
 scopes = ["openid", "offline_access", "api"]
+# Where /v1/proxy/acme/... goes (the examples' whoami_via_proxy).
+api_base_url = ${toml(`${peers.upstream}/api`)}
 `, { mode: 0o600 });
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MCP_CONNECT_')));
   const service = run('mcp-connect', BIN, ['serve', '--config', config], { env: { ...env, RUST_LOG: 'info,mcp_connect=debug', NO_COLOR: '1' } });
@@ -447,6 +451,26 @@ describe('TypeScript SDK client and the TypeScript example server (2025-11-25)',
     }));
   }
 
+  test('whoami_via_proxy: elicitation/create, the browser connects, the answer comes through the proxy; then at once', STEP, withLogs(() => server, async () => {
+    const c = await tsClient('lena', async (params) => ({ action: 'accept', after: () => userOpens(params.url, 'lena') }));
+    try {
+      const result = await c.client.callTool({ name: 'whoami_via_proxy', arguments: {} }, undefined, { timeout: 90_000 });
+      await Promise.all(c.followUps);
+      assert.equal(textOf(result), "acme says you are lena (through mcp-connect's proxy)");
+      assert.ok(!result.isError);
+      assert.equal(c.asked.length, 1, 'asked to connect once');
+      assertConnectUrl(c.asked[0].url);
+      for (let i = 0; i < 50 && c.completed.length === 0; i += 1) await sleep(100);
+      assert.deepEqual(c.completed, [c.asked[0].elicitationId], 'notifications/elicitation/complete reached the client');
+      const again = await c.client.callTool({ name: 'whoami_via_proxy', arguments: {} });
+      assert.equal(textOf(again), "acme says you are lena (through mcp-connect's proxy)");
+      assert.equal(c.asked.length, 1, 'connected: not asked again');
+      // The call went through mcp-connect's proxy, counted by provider and status class.
+      const metrics = await (await fetch(`${stack.base}/metrics`)).text();
+      assert.match(metrics, /mcp_connect_proxy_requests_total\{provider="acme",class="2xx"\} [1-9]/, 'the proxy was used');
+    } finally { await c.client.close(); }
+  }));
+
   test('-32042 carries the URL; mcp-connect\'s event stream drives the completion notification; the retry succeeds', STEP, withLogs(() => server, async () => {
     const c = await tsClient('judy', async () => { throw new Error('no elicitation/create expected'); });
     try {
@@ -576,7 +600,7 @@ describe('the example clients against the demo, each connect URL completed with 
     await stop(server.child);
   }));
 
-  for (const [tool, user] of [['whoami_later', 'bob'], ['whoami', 'carol']]) {
+  for (const [tool, user, how] of [['whoami_later', 'bob', ''], ['whoami', 'carol', ''], ['whoami_via_proxy', 'dave', " (through mcp-connect's proxy)"]]) {
     test(`examples/typescript/client.ts with ${tool}: the URL, then the tool's answer, then the same call at once`, { ...STEP, skip: MISSING.typescript }, withLogs(() => null, async () => {
       const port = await freePort();
       const tsx = path.join(TS_DIR, 'node_modules/.bin/tsx');
@@ -584,8 +608,8 @@ describe('the example clients against the demo, each connect URL completed with 
       cleanups.push(() => stop(server.child));
       await waitFor(`http://127.0.0.1:${port}/mcp`, server, 'the TypeScript example server', (s) => s === 401);
       const lines = await runClient('ts client', tsx, [path.join(TS_DIR, 'client.ts'), `http://127.0.0.1:${port}/mcp`, tool], user);
-      assert.ok(lines.includes(`${tool}: sandbox says you are ${user}`), lines.join('\n'));
-      assert.ok(lines.includes(`${tool} again: sandbox says you are ${user}`), lines.join('\n'));
+      assert.ok(lines.includes(`${tool}: sandbox says you are ${user}${how}`), lines.join('\n'));
+      assert.ok(lines.includes(`${tool} again: sandbox says you are ${user}${how}`), lines.join('\n'));
       await stop(server.child);
     }));
   }

@@ -14,6 +14,12 @@ export declare const DEFAULT_MAX_RETRY_AFTER = 10;
 export declare const TRANSPORT_ERROR = "transport_error";
 /** `code` of a ConnectError when the answer was not mcp-connect's JSON (e.g. a proxy's page). */
 export declare const UNEXPECTED_RESPONSE = "unexpected_response";
+/** The response header on errors answered by mcp-connect itself through the proxy (its value is
+ * the error's `code`), rather than by the provider. */
+export declare const OWN_ERROR_HEADER = "mcp-connect-error";
+/** The response header on a provider's 401 that mcp-connect could not retry itself: the token
+ * was refreshed; send the call again. See `tokenRefreshed`. */
+export declare const TOKEN_REFRESHED_HEADER = "mcp-connect-token-refreshed";
 type Json = Record<string, unknown>;
 /** An elicitation (`ElicitationView`): a connect URL for one user at one provider. */
 export interface Elicitation {
@@ -153,6 +159,34 @@ export interface TokenRequest {
     /** Hold the request while the awaited elicitation is pending (at most 60). */
     waitSeconds?: number;
 }
+/** One call to a provider's API through the proxy (`ANY /v1/proxy/{provider}/{path}`). Give
+ * `subjectToken` (the user's MCP access token, as proof), `subject` (for a client allowed to
+ * name it), or both. */
+export interface ProxyRequest {
+    provider: string;
+    /** Below the provider's API base URL, with any query (`'repos/o/r/issues?state=open'`); a
+     * leading `/` is dropped. Sent as written: a path mcp-connect refuses (`..`, `//`, encoded
+     * slashes: 400 `invalid_request`) is not repaired, and one that fetch would rewrite before
+     * sending (dot segments, backslashes, tabs or line breaks, a `#`) is refused here with the same
+     * code, before anything is sent. */
+    path: string;
+    /** `GET` unless given (upper-cased). */
+    method?: string;
+    subjectToken?: string;
+    subject?: string;
+    /** Which of the user's accounts at the provider (`Connect-Account`: its id or label). */
+    account?: string;
+    /** Headers for the provider (`Authorization`, cookies, `Connect-*`, `Subject-Token` and
+     * hop-by-hop headers never reach it). */
+    headers?: RequestInit['headers'];
+    /** Added after the path's own query. */
+    query?: Record<string, string> | URLSearchParams | Array<[string, string]>;
+    /** The request body; a stream is streamed. */
+    body?: RequestInit['body'];
+    /** Ends the call (and the reading of its body). Replaces the client's `timeoutMs` for this
+     * call. */
+    signal?: AbortSignal;
+}
 export interface CreateElicitationRequest {
     provider: string;
     subject?: string;
@@ -209,6 +243,10 @@ export declare class ConnectError extends Error {
     get isInsufficientScope(): boolean;
     static fromBody(status: number, body: unknown, retryAfter?: number): ConnectError;
 }
+/** Whether the provider refused the token on this proxied answer (a 401) and mcp-connect refreshed
+ * it without sending the call again (its body was too large to keep): send it again, and it goes
+ * out with the new token. */
+export declare function tokenRefreshed(resp: Response): boolean;
 /** The 2026-07-28 `elicitation/create` input request an elicitation carries. */
 export type InputRequest = Elicitation['mcp']['2026-07-28'];
 /** The 2025-11-25 URL-mode `elicitation/create` params an elicitation carries. */
@@ -275,6 +313,17 @@ export declare class Client {
     revoke(connectionId: string, opts?: {
         subjectToken?: string;
     }): Promise<Revocation>;
+    /**
+     * `ANY /v1/proxy/{provider}/{path}`: the call, sent to the provider's API by mcp-connect with
+     * the user's token, which never reaches this process. Resolves to the provider's answer,
+     * whatever its status (a 404 or 401 of the provider's is an answer, not an error), its body
+     * still streaming; `tokenRefreshed(resp)` says whether a 401 may be sent again. Rejects with
+     * `ConnectError` for mcp-connect's own refusals, told apart by their `MCP-Connect-Error` header
+     * (`not_connected`, `forbidden`, `invalid_request`, `upstream_error`, ...; ask
+     * `createElicitation` for the connect URL), and for a transport failure. Never retried: the
+     * call may not be safe to repeat.
+     */
+    proxy(req: ProxyRequest): Promise<Response>;
     /** `GET /v1/events`: this client's events as they happen. Pass the last `StreamedEvent.id`
      * seen to replay what was missed; `signal` ends the stream. The iterator also ends when the
      * service closes the stream (it does on shutdown): reconnect then. */

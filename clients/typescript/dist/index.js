@@ -8,6 +8,11 @@
 //     if (e instanceof ConnectError && e.elicitation) { /* hand it to the MCP client */ }
 //   }
 //
+// The proxy (the provider token never reaches this process):
+//
+//   const resp = await connect.proxy({ provider: 'github', path: 'user', subjectToken });
+//   // resp: the provider's own Response, whatever its status; mcp-connect's refusals throw
+//
 // Webhook signatures: `mcp-connect-client/webhooks`. The official MCP SDK helper (2025-11-25):
 // `mcp-connect-client/mcp-sdk`.
 export { Verifier, WebhookError, TOLERANCE_SECONDS } from './webhooks.js';
@@ -25,6 +30,12 @@ export const DEFAULT_MAX_RETRY_AFTER = 10;
 export const TRANSPORT_ERROR = 'transport_error';
 /** `code` of a ConnectError when the answer was not mcp-connect's JSON (e.g. a proxy's page). */
 export const UNEXPECTED_RESPONSE = 'unexpected_response';
+/** The response header on errors answered by mcp-connect itself through the proxy (its value is
+ * the error's `code`), rather than by the provider. */
+export const OWN_ERROR_HEADER = 'mcp-connect-error';
+/** The response header on a provider's 401 that mcp-connect could not retry itself: the token
+ * was refreshed; send the call again. See `tokenRefreshed`. */
+export const TOKEN_REFRESHED_HEADER = 'mcp-connect-token-refreshed';
 /**
  * Every failure of a call: the API's stable `code` (`not_connected`, `authorization_required`,
  * `invalid_request_state`, `rate_limited`, ...), its message, the HTTP status, and what some
@@ -110,6 +121,25 @@ function accountChoice(a) {
         default: a.default === true,
     };
 }
+/** Whether the provider refused the token on this proxied answer (a 401) and mcp-connect refreshed
+ * it without sending the call again (its body was too large to keep): send it again, and it goes
+ * out with the new token. */
+export function tokenRefreshed(resp) {
+    return resp.headers.get(TOKEN_REFRESHED_HEADER) === 'true';
+}
+/** Percent-encodes every character a URL parser might, so that a path as written and as the parser
+ * serialized it compare equal unless the parser changed it (it resolves dot segments, turns `\`
+ * into `/`, drops tabs, line breaks, trailing spaces and a `#fragment`). */
+const canonical = (s) => s.replace(/[^A-Za-z0-9\-._~!$&()*+,;=:@/?%]/gu, (c) => {
+    if (c === "'")
+        return '%27';
+    try {
+        return encodeURIComponent(c);
+    }
+    catch {
+        return '%EF%BF%BD';
+    }
+});
 /** 2026-07-28: the `{method: "elicitation/create", params}` object for `InputRequiredResult.inputRequests`. */
 export function inputRequest(el) {
     return el.mcp[MCP_2026_07_28];
@@ -272,6 +302,73 @@ export class Client {
     /** `DELETE /v1/connections/{id}`: revokes at the provider and deletes the tokens. */
     async revoke(connectionId, opts = {}) {
         return this.#call('DELETE', `/v1/connections/${segment(connectionId)}`, { subjectToken: opts.subjectToken });
+    }
+    /**
+     * `ANY /v1/proxy/{provider}/{path}`: the call, sent to the provider's API by mcp-connect with
+     * the user's token, which never reaches this process. Resolves to the provider's answer,
+     * whatever its status (a 404 or 401 of the provider's is an answer, not an error), its body
+     * still streaming; `tokenRefreshed(resp)` says whether a 401 may be sent again. Rejects with
+     * `ConnectError` for mcp-connect's own refusals, told apart by their `MCP-Connect-Error` header
+     * (`not_connected`, `forbidden`, `invalid_request`, `upstream_error`, ...; ask
+     * `createElicitation` for the connect URL), and for a transport failure. Never retried: the
+     * call may not be safe to repeat.
+     */
+    async proxy(req) {
+        const provider = segment(req.provider);
+        let target = `/v1/proxy/${provider}/${req.path.replace(/^\/+/, '')}`;
+        if (req.query !== undefined) {
+            const qs = new URLSearchParams(req.query).toString();
+            if (qs)
+                target += `${req.path.includes('?') ? '&' : '?'}${qs}`;
+        }
+        const base = new URL(this.#base);
+        const url = new URL(`${this.#base}${target}`);
+        const sent = new URL(url);
+        sent.hash = '';
+        const written = `${base.pathname.replace(/\/$/, '')}${target}`;
+        if (canonical(sent.href.slice(sent.href.indexOf('/', sent.protocol.length + 2))) !== canonical(written)) {
+            // fetch would send another path than the one given (`..` resolved, `\` as `/`): possibly
+            // one outside the proxy, with this client's API key. mcp-connect refuses these paths.
+            throw new ConnectError('invalid_request', 'the proxy path cannot be sent as written (dot segments, backslashes, tabs, line breaks or a #fragment): nothing was sent');
+        }
+        const headers = new Headers(req.headers);
+        for (const own of ['subject-token', 'connect-subject', 'connect-account'])
+            headers.delete(own);
+        headers.set('authorization', `Bearer ${this.#apiKey}`);
+        // The user's token goes in a header, never in the URL.
+        if (req.subjectToken !== undefined)
+            headers.set('subject-token', req.subjectToken);
+        if (req.subject !== undefined)
+            headers.set('connect-subject', req.subject);
+        if (req.account !== undefined)
+            headers.set('connect-account', req.account);
+        const init = {
+            method: (req.method ?? 'GET').toUpperCase(),
+            headers,
+            body: req.body,
+            redirect: 'manual',
+            signal: req.signal ?? AbortSignal.timeout(this.#timeoutMs),
+        };
+        // A stream body needs it (Node's fetch); harmless otherwise.
+        if (req.body !== undefined && req.body !== null)
+            init.duplex = 'half';
+        let resp;
+        try {
+            resp = await this.#fetch(url, init);
+        }
+        catch (err) {
+            const kind = err?.cause?.code ?? err?.name ?? 'error';
+            throw new ConnectError(TRANSPORT_ERROR, `could not reach mcp-connect (${kind})`, undefined, { cause: err });
+        }
+        if (!resp.headers.has(OWN_ERROR_HEADER))
+            return resp;
+        const text = await resp.text();
+        let parsed = text;
+        try {
+            parsed = JSON.parse(text);
+        }
+        catch { /* not JSON: reported as unexpected_response */ }
+        throw ConnectError.fromBody(resp.status, parsed, retryAfterOf(resp));
     }
     /** `GET /v1/events`: this client's events as they happen. Pass the last `StreamedEvent.id`
      * seen to replay what was missed; `signal` ends the stream. The iterator also ends when the

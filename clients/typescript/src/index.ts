@@ -8,6 +8,11 @@
 //     if (e instanceof ConnectError && e.elicitation) { /* hand it to the MCP client */ }
 //   }
 //
+// The proxy (the provider token never reaches this process):
+//
+//   const resp = await connect.proxy({ provider: 'github', path: 'user', subjectToken });
+//   // resp: the provider's own Response, whatever its status; mcp-connect's refusals throw
+//
 // Webhook signatures: `mcp-connect-client/webhooks`. The official MCP SDK helper (2025-11-25):
 // `mcp-connect-client/mcp-sdk`.
 
@@ -28,6 +33,12 @@ export const DEFAULT_MAX_RETRY_AFTER = 10;
 export const TRANSPORT_ERROR = 'transport_error';
 /** `code` of a ConnectError when the answer was not mcp-connect's JSON (e.g. a proxy's page). */
 export const UNEXPECTED_RESPONSE = 'unexpected_response';
+/** The response header on errors answered by mcp-connect itself through the proxy (its value is
+ * the error's `code`), rather than by the provider. */
+export const OWN_ERROR_HEADER = 'mcp-connect-error';
+/** The response header on a provider's 401 that mcp-connect could not retry itself: the token
+ * was refreshed; send the call again. See `tokenRefreshed`. */
+export const TOKEN_REFRESHED_HEADER = 'mcp-connect-token-refreshed';
 
 type Json = Record<string, unknown>;
 
@@ -164,6 +175,35 @@ export interface TokenRequest {
   waitSeconds?: number;
 }
 
+/** One call to a provider's API through the proxy (`ANY /v1/proxy/{provider}/{path}`). Give
+ * `subjectToken` (the user's MCP access token, as proof), `subject` (for a client allowed to
+ * name it), or both. */
+export interface ProxyRequest {
+  provider: string;
+  /** Below the provider's API base URL, with any query (`'repos/o/r/issues?state=open'`); a
+   * leading `/` is dropped. Sent as written: a path mcp-connect refuses (`..`, `//`, encoded
+   * slashes: 400 `invalid_request`) is not repaired, and one that fetch would rewrite before
+   * sending (dot segments, backslashes, tabs or line breaks, a `#`) is refused here with the same
+   * code, before anything is sent. */
+  path: string;
+  /** `GET` unless given (upper-cased). */
+  method?: string;
+  subjectToken?: string;
+  subject?: string;
+  /** Which of the user's accounts at the provider (`Connect-Account`: its id or label). */
+  account?: string;
+  /** Headers for the provider (`Authorization`, cookies, `Connect-*`, `Subject-Token` and
+   * hop-by-hop headers never reach it). */
+  headers?: RequestInit['headers'];
+  /** Added after the path's own query. */
+  query?: Record<string, string> | URLSearchParams | Array<[string, string]>;
+  /** The request body; a stream is streamed. */
+  body?: RequestInit['body'];
+  /** Ends the call (and the reading of its body). Replaces the client's `timeoutMs` for this
+   * call. */
+  signal?: AbortSignal;
+}
+
 export interface CreateElicitationRequest {
   provider: string;
   subject?: string;
@@ -270,6 +310,21 @@ function accountChoice(a: Json): AccountChoice {
     default: a.default === true,
   };
 }
+
+/** Whether the provider refused the token on this proxied answer (a 401) and mcp-connect refreshed
+ * it without sending the call again (its body was too large to keep): send it again, and it goes
+ * out with the new token. */
+export function tokenRefreshed(resp: Response): boolean {
+  return resp.headers.get(TOKEN_REFRESHED_HEADER) === 'true';
+}
+
+/** Percent-encodes every character a URL parser might, so that a path as written and as the parser
+ * serialized it compare equal unless the parser changed it (it resolves dot segments, turns `\`
+ * into `/`, drops tabs, line breaks, trailing spaces and a `#fragment`). */
+const canonical = (s: string) => s.replace(/[^A-Za-z0-9\-._~!$&()*+,;=:@/?%]/gu, (c) => {
+  if (c === "'") return '%27';
+  try { return encodeURIComponent(c); } catch { return '%EF%BF%BD'; }
+});
 
 /** The 2026-07-28 `elicitation/create` input request an elicitation carries. */
 export type InputRequest = Elicitation['mcp']['2026-07-28'];
@@ -464,6 +519,63 @@ export class Client {
   /** `DELETE /v1/connections/{id}`: revokes at the provider and deletes the tokens. */
   async revoke(connectionId: string, opts: { subjectToken?: string } = {}): Promise<Revocation> {
     return this.#call<Revocation>('DELETE', `/v1/connections/${segment(connectionId)}`, { subjectToken: opts.subjectToken });
+  }
+
+  /**
+   * `ANY /v1/proxy/{provider}/{path}`: the call, sent to the provider's API by mcp-connect with
+   * the user's token, which never reaches this process. Resolves to the provider's answer,
+   * whatever its status (a 404 or 401 of the provider's is an answer, not an error), its body
+   * still streaming; `tokenRefreshed(resp)` says whether a 401 may be sent again. Rejects with
+   * `ConnectError` for mcp-connect's own refusals, told apart by their `MCP-Connect-Error` header
+   * (`not_connected`, `forbidden`, `invalid_request`, `upstream_error`, ...; ask
+   * `createElicitation` for the connect URL), and for a transport failure. Never retried: the
+   * call may not be safe to repeat.
+   */
+  async proxy(req: ProxyRequest): Promise<Response> {
+    const provider = segment(req.provider);
+    let target = `/v1/proxy/${provider}/${req.path.replace(/^\/+/, '')}`;
+    if (req.query !== undefined) {
+      const qs = new URLSearchParams(req.query).toString();
+      if (qs) target += `${req.path.includes('?') ? '&' : '?'}${qs}`;
+    }
+    const base = new URL(this.#base);
+    const url = new URL(`${this.#base}${target}`);
+    const sent = new URL(url);
+    sent.hash = '';
+    const written = `${base.pathname.replace(/\/$/, '')}${target}`;
+    if (canonical(sent.href.slice(sent.href.indexOf('/', sent.protocol.length + 2))) !== canonical(written)) {
+      // fetch would send another path than the one given (`..` resolved, `\` as `/`): possibly
+      // one outside the proxy, with this client's API key. mcp-connect refuses these paths.
+      throw new ConnectError('invalid_request', 'the proxy path cannot be sent as written (dot segments, backslashes, tabs, line breaks or a #fragment): nothing was sent');
+    }
+    const headers = new Headers(req.headers);
+    for (const own of ['subject-token', 'connect-subject', 'connect-account']) headers.delete(own);
+    headers.set('authorization', `Bearer ${this.#apiKey}`);
+    // The user's token goes in a header, never in the URL.
+    if (req.subjectToken !== undefined) headers.set('subject-token', req.subjectToken);
+    if (req.subject !== undefined) headers.set('connect-subject', req.subject);
+    if (req.account !== undefined) headers.set('connect-account', req.account);
+    const init: RequestInit & { duplex?: 'half' } = {
+      method: (req.method ?? 'GET').toUpperCase(),
+      headers,
+      body: req.body,
+      redirect: 'manual',
+      signal: req.signal ?? AbortSignal.timeout(this.#timeoutMs),
+    };
+    // A stream body needs it (Node's fetch); harmless otherwise.
+    if (req.body !== undefined && req.body !== null) init.duplex = 'half';
+    let resp: Response;
+    try {
+      resp = await this.#fetch(url, init);
+    } catch (err) {
+      const kind = (err as { cause?: { code?: string } })?.cause?.code ?? (err as Error)?.name ?? 'error';
+      throw new ConnectError(TRANSPORT_ERROR, `could not reach mcp-connect (${kind})`, undefined, { cause: err });
+    }
+    if (!resp.headers.has(OWN_ERROR_HEADER)) return resp;
+    const text = await resp.text();
+    let parsed: unknown = text;
+    try { parsed = JSON.parse(text); } catch { /* not JSON: reported as unexpected_response */ }
+    throw ConnectError.fromBody(resp.status, parsed, retryAfterOf(resp));
   }
 
   /** `GET /v1/events`: this client's events as they happen. Pass the last `StreamedEvent.id`

@@ -1,6 +1,6 @@
 // Compiled (not run) by `npm run check`: a strict NodeNext consumer of the published entry points,
 // through the package's own `exports` and the committed .d.ts files.
-import { Client, ConnectError, inputRequiredResult, type Account, type AccountChoice, type Connection, type Elicitation, type Token } from 'mcp-connect-client';
+import { Client, ConnectError, OWN_ERROR_HEADER, inputRequiredResult, tokenRefreshed, type Account, type AccountChoice, type Connection, type Elicitation, type ProxyRequest, type Token } from 'mcp-connect-client';
 import { Verifier, type ConnectEvent } from 'mcp-connect-client/webhooks';
 import { Completions, DEFAULT_MAX_ROUNDS, NotConnectedError, tokenOrElicit } from 'mcp-connect-client/mcp-sdk';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -41,4 +41,6 @@ const another: Promise<Elicitation> = connect.createElicitation({ provider: 'git
 const defaults: Promise<Connection[]> = connect.connections({ subject: 'alice' }).then((cs) => cs.filter((c) => c.default === true && c.account !== undefined));
 const event: ConnectEvent = new Verifier('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw').verify({}, '');
 const eventAccount: Account | null | undefined = event.data.account;
-export { another, defaults, event, eventAccount };
+const ask: ProxyRequest = { provider: 'github', path: 'repos/o/r/issues', method: 'POST', subjectToken: 'mcp-token', account: 'work', headers: { 'content-type': 'application/json' }, query: { state: 'open' }, body: JSON.stringify({ title: 't' }) };
+const proxied: Promise<{ status: number; retry: boolean; ours: string | null }> = connect.proxy(ask).then((r: Response) => ({ status: r.status, retry: tokenRefreshed(r), ours: r.headers.get(OWN_ERROR_HEADER) }));
+export { another, defaults, event, eventAccount, proxied };
