@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{ApiClient, ApiJson, ApiLang};
 use crate::AppState;
 use crate::api::error::ApiError;
-use crate::connect::token_request::{Awaited, TokenAsk, Whose};
+use crate::connect::token_request::{Awaited, ProofFor, TokenAsk, Whose};
 use crate::error::Error;
 use crate::ids::{ConnectionId, ProviderName};
 use crate::server::middleware::RequestId;
@@ -238,7 +238,8 @@ pub async fn fetch(
             crate::providers::mcp::ProofTarget::parse(&d.htm, &d.htu, d.nonce.as_deref())
                 .map_err(Error::invalid)
         })
-        .transpose()?;
+        .transpose()?
+        .map_or(ProofFor::Unnamed, ProofFor::Request);
     let ask = TokenAsk {
         client: &client.0,
         subject: req.subject.as_deref(),

@@ -60,7 +60,7 @@ impl Connect {
             wait_seconds: None,
             request_id: ask.request_id,
             lang: ask.lang,
-            dpop: None,
+            dpop: crate::connect::token_request::ProofFor::Unnamed,
         };
         // Nothing is awaited, so no long-poll slot is ever asked for.
         match self

@@ -60,8 +60,18 @@ pub struct TokenAsk<'a> {
     pub request_id: Option<String>,
     /// The language of an offered elicitation's message.
     pub lang: Lang,
-    /// The request the caller will make with a DPoP-bound token, to make its proof for.
-    pub dpop: Option<ProofTarget>,
+    /// What a DPoP-bound token comes with.
+    pub dpop: ProofFor,
+}
+
+/// What a DPoP-bound token (RFC 9449) comes with.
+pub enum ProofFor {
+    /// Nothing named: such a token is refused, saying what to send.
+    Unnamed,
+    /// A proof for the request the caller will make with it (`/v1/tokens` `dpop`).
+    Request(ProofTarget),
+    /// No proof: the caller makes one for each call itself (the proxy).
+    EachCall,
 }
 
 /// Whose connection a token request asks for.
@@ -263,7 +273,7 @@ impl Connect {
             .await
         {
             Ok(t) => {
-                let t = with_dpop_proof(t, &provider, ask.dpop.as_ref()).await?;
+                let t = with_dpop_proof(t, &provider, &ask.dpop).await?;
                 Ok((t, provider))
             }
             Err(Error::ReauthorizationRequired {
@@ -486,16 +496,31 @@ pub fn account_choice(c: &Connection, default: bool) -> AccountChoice {
 async fn with_dpop_proof(
     mut t: FreshToken,
     provider: &Provider,
-    target: Option<&ProofTarget>,
+    target: &ProofFor,
 ) -> Result<FreshToken> {
     if !crate::providers::mcp::is_dpop_bound(&t.token_type) {
         return Ok(t);
     }
-    let Some(target) = target else {
-        return Err(Error::invalid(
-            "this token is DPoP-bound (token_type DPoP): send dpop: {htm, htu} naming the HTTP method and URL of the request you will make to the MCP server (and nonce, when it answered with a DPoP-Nonce header), then present the token as Authorization: DPoP <access_token> with the returned dpop_proof in the DPoP header",
-        ));
+    let target = match target {
+        ProofFor::Request(target) => target,
+        ProofFor::EachCall => return Ok(t),
+        ProofFor::Unnamed => {
+            return Err(Error::invalid(
+                "this token is DPoP-bound (token_type DPoP): send dpop: {htm, htu} naming the HTTP method and URL of the request you will make to the MCP server (and nonce, when it answered with a DPoP-Nonce header), then present the token as Authorization: DPoP <access_token> with the returned dpop_proof in the DPoP header",
+            ));
+        }
     };
+    t.dpop_proof = Some(dpop_proof(&t, provider, target).await?);
+    Ok(t)
+}
+
+/// A proof for presenting the DPoP-bound token `t` in the request `target` names, made with the
+/// key the token is bound to (kept sealed, never handed out).
+pub(in crate::connect) async fn dpop_proof(
+    t: &FreshToken,
+    provider: &Provider,
+    target: &ProofTarget,
+) -> Result<String> {
     let issuer = t
         .metadata
         .get(crate::providers::mcp::AUTHORIZATION_SERVER)
@@ -515,9 +540,8 @@ async fn with_dpop_proof(
         )
         .await
     {
-        Ok(proof) => t.dpop_proof = Some(proof),
-        Err(ProofError::Refused(why)) => return Err(Error::invalid(why)),
-        Err(ProofError::Internal(e)) => return Err(Error::internal(e)),
+        Ok(proof) => Ok(proof),
+        Err(ProofError::Refused(why)) => Err(Error::invalid(why)),
+        Err(ProofError::Internal(e)) => Err(Error::internal(e)),
     }
-    Ok(t)
 }

@@ -113,6 +113,9 @@ struct Stub {
     /// and the key thumbprint each issued token is bound to (with the grant type).
     dpop_jtis: Mutex<Vec<String>>,
     dpop_nonce_challenges: AtomicUsize,
+    /// The resource's (`/api/whoami`) `use_dpop_nonce` answers, and the calls it accepted.
+    api_nonce_challenges: AtomicUsize,
+    api_calls: AtomicUsize,
     dpop_bound: Mutex<HashMap<String, (String, String)>>,
 }
 
@@ -611,6 +614,51 @@ fn verify_dpop_proof(proof: &str, htm: &str, htu: &str) -> Result<(Value, String
     ))
 }
 
+/// The nonce the stub's resource asks for with `dpop_nonce`.
+const STUB_API_NONCE: &str = "stub-rs-nonce-1";
+
+/// A resource of the MCP server's origin that takes only DPoP-bound tokens it issued, each
+/// with a proof for this very request, made with the key the token is bound to (and, with
+/// `dpop_nonce`, its nonce): answers the token's key thumbprint.
+async fn api_whoami(State(s): S, headers: HeaderMap) -> Response {
+    let refuse = |why: String| (StatusCode::UNAUTHORIZED, why).into_response();
+    let h = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    };
+    let Some(token) = h("authorization").strip_prefix("DPoP ") else {
+        return refuse(format!("not a DPoP token: {:?}", h("authorization")));
+    };
+    let Some((jkt, _)) = s.dpop_bound.lock().unwrap().get(token).cloned() else {
+        return refuse("a token this server did not issue".into());
+    };
+    let url = format!("{}/api/whoami", s.base);
+    let (claims, proof_jkt) = match verify_dpop_proof(h("dpop"), "GET", &url) {
+        Ok(v) => v,
+        Err(e) => return refuse(format!("bad proof: {e}")),
+    };
+    let ath = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(sha2::Sha256::digest(token.as_bytes()));
+    if proof_jkt != jkt || claims["ath"] != ath.as_str() {
+        return refuse("the proof is not for this token".into());
+    }
+    if s.setup.dpop_nonce && claims["nonce"] != STUB_API_NONCE {
+        s.api_nonce_challenges.fetch_add(1, Ordering::SeqCst);
+        return (
+            StatusCode::UNAUTHORIZED,
+            [
+                ("www-authenticate", "DPoP error=\"use_dpop_nonce\""),
+                ("dpop-nonce", STUB_API_NONCE),
+            ],
+        )
+            .into_response();
+    }
+    s.api_calls.fetch_add(1, Ordering::SeqCst);
+    axum::Json(json!({"jkt": jkt})).into_response()
+}
+
 async fn start_stub(setup: Setup) -> Arc<Stub> {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let stub = Arc::new(Stub {
@@ -622,6 +670,7 @@ async fn start_stub(setup: Setup) -> Arc<Stub> {
     // the origin itself.
     let app = axum::Router::new()
         .route("/mcp", get(mcp_get).post(mcp_post))
+        .route("/api/whoami", get(api_whoami))
         .route("/.well-known/oauth-protected-resource/mcp", get(prm))
         .route("/.well-known/oauth-protected-resource", get(prm_root))
         .route("/custom/prm", get(prm_custom))
@@ -1589,4 +1638,57 @@ on_both_databases!(
 on_both_databases!(
     dpop_nonces_of_the_token_endpoint_are_honoured_and_remembered,
     |kind| async move { dpop_flow(kind, true).await }
+);
+
+/// The proxy presents a DPoP-bound token with a proof for each call it forwards, made with the
+/// key that never leaves, and answers the resource's nonce challenge once by itself.
+async fn dpop_through_the_proxy(kind: DbKind, nonce: bool) {
+    let setup = Setup {
+        dpop: true,
+        dpop_nonce: nonce,
+        ..Setup::default()
+    };
+    let stub = start_stub(setup).await;
+    let extra = format!("api_base_url = \"{}/api\"", stub.base);
+    let app = TestApp::spawn_with(kind, options(&stub, &extra)).await;
+    walk_connect(&app).await;
+    for round in 1..=2 {
+        let r = app
+            .api
+            .get(format!("{}/v1/proxy/other/whoami", app.url))
+            .bearer_auth(OTHER_API_KEY)
+            .header("connect-subject", "alice")
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body = r.text().await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let bound: Vec<String> = stub
+            .dpop_bound
+            .lock()
+            .unwrap()
+            .values()
+            .map(|(jkt, _)| jkt.clone())
+            .collect();
+        assert!(
+            bound.contains(&v["jkt"].as_str().unwrap().to_owned()),
+            "{v}"
+        );
+        assert_eq!(stub.api_calls.load(Ordering::SeqCst), round);
+        let challenges = if nonce { round } else { 0 };
+        assert_eq!(stub.api_nonce_challenges.load(Ordering::SeqCst), challenges);
+    }
+    app.shutdown().await;
+}
+
+on_both_databases!(
+    dpop_bound_tokens_go_through_the_proxy_with_a_proof_per_call,
+    |kind| async move { dpop_through_the_proxy(kind, false).await }
+);
+
+on_both_databases!(
+    the_proxy_answers_a_resource_servers_dpop_nonce_challenge,
+    |kind| async move { dpop_through_the_proxy(kind, true).await }
 );

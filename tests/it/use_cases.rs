@@ -37,7 +37,7 @@ fn ask<'a>(
         wait_seconds: None,
         request_id: None,
         lang: Lang::En,
-        dpop: None,
+        dpop: mcp_connect::connect::token_request::ProofFor::Unnamed,
     }
 }
 

@@ -47,7 +47,7 @@ fn authenticate(parts: &Parts, state: &AppState) -> Result<ApiClient, Error> {
 }
 
 /// The id and key of a `Basic` credential, as sent.
-fn credentials(value: &str) -> Option<(String, String)> {
+pub fn credentials(value: &str) -> Option<(String, String)> {
     let (scheme, b64) = value.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;

@@ -17,13 +17,14 @@ use secrecy::ExposeSecret;
 
 use crate::config::{AuthKind, ClientConfig};
 use crate::connect::Connect;
-use crate::connect::token_request::{TokenAsk, Whose};
+use crate::connect::token_request::{ProofFor, TokenAsk, Whose, dpop_proof};
 use crate::error::{Error, GatewayFailure, Refusal, Result};
 use crate::grants::tokens::FreshToken;
 use crate::i18n::Lang;
 use crate::ids::ProviderName;
 use crate::outbound::proxy::{self as forward, Download, ForwardError, Upload};
 use crate::providers::Provider;
+use crate::providers::mcp::ProofTarget;
 
 /// The response header saying the provider refused the token, the token was refreshed, and
 /// the call (whose body could not be sent twice) may be retried.
@@ -98,7 +99,15 @@ impl Connect {
             headers: &headers,
             limits: ask.limits,
         };
-        let mut resp = self.forward(&call, &token, &mut ask.body).await?;
+        let mut resp = self.forward(&call, &token, &mut ask.body, None).await?;
+        // RFC 9449 §9: a resource server may ask for its nonce in the proof; once.
+        if let Some(nonce) = dpop_nonce_asked(&token, resp.status(), resp.headers())
+            && ask.body.replayable()
+        {
+            resp = self
+                .forward(&call, &token, &mut ask.body, Some(&nonce))
+                .await?;
+        }
         let mut token_refreshed = false;
         if resp.status() == StatusCode::UNAUTHORIZED
             && !AuthKind::is_credential_type(&token.token_type)
@@ -107,7 +116,7 @@ impl Connect {
                 Ok(t) => {
                     token = t;
                     if ask.body.replayable() {
-                        resp = self.forward(&call, &token, &mut ask.body).await?;
+                        resp = self.forward(&call, &token, &mut ask.body, None).await?;
                     } else {
                         token_refreshed = true;
                     }
@@ -166,7 +175,7 @@ impl Connect {
             wait_seconds: None,
             request_id: ask.request_id.clone(),
             lang: ask.lang,
-            dpop: None,
+            dpop: ProofFor::EachCall,
         };
         async move {
             // Nothing is awaited, so no long-poll slot is ever asked for.
@@ -180,16 +189,28 @@ impl Connect {
         }
     }
 
-    /// One attempt: the credential added, timed and counted per provider and status class.
+    /// One attempt: the credential added (with a DPoP proof for this request when the token
+    /// is DPoP-bound, carrying the resource server's `nonce` when it asked for one), timed and
+    /// counted per provider and status class.
     async fn forward(
         &self,
         call: &Call<'_>,
         token: &FreshToken,
         body: &mut Upload,
+        nonce: Option<&str>,
     ) -> Result<forward::Answer> {
         let mut headers = call.headers.clone();
         let (name, value) = credential(call.provider, token)?;
         headers.insert(name, value);
+        if crate::providers::mcp::is_dpop_bound(&token.token_type) {
+            let target = ProofTarget::parse(call.method.as_str(), call.url.as_str(), nonce)
+                .map_err(Error::invalid)?;
+            let proof = dpop_proof(token, call.provider, &target).await?;
+            let (name, value) = forward::credential("dpop", &proof).ok_or_else(|| {
+                Error::internal(anyhow::anyhow!("a DPoP proof that is not a header value"))
+            })?;
+            headers.insert(name, value);
+        }
         let started = Instant::now();
         let sent = forward::send(
             &self.proxy_pool,
@@ -248,10 +269,9 @@ fn credential(
         .filter(|_| AuthKind::is_credential_type(&token.token_type))
     {
         Some(s) => s.header_for(secret),
+        // The proof goes beside it (`forward`).
         None if crate::providers::mcp::is_dpop_bound(&token.token_type) => {
-            return Err(Error::invalid(
-                "this connection's token is DPoP-bound: the proxy does not forward DPoP-bound tokens",
-            ));
+            ("authorization".to_owned(), format!("DPoP {secret}"))
         }
         None => ("authorization".to_owned(), format!("Bearer {secret}")),
     };
@@ -261,6 +281,23 @@ fn credential(
             provider.name
         ))
     })
+}
+
+/// The nonce a resource server asks a DPoP proof to carry (RFC 9449 §9: a 401 with
+/// `WWW-Authenticate: DPoP error="use_dpop_nonce"` and `DPoP-Nonce`), for a DPoP-bound token.
+fn dpop_nonce_asked(token: &FreshToken, status: StatusCode, headers: &HeaderMap) -> Option<String> {
+    if status != StatusCode::UNAUTHORIZED
+        || !crate::providers::mcp::is_dpop_bound(&token.token_type)
+    {
+        return None;
+    }
+    let asked = headers
+        .get_all(http::header::WWW_AUTHENTICATE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("use_dpop_nonce"));
+    let nonce = headers.get("dpop-nonce")?.to_str().ok()?;
+    (asked && !nonce.is_empty()).then(|| nonce.to_owned())
 }
 
 /// Refuses what the provider's or the client's allow-list does not name.
