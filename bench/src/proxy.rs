@@ -212,7 +212,22 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     let direct = get(up, "/api/x", vec![]);
     let via_haproxy = get(haproxy.addr, "/api/x", vec![]);
     let via_proxy = get(app.addr, "/v1/proxy/acme/x", proxy_headers());
-    for t in [&direct, &via_haproxy, &via_proxy] {
+    // The same user's token from the same app: what the proxy does before it forwards.
+    let token = Arc::new(Target {
+        addr: app.addr,
+        method: hyper::Method::POST,
+        path: "/v1/tokens".into(),
+        headers: vec![
+            proxy_headers().swap_remove(0),
+            (
+                hyper::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+        ],
+        body: Box::new(|_| Bytes::from_static(br#"{"subject":"user0","provider":"acme"}"#)),
+        ok_status: 200,
+    });
+    for t in [&direct, &via_haproxy, &via_proxy, &token] {
         let r = load::closed_loop(t.clone(), 16, warmup, warmup).await;
         anyhow::ensure!(
             r.errors == 0 && r.throughput() > 0.0,
@@ -250,6 +265,25 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             p99,
             mean_rps(&p) / mean_rps(&h),
             mean_p50(&p) - d.ms(0.5)
+        );
+    }
+
+    // What the token path alone answers, beside the proxy, in the same run.
+    println!();
+    println!("| conns | `/v1/tokens` req/s | p50 ms | proxy req/s | proxy ÷ `/v1/tokens` |");
+    println!("|---:|---:|---:|---:|---:|");
+    for &c in &args.conns {
+        let (mut t, mut p) = (Vec::new(), Vec::new());
+        for _ in 0..args.rounds.max(1) {
+            t.push(load::closed_loop(token.clone(), c, warmup, measure).await);
+            p.push(load::closed_loop(via_proxy.clone(), c, warmup, measure).await);
+        }
+        println!(
+            "| {c} | {:.0} | {:.3} | {:.0} | {:.2} |",
+            mean_rps(&t),
+            mean_p50(&t),
+            mean_rps(&p),
+            mean_rps(&p) / mean_rps(&t)
         );
     }
 
