@@ -240,6 +240,7 @@ impl AppState {
             .proxy_usage
             .flush(&self.db, crate::time::now())
             .await;
+        self.connect.proxy_pool.sweep();
         if let Err(e) = self.connect.expire_elicitations().await {
             tracing::warn!(error = %e, "expiring elicitations failed");
         }

@@ -291,6 +291,25 @@ impl Pool {
         }
     }
 
+    /// Closes the idle connections past their time and forgets origins with none left. Idle
+    /// connections are not polled, so one the provider closed would otherwise stay open on our
+    /// side until its origin is called again, which for a per-connection origin (a Shopify shop,
+    /// a Salesforce instance) may be never. The cleanup task calls this every minute.
+    pub fn sweep(&self) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|_, list| {
+            list.retain(|c| c.idle_since.elapsed() < IDLE_TIMEOUT && !c.sender.is_closed());
+            !list.is_empty()
+        });
+    }
+
+    /// Idle connections held, across origins.
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.values().map(Vec::len).sum()
+    }
+
     /// A new connection to `origin`, to an address the policy allows.
     async fn connect(&self, origin: &Origin) -> Result<Conn, ForwardError> {
         let addrs = super::super::resolve_allowed(&self.policy, &origin.host, origin.port)
@@ -384,5 +403,65 @@ impl Body for Incoming {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sweep closes idle connections past their time and forgets their origin.
+    #[tokio::test]
+    async fn the_sweep_closes_stale_idle_connections() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                let svc = hyper::service::service_fn(|_| async {
+                    Ok::<_, std::convert::Infallible>(Response::new(http_body_util::Full::new(
+                        Bytes::from_static(b"ok"),
+                    )))
+                });
+                tokio::spawn(http1_server(s, svc));
+            }
+        });
+        let policy = Policy::new(vec![crate::config::IpNet::parse("127.0.0.0/8").unwrap()]);
+        let pool = Arc::new(Pool::new(Arc::new(policy)).unwrap());
+        let url: url::Url = format!("http://{addr}/x").parse().unwrap();
+        let empty = || {
+            use http_body_util::BodyExt as _;
+            http_body_util::Empty::new()
+                .map_err(|e: std::convert::Infallible| -> BoxError { match e {} })
+                .boxed_unsync()
+        };
+        let resp = pool.send(&url, Request::new(empty())).await.unwrap();
+        use http_body_util::BodyExt as _;
+        resp.into_body().collect().await.unwrap();
+        assert_eq!(pool.idle_count(), 1);
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 1, "a fresh idle connection stays");
+        for list in pool.idle.lock().unwrap().values_mut() {
+            for c in list {
+                c.idle_since -= IDLE_TIMEOUT;
+            }
+        }
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 0);
+        assert!(pool.idle.lock().unwrap().is_empty());
+    }
+
+    async fn http1_server<S>(s: TcpStream, svc: S)
+    where
+        S: hyper::service::Service<
+                Request<hyper::body::Incoming>,
+                Response = Response<http_body_util::Full<Bytes>>,
+                Error = std::convert::Infallible,
+            > + 'static,
+        S::Future: 'static,
+    {
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(s), svc)
+            .await;
     }
 }
