@@ -144,9 +144,11 @@ impl Connect {
                 ask.request_id.as_deref(),
             )
             .await;
+        let mut headers = std::mem::take(resp.headers_mut());
+        forward::keep_response_headers(&mut headers);
         Ok(Proxied {
             status: resp.status(),
-            headers: forward::response_headers(resp.headers()),
+            headers,
             body: Download::new(resp, limit),
             token_refreshed,
         })

@@ -87,9 +87,22 @@ pub fn request_headers(caller: &HeaderMap) -> HeaderMap {
     without(caller, CALLER_ONLY)
 }
 
-/// What of the provider's headers goes back to the caller.
-pub fn response_headers(provider: &HeaderMap) -> HeaderMap {
-    without(provider, PROVIDER_ONLY)
+/// What of the provider's headers goes back to the caller: `provider` without the hop-by-hop
+/// ones and cookies, in place.
+pub fn keep_response_headers(provider: &mut HeaderMap) {
+    let named: Vec<HeaderName> = provider
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in HOP_BY_HOP.iter().chain(PROVIDER_ONLY) {
+        provider.remove(*n);
+    }
+    for n in named {
+        provider.remove(n);
+    }
 }
 
 /// The credential header, marked sensitive so no `Debug` of the request shows it.
@@ -199,38 +212,44 @@ pub async fn send(
         .body(body.unwrap_or_else(|| Empty::new().map_err(never).boxed_unsync()))
         .map_err(|_| ForwardError::Unreachable("the request could not be made".into()))?;
     let size = req.body().size_hint().exact();
-    let out = req.headers_mut();
-    for (name, value) in &headers {
-        // A kept body's length is ours to set (once); a streamed one keeps the caller's, so
-        // the provider gets what it was told.
-        if kept && name == header::CONTENT_LENGTH {
-            continue;
+    let mut headers = headers;
+    // A kept body's length is ours to set (once); a streamed one keeps the caller's, so the
+    // provider gets what it was told.
+    if kept {
+        headers.remove(header::CONTENT_LENGTH);
+        if let Some(n) = size {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
         }
-        out.append(name, value.clone());
     }
-    if kept && let Some(n) = size {
-        out.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
-    }
-    out.entry(header::USER_AGENT)
+    headers
+        .entry(header::USER_AGENT)
         .or_insert(HeaderValue::from_static(concat!(
             "mcp-connect/",
             env!("CARGO_PKG_VERSION")
         )));
-    let deadline = tokio::time::Instant::now() + timeout;
-    match tokio::time::timeout_at(deadline, pool.send(url, req)).await {
-        Ok(Ok(r)) => Ok(Answer { head: r, deadline }),
-        Ok(Err(_)) if over_limit.is_some_and(|f| f.load(Ordering::Relaxed)) => {
+    *req.headers_mut() = headers;
+    // One timer for the whole call: it bounds the head here, then the body (`Download`).
+    let mut deadline = Box::pin(tokio::time::sleep(timeout));
+    let mut head = std::pin::pin!(pool.send(url, req));
+    let sent = std::future::poll_fn(|cx| match head.as_mut().poll(cx) {
+        Poll::Ready(r) => Poll::Ready(Some(r)),
+        Poll::Pending => deadline.as_mut().poll(cx).map(|()| None),
+    })
+    .await;
+    match sent {
+        Some(Ok(r)) => Ok(Answer { head: r, deadline }),
+        Some(Err(_)) if over_limit.is_some_and(|f| f.load(Ordering::Relaxed)) => {
             Err(ForwardError::RequestTooLarge)
         }
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(ForwardError::Timeout),
+        Some(Err(e)) => Err(e),
+        None => Err(ForwardError::Timeout),
     }
 }
 
 /// The provider's answer: its head now, its body to stream (see [`Download`]).
 pub struct Answer {
     head: http::Response<Incoming>,
-    deadline: tokio::time::Instant,
+    deadline: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl Answer {
@@ -240,6 +259,10 @@ impl Answer {
 
     pub fn headers(&self) -> &HeaderMap {
         self.head.headers()
+    }
+
+    pub fn headers_mut(&mut self) -> &mut HeaderMap {
+        self.head.headers_mut()
     }
 }
 
@@ -263,7 +286,7 @@ impl Download {
     pub fn new(answer: Answer, limit: u64) -> Self {
         Self {
             body: answer.head.into_body(),
-            deadline: Box::pin(tokio::time::sleep_until(answer.deadline)),
+            deadline: answer.deadline,
             seen: 0,
             limit,
             done: false,
@@ -362,12 +385,13 @@ mod tests {
 
     #[test]
     fn provider_cookies_and_hop_by_hop_headers_stay_behind() {
-        let h = response_headers(&map(&[
+        let mut h = map(&[
             ("set-cookie", "session=1"),
             ("connection", "close"),
             ("content-type", "application/json"),
             ("location", "http://10.0.0.1/"),
-        ]));
+        ]);
+        keep_response_headers(&mut h);
         let names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["content-type", "location"]);
     }
