@@ -145,29 +145,36 @@ pub fn api_base(
 
 /// Whether `resource` (an RFC 8707 resource indicator) names the API at `template`: the base
 /// itself or a URL below it (on a segment boundary), each `{name}` standing for one URL-safe
-/// label (`acme` in `https://{shop}.myshopify.com`). Scheme and host compare case-insensitively.
+/// label (`acme` in `https://{shop}.myshopify.com`). Scheme and host compare case-insensitively,
+/// the path as written.
 /// A template that starts with a placeholder (a whole origin from the connection, Salesforce
 /// `{instance_url}`) names no URL in advance, so it matches none.
 pub fn serves(template: &str, resource: &Url) -> bool {
     if template.starts_with('{') || resource.fragment().is_some() || resource.query().is_some() {
         return false;
     }
+    // `Url` writes scheme and host in lower case; the template's origin may not be.
     let base = template.trim_end_matches('/');
-    let mut pattern = String::from("(?i)^");
-    let mut rest = base;
+    let origin_end = base
+        .find("://")
+        .map(|i| i + 3 + base[i + 3..].find('/').unwrap_or(base.len() - i - 3))
+        .unwrap_or(0);
+    let base = format!(
+        "{}{}",
+        base[..origin_end].to_ascii_lowercase(),
+        &base[origin_end..]
+    );
+    let mut pieces = Vec::new();
+    let mut rest = base.as_str();
     while let Some(open) = rest.find('{') {
         let Some(close) = rest[open..].find('}') else {
             return false;
         };
-        pattern.push_str(&regex::escape(&rest[..open]));
-        pattern.push_str("[A-Za-z0-9_-]+");
+        pieces.push(Piece::Literal(&rest[..open]));
+        pieces.push(Piece::Label);
         rest = &rest[open + close + 1..];
     }
-    pattern.push_str(&regex::escape(rest));
-    pattern.push_str("(?:/.*)?$");
-    let Ok(re) = regex::Regex::new(&pattern) else {
-        return false;
-    };
+    pieces.push(Piece::Literal(rest));
     // `Url` writes a bare origin with a `/` path; the template may have none.
     let text = resource.as_str();
     let text = if resource.path() == "/" {
@@ -175,7 +182,29 @@ pub fn serves(template: &str, resource: &Url) -> bool {
     } else {
         text
     };
-    re.is_match(text)
+    matches(&pieces, text)
+}
+
+/// A part of an API base template: text as written, or a `{placeholder}`.
+enum Piece<'a> {
+    Literal(&'a str),
+    /// One URL-safe label (letters, digits, `-`, `_`).
+    Label,
+}
+
+/// Whether `text` is the template `pieces` spell, or a URL below it (on a segment boundary).
+fn matches(pieces: &[Piece<'_>], text: &str) -> bool {
+    match pieces.split_first() {
+        None => text.is_empty() || text.starts_with('/'),
+        Some((Piece::Literal(l), rest)) => text.strip_prefix(l).is_some_and(|t| matches(rest, t)),
+        Some((Piece::Label, rest)) => {
+            let run = text
+                .bytes()
+                .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+                .count();
+            (1..=run).any(|i| matches(rest, &text[i..]))
+        }
+    }
 }
 
 /// `v` as a bare origin (`https://host[:port]`), if it is one.
@@ -276,6 +305,12 @@ mod tests {
         assert!(serves(shop, &url("https://acme.myshopify.com/admin/api")));
         assert!(!serves(shop, &url("https://a.b.myshopify.com/admin/api")));
         assert!(!serves(shop, &url("https://myshopify.com/admin/api")));
+        assert!(!serves(shop, &url("https://acme.myshopify.com/admin/API")));
+        assert!(serves(
+            "https://API.GitHub.com/",
+            &url("https://api.github.com/user")
+        ));
+        assert!(serves("https://{a}-{b}.test", &url("https://x-y-z.test")));
         assert!(!serves(
             "{instance_url}",
             &url("https://acme.my.salesforce.com")
