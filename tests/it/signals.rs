@@ -332,14 +332,23 @@ on_both_databases!(
             WebhookError::Stale
         );
 
-        // The outbox recorded both attempts and the delivery.
-        let (attempts, delivered, _) = app
-            .db()
-            .event_delivery(header(h2, "webhook-id"))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!((attempts, delivered), (2, true));
+        // The outbox recorded both attempts and the delivery (once the sender has read the
+        // receiver's answer, which may be after the receiver saw the request).
+        let mut recorded = (0, false);
+        for _ in 0..100 {
+            let (attempts, delivered, _) = app
+                .db()
+                .event_delivery(header(h2, "webhook-id"))
+                .await
+                .unwrap()
+                .unwrap();
+            recorded = (attempts, delivered);
+            if delivered {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(recorded, (2, true));
 
         // Revoking the connection signals connection.revoked to this client too.
         let cid = shown["connection_id"].as_str().unwrap();
