@@ -386,11 +386,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-pub async fn run(
-    args: Args,
-    server: &ServerRuntime,
-    filter: FilterHandle,
-) -> anyhow::Result<()> {
+pub async fn run(args: Args, server: &ServerRuntime, filter: FilterHandle) -> anyhow::Result<()> {
     let api = setup::api_client()?;
     for &engine in &args.engines {
         OUTSIDE_SPANS.store(

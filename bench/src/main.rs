@@ -28,6 +28,11 @@ struct Cli {
     /// the binary's `#[tokio::main]`).
     #[arg(long, global = true, default_value_t = 2)]
     client_threads: usize,
+    /// Pin the load generator's runtime to CPU 0 and the server's to CPU 1, one worker each,
+    /// so neither takes the other's scheduler slices (needs two CPUs; overrides
+    /// `--client-threads`).
+    #[arg(long, global = true)]
+    pin: bool,
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -71,46 +76,56 @@ fn main() -> anyhow::Result<()> {
         command.join(" ")
     );
     println!("Machine: {}\n", setup::machine());
-    let client = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cli.client_threads)
+    let pin = cli.pin.then_some(setup::Pin {
+        client: 0,
+        server: 1,
+    });
+    let mut client = tokio::runtime::Builder::new_multi_thread();
+    client
+        .worker_threads(if pin.is_some() { 1 } else { cli.client_threads })
         .thread_name("loadgen")
-        .enable_all()
-        .build()?;
+        .enable_all();
+    if let Some(pin) = pin {
+        client.on_thread_start(move || setup::pin_this_thread(pin.client));
+        // The main thread drives `block_on`: it is the load generator's too.
+        setup::pin_this_thread(pin.client);
+    }
+    let client = client.build()?;
     match cli.scenario {
         Scenario::TokenFetch(args) => {
             // As the binary does: the request spans exist, nothing is logged per request.
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
-            let server = setup::ServerRuntime::new()?;
+            let server = setup::ServerRuntime::new(pin)?;
             client.block_on(token_fetch::run(args, &server))?;
         }
         Scenario::Exchange(args) => {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
-            let server = setup::ServerRuntime::new()?;
+            let server = setup::ServerRuntime::new(pin)?;
             client.block_on(exchange::run(args, &server))?;
         }
         Scenario::Proxy(args) => {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
-            let server = setup::ServerRuntime::new()?;
+            let server = setup::ServerRuntime::new(pin)?;
             client.block_on(proxy::run(args, &server))?;
         }
         Scenario::ConnectFlow(args) => {
             let filter = connect_flow::install_subscriber();
-            let server = setup::ServerRuntime::new()?;
+            let server = setup::ServerRuntime::new(pin)?;
             client.block_on(connect_flow::run(args, &server, filter))?;
         }
         Scenario::RefreshStorm(args) => {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
-            let server = setup::ServerRuntime::new()?;
+            let server = setup::ServerRuntime::new(pin)?;
             client.block_on(refresh_storm::run(args, &server))?;
         }
         Scenario::LongPoll(args) => {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
-            let server = setup::ServerRuntime::new()?;
+            let server = setup::ServerRuntime::new(pin)?;
             client.block_on(long_poll::run(args, &server))?;
         }
         Scenario::Revoke(args) => {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
-            let server = setup::ServerRuntime::new()?;
+            let server = setup::ServerRuntime::new(pin)?;
             client.block_on(revoke::run(args, &server))?;
         }
         Scenario::Footprint(args) => {

@@ -21,7 +21,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use tokio::time::Instant;
 
-use crate::setup::{self, BinaryProcess, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime};
+use crate::setup::{
+    self, BinaryProcess, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime,
+};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -66,9 +68,15 @@ fn fetch_body(user: usize) -> String {
 }
 
 async fn fetch(s: &mut Sender, addr: std::net::SocketAddr, user: usize) -> anyhow::Result<u16> {
-    Ok(send(s, addr, hyper::Method::POST, "/v1/tokens", Some(fetch_body(user)))
-        .await?
-        .0)
+    Ok(send(
+        s,
+        addr,
+        hyper::Method::POST,
+        "/v1/tokens",
+        Some(fetch_body(user)),
+    )
+    .await?
+    .0)
 }
 
 /// The error code of a JSON error body, for the table of refusals.
@@ -119,8 +127,9 @@ async fn trial(
     let f2 = fetch(sb, b, user).await?;
     if f1 != 200 || f2 != 200 {
         out.setup_failed += 1;
-        out.errors
-            .push(format!("trial {i}: warm-up fetches on B answered {f1}, {f2}"));
+        out.errors.push(format!(
+            "trial {i}: warm-up fetches on B answered {f1}, {f2}"
+        ));
         return Ok(());
     }
     // 2. The racing client: fetches on B back to back until told to stop.
@@ -162,8 +171,7 @@ async fn trial(
             error_code(&body)
         ));
     }
-    out.delete_ms
-        .push((returned - t0).as_secs_f64() * 1000.0);
+    out.delete_ms.push((returned - t0).as_secs_f64() * 1000.0);
     // 4. Fetch on B until it refuses.
     let mut refused = None;
     while returned.elapsed() < Duration::from_secs(10) {
@@ -180,8 +188,7 @@ async fn trial(
             continue;
         }
         refused = Some(Instant::now());
-        *out
-            .refusals
+        *out.refusals
             .entry(format!("{st} {}", error_code(&body)))
             .or_default() += 1;
         break;
@@ -228,7 +235,10 @@ async fn run_engine(
             Some(BinaryProcess::start(&db_url, &peers, &opts).await?),
             "A: the app in the bench process; B: `target/release/mcp-connect serve`",
         ),
-        Engine::Sqlite => (None, "one process: A and B are the app in the bench process"),
+        Engine::Sqlite => (
+            None,
+            "one process: A and B are the app in the bench process",
+        ),
     };
     let b_addr = b.as_ref().map(|b| b.addr).unwrap_or(a.addr);
     let mut sa = crate::load::connect(a.addr).await?;
@@ -304,7 +314,11 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             o.errors.len(),
             o.load,
         );
-        all_errors.extend(o.errors.into_iter().map(|e| format!("{}: {e}", engine.label())));
+        all_errors.extend(
+            o.errors
+                .into_iter()
+                .map(|e| format!("{}: {e}", engine.label())),
+        );
     }
     if !all_errors.is_empty() {
         println!("\nErrors (first 20):\n");

@@ -413,12 +413,43 @@ pub struct ServerRuntime {
 }
 
 impl ServerRuntime {
-    pub fn new() -> anyhow::Result<Self> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .thread_name("server")
-            .build()?;
-        Ok(Self { rt: Arc::new(rt) })
+    /// With `pin`, one worker on the server's CPU (threads it starts, SQLite's included,
+    /// inherit the CPU).
+    pub fn new(pin: Option<Pin>) -> anyhow::Result<Self> {
+        let mut rt = tokio::runtime::Builder::new_multi_thread();
+        rt.enable_all().thread_name("server");
+        if let Some(pin) = pin {
+            rt.worker_threads(1)
+                .on_thread_start(move || pin_this_thread(pin.server));
+        }
+        Ok(Self {
+            rt: Arc::new(rt.build()?),
+        })
+    }
+}
+
+/// Which CPU the load generator and the server run on (`--pin`).
+#[derive(Clone, Copy, Debug)]
+pub struct Pin {
+    pub client: usize,
+    pub server: usize,
+}
+
+/// Restricts the calling thread (and threads it starts later) to one CPU.
+pub fn pin_this_thread(cpu: usize) {
+    // SAFETY: `set` is a zeroed cpu_set_t owned by this frame; CPU_SET writes within it, and
+    // sched_setaffinity(0, ...) reads it for the calling thread only.
+    let ok = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    };
+    if !ok {
+        eprintln!(
+            "could not pin a thread to CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        );
+        std::process::exit(2);
     }
 }
 

@@ -99,7 +99,9 @@ impl Users {
         // A uniform draw in [0, 1) from the hash, then the rank whose cumulative share holds it.
         let h = (h ^ (h >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         let u = (h >> 11) as f64 / (1u64 << 53) as f64;
-        self.cdf.partition_point(|&c| c <= u).min(self.cdf.len() - 1) as u64
+        self.cdf
+            .partition_point(|&c| c <= u)
+            .min(self.cdf.len() - 1) as u64
     }
 }
 
@@ -338,7 +340,10 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             // Every query goes through the one pool (`src/db/pool.rs`); the column stays so
             // tables compare with older rounds.
             let label = "main pool";
-            let users = Arc::new(Users::new(args.hot_set.unwrap_or(size).min(size), args.zipf));
+            let users = Arc::new(Users::new(
+                args.hot_set.unwrap_or(size).min(size),
+                args.zipf,
+            ));
             if args.account {
                 // The app has migrated the database by now (migration 0022's `account_id`).
                 let db =
