@@ -11,6 +11,7 @@ mod refresh_storm;
 mod revoke;
 mod setup;
 mod token_fetch;
+mod token_wrk;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +42,9 @@ struct Cli {
 enum Scenario {
     /// POST /v1/tokens (valid token) next to fixed-JSON and pgbench -S baselines.
     TokenFetch(token_fetch::Args),
+    /// Issue 22's ratio measured from outside: wrk against the fixed-JSON handler and the
+    /// token fetch for one user, alternating (needs `wrk` on PATH).
+    TokenWrk(token_wrk::Args),
     /// RFC 8693 token exchange on a cache hit next to POST /v1/tokens, same run, same tokens.
     Exchange(exchange::Args),
     /// The proxy next to haproxy (64 connections), its added latency, memory streaming 1 GiB.
@@ -97,6 +101,11 @@ fn main() -> anyhow::Result<()> {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
             let server = setup::ServerRuntime::new(pin)?;
             client.block_on(token_fetch::run(args, &server))?;
+        }
+        Scenario::TokenWrk(args) => {
+            mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);
+            let server = setup::ServerRuntime::new(pin)?;
+            client.block_on(token_wrk::run(args, &server))?;
         }
         Scenario::Exchange(args) => {
             mcp_connect::server::telemetry::init(mcp_connect::config::LogFormat::Text);

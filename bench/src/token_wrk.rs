@@ -1,0 +1,187 @@
+//! `token-wrk`: issue 22's figure measured as the issue measured it, from outside: `wrk` (its own
+//! process, in C) drives `POST /v1/tokens` for one connected user at 64 connections, and the
+//! same `wrk` the fixed-JSON axum handler (same runtime, same request) right before, alternating,
+//! `--rounds` times per engine. The in-process load generator of `token-fetch` is idle here: the
+//! two cores are shared by the server's runtime and wrk only.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::setup::{self, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Databases to run on.
+    #[arg(long, value_delimiter = ',', default_values = ["postgres", "sqlite"])]
+    pub engines: Vec<Engine>,
+    /// wrk's connections.
+    #[arg(long, default_value_t = 64)]
+    pub conns: usize,
+    /// wrk's threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Seconds measured per cell (each after a 2 s wrk run that is not counted).
+    #[arg(long, default_value_t = 8)]
+    pub duration: u64,
+    /// Alternations of fixed JSON and token fetch per engine.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+}
+
+/// What one wrk run reports (its Lua `done` hook prints these, latencies in µs).
+#[derive(Debug, Clone, Copy)]
+struct WrkResult {
+    requests: u64,
+    duration_us: u64,
+    non_2xx: u64,
+    socket_errors: u64,
+    p50_us: f64,
+    p90_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+}
+
+impl WrkResult {
+    fn rps(&self) -> f64 {
+        self.requests as f64 / (self.duration_us as f64 / 1e6)
+    }
+}
+
+const SCRIPT: &str = r#"
+wrk.method = "POST"
+wrk.body = '{"subject":"user0","provider":"acme"}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer API_KEY"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("WRK %d %d %d %d %.1f %.1f %.1f %.1f\n",
+    summary.requests, summary.duration, e.status, e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency:percentile(99.9)))
+end
+"#;
+
+async fn wrk(
+    script: &Path,
+    url: &str,
+    threads: usize,
+    conns: usize,
+    secs: u64,
+) -> anyhow::Result<WrkResult> {
+    let out = tokio::process::Command::new("wrk")
+        .arg(format!("-t{threads}"))
+        .arg(format!("-c{conns}"))
+        .arg(format!("-d{secs}s"))
+        .arg("-s")
+        .arg(script)
+        .arg(url)
+        .output()
+        .await
+        .context("running wrk (apt-get install wrk)")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let Some(line) = stdout.lines().find(|l| l.starts_with("WRK ")) else {
+        bail!(
+            "wrk printed no summary: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let f: Vec<&str> = line.split_whitespace().skip(1).collect();
+    let n = |i: usize| -> anyhow::Result<f64> {
+        f.get(i)
+            .context("short wrk summary")?
+            .parse::<f64>()
+            .context("wrk summary")
+    };
+    Ok(WrkResult {
+        requests: n(0)? as u64,
+        duration_us: n(1)? as u64,
+        non_2xx: n(2)? as u64,
+        socket_errors: n(3)? as u64,
+        p50_us: n(4)?,
+        p90_us: n(5)?,
+        p99_us: n(6)?,
+        p999_us: n(7)?,
+    })
+}
+
+pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
+    let peers = PeerUrls::unreachable();
+    let dir = std::env::temp_dir().join("mcp-connect-bench");
+    std::fs::create_dir_all(&dir)?;
+    let script = dir.join("token-wrk.lua");
+    std::fs::write(&script, SCRIPT.replace("API_KEY", setup::API_KEY))?;
+    let fixed = setup::start_fixed_json(server).await?;
+    let fixed_url = format!("http://{fixed}/v1/tokens");
+    println!(
+        "wrk -t{} -c{} -d{}s, one connected user (`user0` of 1,000 stored), fixed JSON then \
+         token fetch, {} rounds per engine; latencies as wrk records them (closed loop).\n",
+        args.threads, args.conns, args.duration, args.rounds
+    );
+    println!(
+        "| engine | round | fixed JSON req/s | token req/s | **token ÷ fixed** | fixed p50 / p99 ms | \
+         token p50 / p90 / **p99** / p99.9 ms | non-2xx, socket errors | load |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    for &engine in &args.engines {
+        let name = match engine {
+            Engine::Postgres => "mcpc_bench_pg_1000",
+            Engine::Sqlite => "mcpc_bench_sqlite_1000",
+        };
+        let (db, _) =
+            setup::prepare_connections(engine, name, 1_000, &peers.identity, false).await?;
+        let app = InProcessApp::start(server, &db, &peers, &ConfigOpts::default(), None).await?;
+        let token_url = format!("{}/v1/tokens", app.url);
+        // Warm the pool, the caches and the connections' first pages.
+        wrk(&script, &token_url, args.threads, args.conns, 2).await?;
+        wrk(&script, &fixed_url, args.threads, args.conns, 2).await?;
+        let mut ratios = Vec::new();
+        let mut p99s = Vec::new();
+        for round in 1..=args.rounds {
+            let load = setup::load_average();
+            let f = wrk(&script, &fixed_url, args.threads, args.conns, args.duration).await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let t = wrk(&script, &token_url, args.threads, args.conns, args.duration).await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let ratio = t.rps() / f.rps();
+            ratios.push(ratio);
+            p99s.push(t.p99_us / 1e3);
+            eprintln!(
+                "{} round {round}: fixed {:.0}/s, token {:.0}/s ({:.0}%), token p99 {:.2} ms",
+                engine.label(),
+                f.rps(),
+                t.rps(),
+                ratio * 100.0,
+                t.p99_us / 1e3
+            );
+            println!(
+                "| {} | {round} | {:.0} | {:.0} | **{:.0}%** | {:.2} / {:.2} | {:.2} / {:.2} / **{:.2}** / {:.2} | {}, {} | {load} |",
+                engine.label(),
+                f.rps(),
+                t.rps(),
+                ratio * 100.0,
+                f.p50_us / 1e3,
+                f.p99_us / 1e3,
+                t.p50_us / 1e3,
+                t.p90_us / 1e3,
+                t.p99_us / 1e3,
+                t.p999_us / 1e3,
+                t.non_2xx + f.non_2xx,
+                t.socket_errors + f.socket_errors,
+            );
+        }
+        app.stop().await;
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "| {} | median | | | **{:.0}%** | | **{:.2}** ms p99 | | |",
+            engine.label(),
+            median(&mut ratios) * 100.0,
+            median(&mut p99s)
+        );
+    }
+    Ok(())
+}
