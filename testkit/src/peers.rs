@@ -93,9 +93,15 @@ impl Peers {
         let line = match tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await {
             Ok(Ok(Some(l))) => l,
             other => {
+                // Whether node had exited or was still starting tells a crash from a stall.
+                let state = match child.try_wait() {
+                    Ok(Some(status)) => format!("node exited ({status})"),
+                    Ok(None) => "node still running".to_owned(),
+                    Err(e) => format!("node's state unknown ({e})"),
+                };
                 let _ = child.kill().await;
                 return Err(format!(
-                    "{other:?}; peers log:\n{}",
+                    "{other:?}; {state}; peers log:\n{}",
                     log_tail(&log_path, 20)
                 ));
             }
