@@ -134,36 +134,6 @@ impl Db {
         .await
     }
 
-    /// App secrets not sealed under `prefix`: `(issuer, organization, provider, sealed)`.
-    pub async fn organization_app_secrets_to_reseal(
-        &self,
-        prefix: &str,
-    ) -> Result<Vec<(String, String, String, String)>> {
-        Ok(sqlx::query_as(
-            "SELECT issuer, organization, provider, client_secret FROM organization_apps \
-             WHERE client_secret IS NOT NULL AND substr(client_secret, 1, length($1)) <> $1",
-        )
-        .bind(prefix)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    /// Replaces one app secret if it is still the one read.
-    pub async fn reseal_organization_app_secret(
-        &self,
-        key: AppKey<'_>,
-        new: &str,
-        old: &str,
-    ) -> Result<bool> {
-        self.replace_sealed(
-            "UPDATE organization_apps SET client_secret = $4 \
-             WHERE issuer = $1 AND organization = $2 AND provider = $3 AND client_secret = $5",
-            &[key.issuer, key.organization, key.provider],
-            (new, old),
-        )
-        .await
-    }
-
     /// Every stored app's sealed secret.
     pub async fn sealed_organization_app_secrets(&self) -> Result<Vec<String>> {
         let rows: Vec<(String,)> = sqlx::query_as(

@@ -8,6 +8,54 @@ use sqlx::Row;
 
 use super::{Db, Result};
 
+/// The tables that hold a few sealed values each, rotated one row at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FewSealed {
+    /// Upstream MCP client secrets (`mcp_clients`).
+    McpClientSecrets,
+    /// DPoP keys for upstream MCP authorization servers (`dpop_keys`).
+    DpopKeys,
+    /// Organisations' own OAuth app secrets (`organization_apps`).
+    OrganizationAppSecrets,
+}
+
+impl FewSealed {
+    pub const ALL: [Self; 3] = [
+        Self::McpClientSecrets,
+        Self::DpopKeys,
+        Self::OrganizationAppSecrets,
+    ];
+
+    /// The table's name.
+    pub fn table(self) -> &'static str {
+        self.columns().0
+    }
+
+    /// The table, the columns that name a row (in `FewSealedRow::key`'s order), the sealed
+    /// column.
+    fn columns(self) -> (&'static str, &'static [&'static str], &'static str) {
+        match self {
+            Self::McpClientSecrets => (
+                "mcp_clients",
+                &["provider", "issuer", "redirect_uri"],
+                "client_secret",
+            ),
+            Self::DpopKeys => ("dpop_keys", &["provider", "issuer"], "private_key"),
+            Self::OrganizationAppSecrets => (
+                "organization_apps",
+                &["issuer", "organization", "provider"],
+                "client_secret",
+            ),
+        }
+    }
+}
+
+/// A row of a `FewSealed` table as read: its key columns' values and its sealed value.
+pub struct FewSealedRow {
+    pub key: Vec<String>,
+    pub sealed: String,
+}
+
 /// A connection's sealed values as read for re-sealing.
 pub struct SealedRow {
     pub id: String,
@@ -220,35 +268,53 @@ impl Db {
         Ok(found)
     }
 
-    /// Upstream MCP client secrets not sealed under `prefix`: `(provider, issuer, redirect URI,
-    /// sealed secret)`. A handful of rows (one per provider and authorization server).
-    pub async fn mcp_client_secrets_to_reseal(
+    /// The rows of `t` whose value is not sealed under `prefix`. A handful of rows (one per
+    /// provider and authorization server, or per organisation app).
+    pub async fn few_sealed_to_reseal(
         &self,
+        t: FewSealed,
         prefix: &str,
-    ) -> Result<Vec<(String, String, String, String)>> {
-        Ok(sqlx::query_as(
-            "SELECT provider, issuer, redirect_uri, client_secret FROM mcp_clients \
-             WHERE client_secret IS NOT NULL AND substr(client_secret, 1, length($1)) <> $1",
-        )
-        .bind(prefix)
-        .fetch_all(&self.pool)
-        .await?)
+    ) -> Result<Vec<FewSealedRow>> {
+        let (table, key, column) = t.columns();
+        let sql = format!(
+            "SELECT {}, {column} FROM {table} \
+             WHERE {column} IS NOT NULL AND substr({column}, 1, length($1)) <> $1",
+            key.join(", ")
+        );
+        let rows = sqlx::query(&sql).bind(prefix).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(FewSealedRow {
+                    key: (0..key.len())
+                        .map(|i| row.try_get::<String, _>(i))
+                        .collect::<std::result::Result<_, _>>()?,
+                    sealed: row.try_get(key.len())?,
+                })
+            })
+            .collect()
     }
 
-    /// Replaces one upstream MCP client secret if it is still the one read.
-    pub async fn reseal_mcp_client_secret(
+    /// Replaces one row's sealed value with `new` if it still holds the one read.
+    pub async fn reseal_few_sealed(
         &self,
-        (provider, issuer, redirect_uri): (&str, &str, &str),
+        t: FewSealed,
+        row: &FewSealedRow,
         new: &str,
-        old: &str,
     ) -> Result<bool> {
-        self.replace_sealed(
-            "UPDATE mcp_clients SET client_secret = $4 \
-             WHERE provider = $1 AND issuer = $2 AND redirect_uri = $3 AND client_secret = $5",
-            &[provider, issuer, redirect_uri],
-            (new, old),
-        )
-        .await
+        let (table, key, column) = t.columns();
+        let names: Vec<String> = key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{k} = ${}", i + 1))
+            .collect();
+        let sql = format!(
+            "UPDATE {table} SET {column} = ${} WHERE {} AND {column} = ${}",
+            key.len() + 1,
+            names.join(" AND "),
+            key.len() + 2
+        );
+        let values: Vec<&str> = row.key.iter().map(String::as_str).collect();
+        self.replace_sealed(&sql, &values, (new, &row.sealed)).await
     }
 
     /// Every upstream MCP client's sealed secret.
@@ -258,34 +324,6 @@ impl Db {
                 .fetch_all(&self.pool)
                 .await?;
         Ok(rows.into_iter().map(|(v,)| v).collect())
-    }
-
-    /// DPoP private keys not sealed under `prefix`: `(provider, issuer, sealed key)`. A handful
-    /// of rows (one per provider and authorization server that uses DPoP).
-    pub async fn dpop_keys_to_reseal(&self, prefix: &str) -> Result<Vec<(String, String, String)>> {
-        Ok(sqlx::query_as(
-            "SELECT provider, issuer, private_key FROM dpop_keys \
-             WHERE substr(private_key, 1, length($1)) <> $1",
-        )
-        .bind(prefix)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    /// Replaces one sealed DPoP key if it is still the one read.
-    pub async fn reseal_dpop_key(
-        &self,
-        (provider, issuer): (&str, &str),
-        new: &str,
-        old: &str,
-    ) -> Result<bool> {
-        self.replace_sealed(
-            "UPDATE dpop_keys SET private_key = $3 \
-             WHERE provider = $1 AND issuer = $2 AND private_key = $4",
-            &[provider, issuer],
-            (new, old),
-        )
-        .await
     }
 
     /// Runs a compare-and-swap `UPDATE` whose placeholders are the row's key columns in order,

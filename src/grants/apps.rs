@@ -187,15 +187,14 @@ impl Grants {
                 by,
             )
             .await?;
-        self.db
-            .audit(AuditEvent {
-                actor: Some(by),
-                issuer: Some(&self.issuer),
-                provider: Some(&provider.name),
-                organization: Some(org),
-                ..AuditEvent::new(AuditAction::OrganizationAppSet)
-            })
-            .await;
+        self.audit_app(
+            AuditAction::OrganizationAppSet,
+            org,
+            &provider.name,
+            by,
+            None,
+        )
+        .await;
         Ok(())
     }
 
@@ -228,17 +227,37 @@ impl Grants {
             self.revoke_connection(&c, by, None).await?;
         }
         self.db.delete_organization_app(key).await?;
+        let detail = format!("revoked {revoked} connections");
+        self.audit_app(
+            AuditAction::OrganizationAppDeleted,
+            org,
+            &provider.name,
+            by,
+            Some(&detail),
+        )
+        .await;
+        Ok(revoked)
+    }
+
+    /// The audit row of a change to organisation `org`'s app at `provider`, by `by`.
+    async fn audit_app(
+        &self,
+        action: AuditAction,
+        org: &str,
+        provider: &str,
+        by: &str,
+        detail: Option<&str>,
+    ) {
         self.db
             .audit(AuditEvent {
                 actor: Some(by),
                 issuer: Some(&self.issuer),
-                provider: Some(&provider.name),
+                provider: Some(provider),
                 organization: Some(org),
-                detail: Some(&format!("revoked {revoked} connections")),
-                ..AuditEvent::new(AuditAction::OrganizationAppDeleted)
+                detail,
+                ..AuditEvent::new(action)
             })
             .await;
-        Ok(revoked)
     }
 
     fn app_key<'a>(&'a self, org: &'a str, provider: &'a str) -> AppKey<'a> {

@@ -17,7 +17,7 @@ use crate::crypto::{
 };
 use crate::db::Db;
 use crate::db::audit::{AuditAction, AuditEvent};
-use crate::db::rotation::{RESEAL_CHUNK, ResealedRow, ResealedVerifier};
+use crate::db::rotation::{FewSealed, RESEAL_CHUNK, ResealedRow, ResealedVerifier};
 
 /// What one rotation did.
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -41,10 +41,11 @@ pub struct RotationReport {
 pub async fn count_pending(db: &Db, keys: &KeyRing) -> anyhow::Result<u64> {
     let prefix = format!("{}.", keys.current_id());
     let (c, f) = db.count_not_sealed_with(&prefix).await?;
-    let m = db.mcp_client_secrets_to_reseal(&prefix).await?.len() as u64;
-    let d = db.dpop_keys_to_reseal(&prefix).await?.len() as u64;
-    let o = db.organization_app_secrets_to_reseal(&prefix).await?.len() as u64;
-    Ok(c + f + m + d + o)
+    let mut few = 0;
+    for t in FewSealed::ALL {
+        few += db.few_sealed_to_reseal(t, &prefix).await?.len() as u64;
+    }
+    Ok(c + f + few)
 }
 
 /// A value re-sealed under the current key, or the same value if it already is.
@@ -127,9 +128,9 @@ pub async fn rotate(
         let conflicts_before = run.report.conflicts;
         run.connections().await?;
         run.flows().await?;
-        run.mcp_clients().await?;
-        run.dpop_keys().await?;
-        run.organization_apps().await?;
+        for t in FewSealed::ALL {
+            run.few_sealed(t).await?;
+        }
         if run.report.conflicts == conflicts_before || run.report.rows_rotated == before {
             break;
         }
@@ -279,24 +280,26 @@ impl Run<'_> {
 }
 
 impl Run<'_> {
-    /// Upstream MCP client secrets (a few rows: one read, one conditional write each).
-    async fn mcp_clients(&mut self) -> anyhow::Result<()> {
+    /// A table of a few sealed values (upstream MCP client secrets, DPoP keys, organisations'
+    /// app secrets): one read, then one conditional write a row.
+    async fn few_sealed(&mut self, t: FewSealed) -> anyhow::Result<()> {
         let (db, keys) = (self.db, self.keys);
         let rows = db
-            .mcp_client_secrets_to_reseal(&self.prefix)
+            .few_sealed_to_reseal(t, &self.prefix)
             .await
-            .context("reading upstream MCP client secrets to rotate")?;
-        for (provider, issuer, redirect_uri, sealed) in rows {
+            .with_context(|| format!("reading {} to rotate", t.table()))?;
+        for row in rows {
             self.handled += 1;
+            let (aad, what) = few_sealed_names(t, &row.key);
             if let Some(Resealed::New(new)) = reseal(
                 keys,
-                Some(&sealed),
-                &mcp_client_secret_aad(&provider, &issuer),
-                &format!("mcp_clients/{provider}/client_secret"),
+                Some(&row.sealed),
+                &aad,
+                &what,
                 &mut self.report.unreadable,
             ) {
                 let written = db
-                    .reseal_mcp_client_secret((&provider, &issuer, &redirect_uri), &new, &sealed)
+                    .reseal_few_sealed(t, &row, &new)
                     .await
                     .context("committing a rotation batch")?;
                 self.count_write(written, 1);
@@ -307,66 +310,23 @@ impl Run<'_> {
     }
 }
 
-impl Run<'_> {
-    /// Organisations' own OAuth app secrets (a few rows, like `mcp_clients`).
-    async fn organization_apps(&mut self) -> anyhow::Result<()> {
-        let (db, keys) = (self.db, self.keys);
-        let rows = db
-            .organization_app_secrets_to_reseal(&self.prefix)
-            .await
-            .context("reading organisation app secrets to rotate")?;
-        for (issuer, organization, provider, sealed) in rows {
-            self.handled += 1;
-            if let Some(Resealed::New(new)) = reseal(
-                keys,
-                Some(&sealed),
-                &crate::crypto::organization_app_aad(&issuer, &organization, &provider),
-                &format!("organization_apps/{organization}/{provider}/client_secret"),
-                &mut self.report.unreadable,
-            ) {
-                let key = crate::db::organization_apps::AppKey {
-                    issuer: &issuer,
-                    organization: &organization,
-                    provider: &provider,
-                };
-                let written = db
-                    .reseal_organization_app_secret(key, &new, &sealed)
-                    .await
-                    .context("committing a rotation batch")?;
-                self.count_write(written, 1);
-            }
-        }
-        (self.progress)(self.handled);
-        Ok(())
-    }
-}
-
-impl Run<'_> {
-    /// DPoP keys of upstream MCP authorization servers (a few rows, like `mcp_clients`).
-    async fn dpop_keys(&mut self) -> anyhow::Result<()> {
-        let (db, keys) = (self.db, self.keys);
-        let rows = db
-            .dpop_keys_to_reseal(&self.prefix)
-            .await
-            .context("reading DPoP keys to rotate")?;
-        for (provider, issuer, sealed) in rows {
-            self.handled += 1;
-            if let Some(Resealed::New(new)) = reseal(
-                keys,
-                Some(&sealed),
-                &dpop_key_aad(&provider, &issuer),
-                &format!("dpop_keys/{provider}/private_key"),
-                &mut self.report.unreadable,
-            ) {
-                let written = db
-                    .reseal_dpop_key((&provider, &issuer), &new, &sealed)
-                    .await
-                    .context("committing a rotation batch")?;
-                self.count_write(written, 1);
-            }
-        }
-        (self.progress)(self.handled);
-        Ok(())
+/// A `FewSealed` row's associated data (what its value was sealed with) and its name in
+/// reports and logs (never its value), from its key columns in `FewSealedRow::key`'s order.
+fn few_sealed_names(t: FewSealed, key: &[String]) -> (String, String) {
+    let k = |i: usize| key.get(i).map_or("", String::as_str);
+    match t {
+        FewSealed::McpClientSecrets => (
+            mcp_client_secret_aad(k(0), k(1)),
+            format!("mcp_clients/{}/client_secret", k(0)),
+        ),
+        FewSealed::DpopKeys => (
+            dpop_key_aad(k(0), k(1)),
+            format!("dpop_keys/{}/private_key", k(0)),
+        ),
+        FewSealed::OrganizationAppSecrets => (
+            crate::crypto::organization_app_aad(k(0), k(1), k(2)),
+            format!("organization_apps/{}/{}/client_secret", k(1), k(2)),
+        ),
     }
 }
 

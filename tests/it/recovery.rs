@@ -225,3 +225,62 @@ on_both_databases!(
         app.shutdown().await;
     }
 );
+
+on_both_databases!(
+    rotation_reseals_organization_app_secrets_and_names_what_it_cannot_open,
+    |kind| async move {
+        use mcp_connect::db::organization_apps::AppKey;
+        let (k1, k2) = (generate_key("k1"), generate_key("k2"));
+        let app = TestApp::spawn_with(kind, with_keys(&[&k1])).await;
+        let db = app.db().clone();
+        let old = ring(&[&k1]);
+        let issuer = "https://id.example";
+        let key = |provider| AppKey {
+            issuer,
+            organization: "acme",
+            provider,
+        };
+        let aad = mcp_connect::crypto::organization_app_aad(issuer, "acme", "github");
+        let sealed = old.seal(b"org-app-secret", &aad).unwrap();
+        db.set_organization_app(key("github"), "client-1", Some(&sealed), "admin")
+            .await
+            .unwrap();
+        // Sealed for another row: it opens nowhere else, and the rotation says which it is.
+        let misplaced = old.seal(b"other-secret", &aad).unwrap();
+        db.set_organization_app(key("gitlab"), "client-2", Some(&misplaced), "admin")
+            .await
+            .unwrap();
+        let both = ring(&[&k2, &k1]);
+        assert_eq!(
+            mcp_connect::grants::rotation::count_pending(&db, &both)
+                .await
+                .unwrap(),
+            2
+        );
+        let report = mcp_connect::grants::rotation::rotate(&db, &both, 10, "t", &|_| {})
+            .await
+            .unwrap();
+        assert_eq!(report.rows_rotated, 1, "{report:?}");
+        assert_eq!(
+            report.unreadable,
+            ["organization_apps/acme/gitlab/client_secret"],
+            "{report:?}"
+        );
+        assert_eq!(report.remaining, 1, "{report:?}");
+        let resealed = db
+            .organization_app(key("github"))
+            .await
+            .unwrap()
+            .unwrap()
+            .sealed_secret
+            .unwrap();
+        assert!(resealed.starts_with("k2."), "{resealed}");
+        assert_eq!(
+            ring(&[&k2]).open(&resealed, &aad).unwrap(),
+            b"org-app-secret"
+        );
+        let untouched = db.organization_app(key("gitlab")).await.unwrap().unwrap();
+        assert_eq!(untouched.sealed_secret.as_deref(), Some(misplaced.as_str()));
+        app.shutdown().await;
+    }
+);

@@ -226,43 +226,26 @@ pub(super) fn parse_line(line: usize, text: &str, rules: &Rules) -> Result<Grant
             Some(v) => parse_clients(v, provider.as_deref(), rules),
         },
     );
-    match (
-        issuer,
-        subject,
-        provider,
-        account,
-        access_token,
-        refresh_token,
-        token_type,
-        expires_at,
-        scopes,
-        clients,
-    ) {
-        (
-            Some(issuer),
-            Some(subject),
-            Some(provider),
-            Some((account_id, account_label)),
-            Some(access_token),
-            Some(refresh_token),
-            Some(token_type),
-            Some(expires_at),
-            Some(scopes),
-            Some(clients),
-        ) if problems.is_empty() => Ok(Grant {
+    // Every field is `Some` when nothing was noted, and the line is refused otherwise.
+    let grant = (|| {
+        let (account_id, account_label) = account?;
+        Some(Grant {
             line,
-            issuer,
-            subject,
-            provider,
+            issuer: issuer?,
+            subject: subject?,
+            provider: provider?,
             account_id,
             account_label,
-            access_token,
-            refresh_token,
-            token_type,
-            expires_at,
-            scopes,
-            clients,
-        }),
+            access_token: access_token?,
+            refresh_token: refresh_token?,
+            token_type: token_type?,
+            expires_at: expires_at?,
+            scopes: scopes?,
+            clients: clients?,
+        })
+    })();
+    match grant {
+        Some(grant) if problems.is_empty() => Ok(grant),
         _ => Err(problems),
     }
 }

@@ -37,6 +37,8 @@ pub const SEVERAL_ACCOUNTS_MIGRATION: i64 = 23;
 /// The account a connect flow connected: whose, at which provider, and the provider's stable
 /// id for it (empty where the provider says nothing).
 pub struct NewAccount<'a> {
+    /// Accounts a user may hold at one provider (`max_accounts_per_provider`).
+    pub max: usize,
     pub issuer: &'a str,
     /// '' for an organisation's connection.
     pub subject: &'a str,
@@ -46,8 +48,6 @@ pub struct NewAccount<'a> {
     pub client_organization: &'a str,
     pub provider: &'a str,
     pub id: &'a str,
-    /// Accounts a user may hold at one provider (`max_accounts_per_provider`).
-    pub max: usize,
 }
 
 /// The connection's parameters and what the provider told about the account, stored with its
