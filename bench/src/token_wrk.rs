@@ -2,14 +2,17 @@
 //! process, in C) drives `POST /v1/tokens` for one connected user at 64 connections, and the
 //! same `wrk` the fixed-JSON axum handler (same runtime, same request) right before, alternating,
 //! `--rounds` times per engine. The in-process load generator of `token-fetch` is idle here: the
-//! two cores are shared by the server's runtime and wrk only.
+//! two cores are shared by the server's runtime and wrk only. With `--binary` the token fetch is
+//! served by the release binary as its own process, as a deployment runs it.
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::setup::{self, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime};
+use crate::setup::{
+    self, BinaryProcess, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime,
+};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -28,6 +31,32 @@ pub struct Args {
     /// Alternations of fixed JSON and token fetch per engine.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Serve the token fetch from the release binary as its own process (`mcp-connect serve`,
+    /// `$MCP_CONNECT_BIN` or `target/release/mcp-connect`) instead of in this process.
+    #[arg(long)]
+    pub binary: bool,
+}
+
+/// The app under test: in this process (on the server runtime) or the release binary.
+enum Served {
+    InProcess(InProcessApp),
+    Binary(BinaryProcess),
+}
+
+impl Served {
+    fn url(&self) -> &str {
+        match self {
+            Self::InProcess(a) => &a.url,
+            Self::Binary(b) => &b.url,
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            Self::InProcess(a) => a.stop().await,
+            Self::Binary(b) => b.stop().await,
+        }
+    }
 }
 
 /// What one wrk run reports (its Lua `done` hook prints these, latencies in µs).
@@ -116,8 +145,17 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     let fixed_url = format!("http://{fixed}/v1/tokens");
     println!(
         "wrk -t{} -c{} -d{}s, one connected user (`user0` of 1,000 stored), fixed JSON then \
-         token fetch, {} rounds per engine; latencies as wrk records them (closed loop).\n",
-        args.threads, args.conns, args.duration, args.rounds
+         token fetch, {} rounds per engine; latencies as wrk records them (closed loop). The \
+         token fetch is served by {}.\n",
+        args.threads,
+        args.conns,
+        args.duration,
+        args.rounds,
+        if args.binary {
+            "the release binary as its own process"
+        } else {
+            "the app in this process (on the server runtime)"
+        }
     );
     println!(
         "| engine | round | fixed JSON req/s | token req/s | **token ÷ fixed** | fixed p50 / p99 ms | \
@@ -131,8 +169,13 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         };
         let (db, _) =
             setup::prepare_connections(engine, name, 1_000, &peers.identity, false).await?;
-        let app = InProcessApp::start(server, &db, &peers, &ConfigOpts::default(), None).await?;
-        let token_url = format!("{}/v1/tokens", app.url);
+        let opts = ConfigOpts::default();
+        let app = if args.binary {
+            Served::Binary(BinaryProcess::start(&db, &peers, &opts).await?)
+        } else {
+            Served::InProcess(InProcessApp::start(server, &db, &peers, &opts, None).await?)
+        };
+        let token_url = format!("{}/v1/tokens", app.url());
         // Warm the pool, the caches and the connections' first pages.
         wrk(&script, &token_url, args.threads, args.conns, 2).await?;
         wrk(&script, &fixed_url, args.threads, args.conns, 2).await?;
