@@ -17,6 +17,23 @@ fn ring(keys: &[&str]) -> mcp_connect::crypto::KeyRing {
     mcp_connect::crypto::KeyRing::parse(&keys).unwrap()
 }
 
+/// Rotates to `keys`' current key, once `pending` values are counted as waiting for it.
+async fn rotate_pending(
+    db: &mcp_connect::db::Db,
+    keys: &mcp_connect::crypto::KeyRing,
+    pending: u64,
+) -> mcp_connect::grants::rotation::RotationReport {
+    assert_eq!(
+        mcp_connect::grants::rotation::count_pending(db, keys)
+            .await
+            .unwrap(),
+        pending
+    );
+    mcp_connect::grants::rotation::rotate(db, keys, 10, "t", &|_| {})
+        .await
+        .unwrap()
+}
+
 fn with_keys(keys: &[&str]) -> Options {
     Options {
         key: keys.join("\", \""),
@@ -197,15 +214,7 @@ on_both_databases!(
             .unwrap_err();
         assert!(format!("{missing:#}").contains("\"k1\""), "{missing:#}");
         let both = ring(&[&k2, &k1]);
-        assert_eq!(
-            mcp_connect::grants::rotation::count_pending(&db, &both)
-                .await
-                .unwrap(),
-            1
-        );
-        let report = mcp_connect::grants::rotation::rotate(&db, &both, 10, "t", &|_| {})
-            .await
-            .unwrap();
+        let report = rotate_pending(&db, &both, 1).await;
         assert_eq!(report.remaining, 0, "{report:?}");
         let resealed = db
             .dpop_key("upstream", "https://as.example")
@@ -251,15 +260,7 @@ on_both_databases!(
             .await
             .unwrap();
         let both = ring(&[&k2, &k1]);
-        assert_eq!(
-            mcp_connect::grants::rotation::count_pending(&db, &both)
-                .await
-                .unwrap(),
-            2
-        );
-        let report = mcp_connect::grants::rotation::rotate(&db, &both, 10, "t", &|_| {})
-            .await
-            .unwrap();
+        let report = rotate_pending(&db, &both, 2).await;
         assert_eq!(report.rows_rotated, 1, "{report:?}");
         assert_eq!(
             report.unreadable,
