@@ -329,7 +329,7 @@ impl Db {
     /// Runs a compare-and-swap `UPDATE` whose placeholders are the row's key columns in order,
     /// then the newly sealed value, then the value read: whether the row still held what was
     /// read (a value that changed meanwhile is never overwritten).
-    pub(super) async fn replace_sealed(
+    async fn replace_sealed(
         &self,
         sql: &str,
         key: &[&str],
