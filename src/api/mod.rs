@@ -154,25 +154,47 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(Self(v)),
-            Err(JsonRejection::BytesRejection(e))
-                if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE =>
-            {
-                Err(Error::refused(
-                    Refusal::TooLarge,
-                    "Request too large",
-                    format!("the request body is larger than {MAX_BODY} bytes"),
-                ))
-            }
-            Err(JsonRejection::MissingJsonContentType(_)) => Err(Error::invalid(
-                "send the body as JSON with Content-Type: application/json",
-            )),
-            Err(e) => Err(Error::invalid(format!(
-                "invalid JSON body: {}",
-                e.body_text()
-            ))),
+        // The usual request says `application/json` exactly and parses: checked by a byte
+        // comparison and parsed without tracking the path, which only an error message needs.
+        // Anything else goes through axum's extractor, whose rejections name what is wrong.
+        let plain_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"application/json"));
+        if !plain_json {
+            return axum::Json::<T>::from_request(req, state)
+                .await
+                .map(|axum::Json(v)| Self(v))
+                .map_err(json_rejection);
         }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| json_rejection(JsonRejection::BytesRejection(e)))?;
+        match serde_json::from_slice(&bytes) {
+            Ok(v) => Ok(Self(v)),
+            Err(_) => axum::Json::<T>::from_bytes(&bytes)
+                .map(|axum::Json(v)| Self(v))
+                .map_err(json_rejection),
+        }
+    }
+}
+
+/// What a JSON body's rejection tells the caller.
+fn json_rejection(e: JsonRejection) -> Error {
+    match e {
+        JsonRejection::BytesRejection(e)
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE =>
+        {
+            Error::refused(
+                Refusal::TooLarge,
+                "Request too large",
+                format!("the request body is larger than {MAX_BODY} bytes"),
+            )
+        }
+        JsonRejection::MissingJsonContentType(_) => {
+            Error::invalid("send the body as JSON with Content-Type: application/json")
+        }
+        e => Error::invalid(format!("invalid JSON body: {}", e.body_text())),
     }
 }
 

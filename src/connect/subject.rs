@@ -86,14 +86,14 @@ impl Connect {
             &client.subject_token_audience,
             client.subject_token_introspection,
         ) {
-            (Some(aud), false) => self.identity.verify_access_token(token, aud).await,
+            // Boxed: a key set fetch or an introspection call makes these futures large, and
+            // a request with a bare `subject` would otherwise carry their size too.
+            (Some(aud), false) => Box::pin(self.identity.verify_access_token(token, aud)).await,
             (Some(aud), true) if looks_like_jwt => {
-                self.identity.verify_access_token(token, aud).await
+                Box::pin(self.identity.verify_access_token(token, aud)).await
             }
             (aud, true) => {
-                self.identity
-                    .introspect_access_token(token, aud.as_deref())
-                    .await
+                Box::pin(self.identity.introspect_access_token(token, aud.as_deref())).await
             }
             (None, false) => {
                 return Err(Error::invalid(
@@ -144,17 +144,17 @@ impl Connect {
         request_id: Option<&str>,
     ) -> Error {
         tracing::warn!(target: "security", client_id = %client.id, reason = reason.as_str(), "subject_token refused");
-        self.db
-            .audit(AuditEvent {
-                actor: Some(&client.id),
-                issuer: Some(self.identity.issuer()),
-                subject,
-                client_id: Some(&client.id),
-                request_id,
-                detail: Some(reason.as_str()),
-                ..AuditEvent::new(AuditAction::SubjectTokenRefused)
-            })
-            .await;
+        // Boxed: a refusal is the cold path, and a write's future is large.
+        Box::pin(self.db.audit(AuditEvent {
+            actor: Some(&client.id),
+            issuer: Some(self.identity.issuer()),
+            subject,
+            client_id: Some(&client.id),
+            request_id,
+            detail: Some(reason.as_str()),
+            ..AuditEvent::new(AuditAction::SubjectTokenRefused)
+        }))
+        .await;
         Error::InvalidSubjectToken(message.to_owned())
     }
 }

@@ -155,12 +155,17 @@ impl Connect {
                 "min_ttl_seconds must be between 0 and 86400",
             ));
         }
-        let mut end = match self
-            .await_elicitation(&ask, &subject, &provider, long_poll_slot)
-            .await?
-        {
-            Ok(end) => end,
-            Err(refused) => return Ok(Err(refused)),
+        // The cold paths' futures are boxed (the wait, the offers, the DPoP proof): the hot
+        // path's future is then small, and moving it costs less on every request.
+        let mut end = if ask.awaited.is_none() && ask.wait_seconds.is_none() {
+            AwaitedEnd::default()
+        } else {
+            match Box::pin(self.await_elicitation(&ask, &subject, &provider, long_poll_slot))
+                .await?
+            {
+                Ok(end) => end,
+                Err(refused) => return Ok(Err(refused)),
+            }
         };
 
         let own = match ask.whose {
@@ -443,16 +448,16 @@ impl Connect {
         scopes: Option<Vec<String>>,
         account: AccountAsk,
     ) -> Result<serde_json::Value> {
-        let e = self
-            .create_or_reuse_elicitation(
-                ask.client,
-                subject,
-                provider,
-                scopes,
-                account,
-                ask.request_id.as_deref(),
-            )
-            .await?;
+        // Boxed: an offer is the cold path, and its writes' futures are large.
+        let e = Box::pin(self.create_or_reuse_elicitation(
+            ask.client,
+            subject,
+            provider,
+            scopes,
+            account,
+            ask.request_id.as_deref(),
+        ))
+        .await?;
         serde_json::to_value(self.elicitation_view_in(&e, ask.lang)?).map_err(Error::internal)
     }
 }
@@ -510,7 +515,7 @@ async fn with_dpop_proof(
             ));
         }
     };
-    t.dpop_proof = Some(dpop_proof(&t, provider, target).await?);
+    t.dpop_proof = Some(Box::pin(dpop_proof(&t, provider, target)).await?);
     Ok(t)
 }
 

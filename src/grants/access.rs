@@ -78,7 +78,8 @@ impl Grants {
         if !g.clients.is_empty() || g.row.status == ConnectionStatus::Revoked {
             return Ok(false);
         }
-        self.may_use(client, &g.row).await
+        // Boxed: adopting an orphan is the cold path, and its write's future is large.
+        Box::pin(self.may_use(client, &g.row)).await
     }
 
     /// The ids of the clients that may use connection `c` (adopting an orphan, see `may_use`).

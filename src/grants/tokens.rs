@@ -129,7 +129,7 @@ impl Grants {
         // refresh below then refuses a grant issued elsewhere. A failure leaves the previous
         // result in place, and the refresh decides with it.
         if force && provider.mcp.is_some() {
-            if let Err(e) = provider.endpoints_read_again(&self.http).await {
+            if let Err(e) = Box::pin(provider.endpoints_read_again(&self.http)).await {
                 tracing::warn!(provider = %provider.name, error = format!("{e:#}"), "MCP discovery before a forced refresh failed");
             }
         }

@@ -6,6 +6,7 @@ pub mod edge;
 pub mod limits;
 pub mod middleware;
 pub mod ops;
+mod plain_fields;
 pub mod rendered;
 pub mod serve;
 pub mod telemetry;

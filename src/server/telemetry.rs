@@ -80,7 +80,11 @@ struct LogFields;
 
 impl<'w> FormatFields<'w> for LogFields {
     fn format_fields<R: RecordFields>(&self, writer: Writer<'w>, fields: R) -> fmt::Result {
-        WithoutOtel::record(DefaultVisitor::new(writer, true), fields)
+        if writer.has_ansi_escapes() {
+            WithoutOtel::record(DefaultVisitor::new(writer, true), fields)
+        } else {
+            WithoutOtel::record(super::plain_fields::PlainVisitor::new(writer, true), fields)
+        }
     }
 
     fn add_fields(&self, span: &'w mut FormattedFields<Self>, fields: &Record<'_>) -> fmt::Result {
