@@ -281,11 +281,15 @@ impl Pool {
         if conn.closed || conn.sender.is_closed() {
             return;
         }
-        conn.idle_since = Instant::now();
+        let now = Instant::now();
+        conn.idle_since = now;
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let list = idle.entry(origin).or_default();
         // The oldest go first: they are the likeliest to have been closed by the provider.
-        list.retain(|c| c.idle_since.elapsed() < IDLE_TIMEOUT);
+        // Each connection joins at the end and `checkout` takes from the end, so the list runs
+        // from the longest idle to the shortest and the ones past their time are a prefix.
+        let expired = list.partition_point(|c| now.duration_since(c.idle_since) >= IDLE_TIMEOUT);
+        list.drain(..expired);
         if list.len() < MAX_IDLE_PER_ORIGIN {
             list.push(conn);
         }
@@ -413,6 +417,45 @@ mod tests {
     /// The sweep closes idle connections past their time and forgets their origin.
     #[tokio::test]
     async fn the_sweep_closes_stale_idle_connections() {
+        let (pool, url) = pool_with_upstream().await;
+        let resp = pool.send(&url, Request::new(empty())).await.unwrap();
+        use http_body_util::BodyExt as _;
+        resp.into_body().collect().await.unwrap();
+        assert_eq!(pool.idle_count(), 1);
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 1, "a fresh idle connection stays");
+        for list in pool.idle.lock().unwrap().values_mut() {
+            for c in list {
+                c.idle_since -= IDLE_TIMEOUT;
+            }
+        }
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 0);
+        assert!(pool.idle.lock().unwrap().is_empty());
+    }
+
+    /// A connection checked in drops those idle past their time (the longest idle first).
+    #[tokio::test]
+    async fn a_checkin_drops_connections_idle_past_their_time() {
+        let (pool, url) = pool_with_upstream().await;
+        use http_body_util::BodyExt as _;
+        // Two answers held at once: two connections, checked in oldest first.
+        let first = pool.send(&url, Request::new(empty())).await.unwrap();
+        let second = pool.send(&url, Request::new(empty())).await.unwrap();
+        first.into_body().collect().await.unwrap();
+        second.into_body().collect().await.unwrap();
+        assert_eq!(pool.idle_count(), 2);
+        for list in pool.idle.lock().unwrap().values_mut() {
+            list[0].idle_since -= IDLE_TIMEOUT;
+        }
+        // The next call takes the fresh one and, checking it in, drops the stale one.
+        let third = pool.send(&url, Request::new(empty())).await.unwrap();
+        third.into_body().collect().await.unwrap();
+        assert_eq!(pool.idle_count(), 1);
+    }
+
+    /// A pool that may reach loopback, and the URL of an upstream answering `ok`.
+    async fn pool_with_upstream() -> (Arc<Pool>, url::Url) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(async move {
@@ -428,27 +471,14 @@ mod tests {
         });
         let policy = Policy::new(vec![crate::config::IpNet::parse("127.0.0.0/8").unwrap()]);
         let pool = Arc::new(Pool::new(Arc::new(policy)).unwrap());
-        let url: url::Url = format!("http://{addr}/x").parse().unwrap();
-        let empty = || {
-            use http_body_util::BodyExt as _;
-            http_body_util::Empty::new()
-                .map_err(|e: std::convert::Infallible| -> BoxError { match e {} })
-                .boxed_unsync()
-        };
-        let resp = pool.send(&url, Request::new(empty())).await.unwrap();
+        (pool, format!("http://{addr}/x").parse().unwrap())
+    }
+
+    fn empty() -> OutBody {
         use http_body_util::BodyExt as _;
-        resp.into_body().collect().await.unwrap();
-        assert_eq!(pool.idle_count(), 1);
-        pool.sweep();
-        assert_eq!(pool.idle_count(), 1, "a fresh idle connection stays");
-        for list in pool.idle.lock().unwrap().values_mut() {
-            for c in list {
-                c.idle_since -= IDLE_TIMEOUT;
-            }
-        }
-        pool.sweep();
-        assert_eq!(pool.idle_count(), 0);
-        assert!(pool.idle.lock().unwrap().is_empty());
+        http_body_util::Empty::new()
+            .map_err(|e: std::convert::Infallible| -> BoxError { match e {} })
+            .boxed_unsync()
     }
 
     async fn http1_server<S>(s: TcpStream, svc: S)
