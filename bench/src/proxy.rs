@@ -6,7 +6,12 @@
 //! a 120-byte JSON body and `GET /api/gib` with 1 GiB in 64 KiB chunks. haproxy (`haproxy` on
 //! `PATH`, 2 threads, `http-reuse always`, setting an `Authorization` header as the proxy does)
 //! forwards `GET /api/x`; mcp-connect forwards `GET /v1/proxy/acme/x` for one stored connection
-//! (a token-cache hit: the token path is `bench token-fetch`'s). Everything shares the machine.
+//! (a token-cache hit: the token path is `bench token-fetch`'s). Beside them, a bare forwarder
+//! on the server's runtime: one axum handler sending every request to the upstream through the
+//! product's own forwarding code (`outbound::proxy`: its pool, header cleaning and bounded
+//! body), with no routing, authentication, token, middleware or logging. It is the floor of a
+//! proxy built on this stack: the proxy's distance to it is mcp-connect's own work, its
+//! distance to haproxy the stack's. Everything shares the machine.
 //!
 //! Memory is this process's RSS (the app runs in it, beside the upstream and the client, which
 //! both hold no more than a chunk), sampled every 20 ms while one client reads 1 GiB through
@@ -18,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use hyper::header::{AUTHORIZATION, HeaderName, HeaderValue};
 
 use crate::load::{self, LoadResult, Target};
@@ -109,6 +115,68 @@ fn futures_stream(
     futures_util::stream::iter(std::iter::repeat_n(chunk, n as usize).map(Ok))
 }
 
+/// The bare forwarder on the server's runtime: every request to `upstream` as the proxy sends
+/// it (cleaned headers, a bearer token, the SSRF-checked pool, a bounded streamed answer).
+async fn start_bare_forward(
+    server: &ServerRuntime,
+    upstream: std::net::SocketAddr,
+) -> anyhow::Result<std::net::SocketAddr> {
+    use mcp_connect::outbound::proxy::{self as forward, Download, Upload};
+    server
+        .rt
+        .spawn(async move {
+            let policy = mcp_connect::config::ssrf::Policy::new(vec![
+                mcp_connect::config::IpNet::parse("127.0.0.0/8")
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            ]);
+            let pool = Arc::new(forward::Pool::new(Arc::new(policy))?);
+            let base = url::Url::parse(&format!("http://{upstream}/api"))?;
+            let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+                let (pool, mut url) = (pool.clone(), base.clone());
+                async move {
+                    let (parts, _) = req.into_parts();
+                    let path = parts.uri.path().strip_prefix("/fwd").unwrap_or("/");
+                    url.set_path(&format!("/api{path}"));
+                    let mut headers = forward::request_headers(&parts.headers);
+                    let (name, value) =
+                        forward::credential("authorization", "Bearer bench-upstream-token")?;
+                    headers.insert(name, value);
+                    let mut answer = forward::send(
+                        &pool,
+                        parts.method,
+                        &url,
+                        headers,
+                        &mut Upload::Empty,
+                        Duration::from_secs(30),
+                    )
+                    .await
+                    .ok()?;
+                    let mut headers = std::mem::take(answer.headers_mut());
+                    forward::keep_response_headers(&mut headers);
+                    let status = answer.status();
+                    let mut resp = axum::response::Response::new(axum::body::Body::from_stream(
+                        Download::new(answer, 1 << 30),
+                    ));
+                    *resp.status_mut() = status;
+                    *resp.headers_mut() = headers;
+                    Some(resp)
+                }
+                .map(|r| {
+                    r.unwrap_or_else(|| {
+                        axum::response::IntoResponse::into_response(
+                            axum::http::StatusCode::BAD_GATEWAY,
+                        )
+                    })
+                })
+            });
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let addr = l.local_addr()?;
+            tokio::spawn(async move { axum::serve(l, app).await });
+            anyhow::Ok(addr)
+        })
+        .await?
+}
+
 /// haproxy forwarding to `upstream`, listening on a free port; killed on drop.
 struct Haproxy {
     addr: std::net::SocketAddr,
@@ -182,6 +250,24 @@ fn proxy_headers() -> Vec<(HeaderName, HeaderValue)> {
     ]
 }
 
+/// One measured cell, announced on stderr with the time its measurement starts, so a profiler
+/// can be attached to that phase alone.
+async fn cell(
+    label: &str,
+    target: &Arc<Target>,
+    conns: usize,
+    warmup: Duration,
+    measure: Duration,
+) -> LoadResult {
+    let from = std::time::SystemTime::now() + warmup;
+    let at = from
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    eprintln!("{label} at {conns} connections: measured from {at:.1} for {measure:?}");
+    load::closed_loop(target.clone(), conns, warmup, measure).await
+}
+
 fn mean_rps(runs: &[LoadResult]) -> f64 {
     runs.iter().map(LoadResult::throughput).sum::<f64>() / runs.len().max(1) as f64
 }
@@ -199,6 +285,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     let measure = Duration::from_secs_f64(args.duration);
     let (up, up_rt) = start_upstream().await?;
     let haproxy = start_haproxy(up).await?;
+    let bare = start_bare_forward(server, up).await?;
     let peers = PeerUrls::unreachable();
     let name = "mcpc_bench_sqlite_proxy";
     let (url, _) =
@@ -211,6 +298,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
 
     let direct = get(up, "/api/x", vec![]);
     let via_haproxy = get(haproxy.addr, "/api/x", vec![]);
+    let via_bare = get(bare, "/fwd/x", proxy_headers());
     let via_proxy = get(app.addr, "/v1/proxy/acme/x", proxy_headers());
     // The same user's token from the same app: what the proxy does before it forwards.
     let token = Arc::new(Target {
@@ -227,7 +315,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         body: Box::new(|_| Bytes::from_static(br#"{"subject":"user0","provider":"acme"}"#)),
         ok_status: 200,
     });
-    for t in [&direct, &via_haproxy, &via_proxy, &token] {
+    for t in [&direct, &via_haproxy, &via_bare, &via_proxy, &token] {
         let r = load::closed_loop(t.clone(), 16, warmup, warmup).await;
         anyhow::ensure!(
             r.errors == 0 && r.throughput() > 0.0,
@@ -237,33 +325,38 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         );
     }
     println!(
-        "| conns | direct req/s | p50 ms | haproxy req/s | p50 ms | proxy req/s | p50 ms | p99 ms | proxy ÷ haproxy | proxy p50 − direct p50 ms |"
+        "| conns | direct req/s | p50 ms | haproxy req/s | p50 ms | bare forwarder req/s | proxy req/s | p50 ms | p99 ms | proxy ÷ haproxy | bare ÷ haproxy | proxy ÷ bare | proxy p50 − direct p50 ms |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &c in &args.conns {
         let d = load::closed_loop(direct.clone(), c, warmup, measure).await;
-        let (mut h, mut p) = (Vec::new(), Vec::new());
+        let (mut h, mut b, mut p) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.rounds.max(1) {
-            h.push(load::closed_loop(via_haproxy.clone(), c, warmup, measure).await);
-            p.push(load::closed_loop(via_proxy.clone(), c, warmup, measure).await);
+            h.push(cell("haproxy", &via_haproxy, c, warmup, measure).await);
+            b.push(cell("bare forwarder", &via_bare, c, warmup, measure).await);
+            p.push(cell("proxy", &via_proxy, c, warmup, measure).await);
         }
         let p99 = p.iter().map(|r| r.ms(0.99)).sum::<f64>() / p.len().max(1) as f64;
         eprintln!(
-            "c={c}: direct {:.0}/s, haproxy {:.0}/s, proxy {:.0}/s",
+            "c={c}: direct {:.0}/s, haproxy {:.0}/s, bare {:.0}/s, proxy {:.0}/s",
             d.throughput(),
             mean_rps(&h),
+            mean_rps(&b),
             mean_rps(&p)
         );
         println!(
-            "| {c} | {:.0} | {:.3} | {:.0} | {:.3} | {:.0} | {:.3} | {:.3} | {:.2} | {:.3} |",
+            "| {c} | {:.0} | {:.3} | {:.0} | {:.3} | {:.0} | {:.0} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.3} |",
             d.throughput(),
             d.ms(0.5),
             mean_rps(&h),
             mean_p50(&h),
+            mean_rps(&b),
             mean_rps(&p),
             mean_p50(&p),
             p99,
             mean_rps(&p) / mean_rps(&h),
+            mean_rps(&b) / mean_rps(&h),
+            mean_rps(&p) / mean_rps(&b),
             mean_p50(&p) - d.ms(0.5)
         );
     }
@@ -275,8 +368,8 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     for &c in &args.conns {
         let (mut t, mut p) = (Vec::new(), Vec::new());
         for _ in 0..args.rounds.max(1) {
-            t.push(load::closed_loop(token.clone(), c, warmup, measure).await);
-            p.push(load::closed_loop(via_proxy.clone(), c, warmup, measure).await);
+            t.push(cell("/v1/tokens", &token, c, warmup, measure).await);
+            p.push(cell("proxy", &via_proxy, c, warmup, measure).await);
         }
         println!(
             "| {c} | {:.0} | {:.3} | {:.0} | {:.2} |",
