@@ -159,6 +159,11 @@ impl AppState {
                 outbound::proxy::Pool::new(Arc::new(config.outbound.clone()))
                     .context("building the proxy's TLS client")?,
             ),
+            proxy_bases: connect::proxy::target::FixedBases::of(
+                providers
+                    .iter()
+                    .filter_map(|p| Some((p.name.as_str(), p.api_base_url()?))),
+            ),
         });
         Ok(AppState(Arc::new(AppInner {
             identity,

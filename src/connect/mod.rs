@@ -48,6 +48,8 @@ pub struct ConnectParts {
     pub proxy_usage: proxy::usage::Usage,
     /// The proxy's connections to providers' APIs.
     pub proxy_pool: Arc<crate::outbound::proxy::Pool>,
+    /// The providers' API base URLs that every connection shares, parsed once.
+    pub proxy_bases: proxy::target::FixedBases,
 }
 
 impl Connect {

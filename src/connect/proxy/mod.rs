@@ -82,15 +82,24 @@ impl Connect {
         })?;
         allowed(ask.client, &provider, &ask.method, &path.decoded)?;
         let mut token = self.proxy_token(&ask, false).await?;
-        let base = target::api_base(
-            template,
-            provider.entry,
-            &token.params,
-            &token.metadata,
-            &provider.client_id,
-        )
-        .map_err(|m| Error::Gateway(GatewayFailure::NoBase(m)))?;
-        let url = target::join(&base, &path, ask.query).map_err(Error::invalid)?;
+        let per_connection;
+        let base = match self.proxy_bases.get(&provider.name) {
+            Some(fixed) => fixed
+                .as_ref()
+                .map_err(|m| Error::Gateway(GatewayFailure::NoBase(m.clone())))?,
+            None => {
+                per_connection = target::api_base(
+                    template,
+                    provider.entry,
+                    &token.params,
+                    &token.metadata,
+                    &provider.client_id,
+                )
+                .map_err(|m| Error::Gateway(GatewayFailure::NoBase(m)))?;
+                &per_connection
+            }
+        };
+        let url = target::join(base, &path, ask.query).map_err(Error::invalid)?;
         let headers = forward::request_headers(ask.headers);
         let call = Call {
             provider: &provider,

@@ -6,6 +6,8 @@
 //! double-encoded), empty segments (`//`), backslashes, encoded `/` and `\`, control
 //! characters, malformed escapes.
 
+use std::collections::HashMap;
+
 use url::Url;
 
 use crate::config::catalog::{Entry, placeholders, safe_in_url};
@@ -131,7 +133,12 @@ pub fn api_base(
         };
         filled = filled.replacen(&token, &value, 1);
     }
-    let url = Url::parse(&filled).map_err(|_| "the API base URL is not a URL".to_owned())?;
+    checked_base(&filled)
+}
+
+/// A filled API base URL, parsed and held to what a base may be.
+fn checked_base(filled: &str) -> Result<Url, String> {
+    let url = Url::parse(filled).map_err(|_| "the API base URL is not a URL".to_owned())?;
     if !matches!(url.scheme(), "http" | "https")
         || !url.has_host()
         || url.query().is_some()
@@ -223,15 +230,50 @@ fn origin(v: &str) -> Option<String> {
 /// `path` (and the caller's query, as sent) below `base`. The result is checked to lie below
 /// the base again, whatever the URL parser made of it.
 pub fn join(base: &Url, path: &ConfinedPath, query: Option<&str>) -> Result<Url, String> {
-    let prefix = base.path().trim_end_matches('/').to_owned();
+    let prefix = base.path().trim_end_matches('/');
+    let mut full = String::with_capacity(prefix.len() + 1 + path.raw.len());
+    full.push_str(prefix);
+    full.push('/');
+    full.push_str(&path.raw);
     let mut url = base.clone();
-    url.set_path(&format!("{prefix}/{}", path.raw));
+    url.set_path(&full);
     url.set_query(query.filter(|q| !q.is_empty()));
-    let below = url.path() == format!("{prefix}/") || url.path().starts_with(&format!("{prefix}/"));
-    if url.origin() != base.origin() || !below {
+    let below = url
+        .path()
+        .strip_prefix(prefix)
+        .is_some_and(|rest| rest.starts_with('/'));
+    // The base is http(s), whose origin is scheme, host and port.
+    let same_origin = url.scheme() == base.scheme()
+        && url.host() == base.host()
+        && url.port_or_known_default() == base.port_or_known_default();
+    if !same_origin || !below {
         return Err("the path leaves the provider's API base".into());
     }
     Ok(url)
+}
+
+/// The API base URLs that are the same for every connection (templates without
+/// `{placeholders}`), parsed and checked once rather than on every proxied call.
+#[derive(Debug, Default)]
+pub struct FixedBases(HashMap<String, Result<Url, String>>);
+
+impl FixedBases {
+    /// From each provider's name and API base template.
+    pub fn of<'a>(templates: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        Self(
+            templates
+                .into_iter()
+                .filter(|(_, template)| placeholders(template).is_empty())
+                .map(|(name, template)| (name.to_owned(), checked_base(template)))
+                .collect(),
+        )
+    }
+
+    /// The provider's base when it is fixed (`Err`: why it cannot be used); `None` when it
+    /// depends on the connection.
+    pub fn get(&self, provider: &str) -> Option<&Result<Url, String>> {
+        self.0.get(provider)
+    }
 }
 
 #[cfg(test)]
@@ -351,5 +393,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(u.as_str(), "https://acme.myshopify.com/admin/api");
+    }
+
+    /// A fixed base is what `api_base` makes of the same template, taken once; one with
+    /// placeholders is left to each connection.
+    #[test]
+    fn fixed_bases_are_what_each_call_would_make() {
+        let gh = crate::config::catalog::lookup("github").unwrap();
+        let templates = [
+            ("github", "https://api.github.com"),
+            ("plain", "http://api.example.com/v2"),
+            ("local", "http://127.0.0.1:9/api"),
+            ("junk", "not a url"),
+            ("shop", "https://{shop}.myshopify.com/admin/api"),
+        ];
+        let fixed = FixedBases::of(templates);
+        for (name, template) in &templates[..4] {
+            let each_call = api_base(template, gh, &ConnParams::new(), &Metadata::new(), "c");
+            assert_eq!(fixed.get(name), Some(&each_call), "{name}");
+        }
+        assert!(fixed.get("github").unwrap().is_ok());
+        assert!(fixed.get("plain").unwrap().is_err());
+        assert_eq!(fixed.get("shop"), None);
+        assert_eq!(fixed.get("unknown"), None);
     }
 }

@@ -90,6 +90,15 @@ pub fn request_headers(caller: &HeaderMap) -> HeaderMap {
 /// What of the provider's headers goes back to the caller: `provider` without the hop-by-hop
 /// ones and cookies, in place.
 pub fn keep_response_headers(provider: &mut HeaderMap) {
+    // Most answers carry none of them: one pass over the names they have tells, where removing
+    // each listed name would look every one up.
+    let any = provider.keys().any(|n| {
+        let n = n.as_str();
+        HOP_BY_HOP.contains(&n) || PROVIDER_ONLY.contains(&n)
+    });
+    if !any {
+        return;
+    }
     let named: Vec<HeaderName> = provider
         .get_all(header::CONNECTION)
         .iter()
@@ -394,6 +403,25 @@ mod tests {
         keep_response_headers(&mut h);
         let names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["content-type", "location"]);
+    }
+
+    #[test]
+    fn an_answer_with_nothing_to_drop_keeps_every_header() {
+        let before = map(&[
+            ("content-type", "application/json"),
+            ("x-ratelimit-remaining", "4999"),
+            ("link", "<https://api.example/next>; rel=\"next\""),
+            ("vary", "accept"),
+            ("vary", "authorization"),
+        ]);
+        let mut h = before.clone();
+        keep_response_headers(&mut h);
+        assert_eq!(h, before);
+        // The same answer with one cookie: only the cookie goes.
+        let mut h = before.clone();
+        h.append("set-cookie", HeaderValue::from_static("s=1"));
+        keep_response_headers(&mut h);
+        assert_eq!(h, before);
     }
 
     fn pool() -> Arc<Pool> {
