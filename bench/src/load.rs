@@ -41,16 +41,38 @@ pub struct Target {
 }
 
 impl Target {
-    fn request(&self, i: u64) -> Request<Full<Bytes>> {
-        let mut b = Request::builder()
-            .method(self.method.clone())
-            .uri(&self.path)
-            .header(hyper::header::HOST, self.addr.to_string());
-        for (k, v) in &self.headers {
-            b = b.header(k, v);
+    /// What every request of a run shares, built once: the load generator's own work per
+    /// request is part of every figure, the baseline's included, so it is kept small.
+    fn head(&self) -> Head {
+        let mut headers = hyper::HeaderMap::with_capacity(self.headers.len() + 1);
+        if let Ok(host) = hyper::header::HeaderValue::from_str(&self.addr.to_string()) {
+            headers.insert(hyper::header::HOST, host);
         }
-        b.body(Full::new((self.body)(i)))
-            .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
+        for (k, v) in &self.headers {
+            headers.append(k.clone(), v.clone());
+        }
+        Head {
+            method: self.method.clone(),
+            uri: self.path.parse().unwrap_or_default(),
+            headers,
+        }
+    }
+}
+
+/// A request's method, target and headers.
+struct Head {
+    method: hyper::Method,
+    uri: hyper::Uri,
+    headers: hyper::HeaderMap,
+}
+
+impl Head {
+    fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
+        let mut r = Request::new(Full::new(body));
+        *r.method_mut() = self.method.clone();
+        *r.uri_mut() = self.uri.clone();
+        *r.headers_mut() = self.headers.clone();
+        r
     }
 }
 
@@ -99,7 +121,12 @@ pub async fn connect(addr: SocketAddr) -> anyhow::Result<SendRequest<Full<Bytes>
 }
 
 /// Sends one request; returns whether the answer had the expected status.
-async fn one(sender: &mut Option<SendRequest<Full<Bytes>>>, target: &Target, i: u64) -> bool {
+async fn one(
+    sender: &mut Option<SendRequest<Full<Bytes>>>,
+    target: &Target,
+    head: &Head,
+    i: u64,
+) -> bool {
     if sender.is_none() {
         match connect(target.addr).await {
             Ok(s) => *sender = Some(s),
@@ -113,7 +140,7 @@ async fn one(sender: &mut Option<SendRequest<Full<Bytes>>>, target: &Target, i: 
         *sender = None;
         return false;
     }
-    match s.send_request(target.request(i)).await {
+    match s.send_request(head.request((target.body)(i))).await {
         Ok(resp) => {
             let ok = resp.status().as_u16() == target.ok_status;
             match resp.into_body().collect().await {
@@ -147,9 +174,10 @@ pub async fn closed_loop(
     let start = Instant::now();
     let record_from = start + warmup;
     let end = record_from + measure;
+    let head = Arc::new(target.head());
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let target = target.clone();
+        let (target, head) = (target.clone(), head.clone());
         tasks.push(tokio::spawn(async move {
             let mut out = WorkerOut {
                 requests: 0,
@@ -163,7 +191,7 @@ pub async fn closed_loop(
                 if t0 >= end {
                     break;
                 }
-                let ok = one(&mut sender, &target, i).await;
+                let ok = one(&mut sender, &target, &head, i).await;
                 i += 1;
                 let t1 = Instant::now();
                 if t1 >= record_from && t1 < end {
@@ -212,9 +240,10 @@ pub async fn fixed_rate(
     let record_from = start + warmup;
     let end = record_from + measure;
     let interval = Duration::from_secs_f64(workers as f64 / rate);
+    let head = Arc::new(target.head());
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let target = target.clone();
+        let (target, head) = (target.clone(), head.clone());
         tasks.push(tokio::spawn(async move {
             let mut out = WorkerOut {
                 requests: 0,
@@ -227,7 +256,7 @@ pub async fn fixed_rate(
             let mut i = (w as u64) << 32;
             while intended < end {
                 tokio::time::sleep_until(intended).await;
-                let ok = one(&mut sender, &target, i).await;
+                let ok = one(&mut sender, &target, &head, i).await;
                 i += 1;
                 let t1 = Instant::now();
                 if intended >= record_from {
