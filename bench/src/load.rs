@@ -53,7 +53,7 @@ impl Target {
         }
         Head {
             method: self.method.clone(),
-            uri: self.path.parse().unwrap_or_default(),
+            uri: self.path.parse().ok(),
             headers,
         }
     }
@@ -62,17 +62,18 @@ impl Target {
 /// A request's method, target and headers.
 struct Head {
     method: hyper::Method,
-    uri: hyper::Uri,
+    /// `None`: the path is not a request target, and every request counts as an error.
+    uri: Option<hyper::Uri>,
     headers: hyper::HeaderMap,
 }
 
 impl Head {
-    fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
+    fn request(&self, body: Bytes) -> Option<Request<Full<Bytes>>> {
         let mut r = Request::new(Full::new(body));
         *r.method_mut() = self.method.clone();
-        *r.uri_mut() = self.uri.clone();
+        *r.uri_mut() = self.uri.clone()?;
         *r.headers_mut() = self.headers.clone();
-        r
+        Some(r)
     }
 }
 
@@ -140,7 +141,10 @@ async fn one(
         *sender = None;
         return false;
     }
-    match s.send_request(head.request((target.body)(i))).await {
+    let Some(req) = head.request((target.body)(i)) else {
+        return false;
+    };
+    match s.send_request(req).await {
         Ok(resp) => {
             let ok = resp.status().as_u16() == target.ok_status;
             match resp.into_body().collect().await {

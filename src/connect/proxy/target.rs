@@ -254,7 +254,7 @@ pub fn join(base: &Url, path: &ConfinedPath, query: Option<&str>) -> Result<Url,
 
 /// The API base URLs that are the same for every connection (templates without
 /// `{placeholders}`), parsed and checked once rather than on every proxied call.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FixedBases(HashMap<String, Result<Url, String>>);
 
 impl FixedBases {
