@@ -2,6 +2,7 @@
 //! tables (stdout) headed by the command and the machine's load; progress goes to stderr.
 
 mod connect_flow;
+mod cpu;
 mod exchange;
 mod footprint;
 mod load;

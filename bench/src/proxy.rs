@@ -11,7 +11,9 @@
 //! product's own forwarding code (`outbound::proxy`: its pool, header cleaning and bounded
 //! body), with no routing, authentication, token, middleware or logging. It is the floor of a
 //! proxy built on this stack: the proxy's distance to it is mcp-connect's own work, its
-//! distance to haproxy the stack's. Everything shares the machine.
+//! distance to haproxy the stack's. Everything shares the machine. Each cell also reads what
+//! each party spent in CPU (`cpu`): per request, the forwarder's user and kernel time beside
+//! haproxy's, and the budget a forwarder has for the proxy to reach 0.7 of haproxy.
 //!
 //! Memory is this process's RSS (the app runs in it, beside the upstream and the client, which
 //! both hold no more than a chunk), sampled every 20 ms while one client reads 1 GiB through
@@ -26,6 +28,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use hyper::header::{AUTHORIZATION, HeaderName, HeaderValue};
 
+use crate::cpu::{self, Cpu, Meter};
 use crate::load::{self, LoadResult, Target};
 use crate::setup::{self, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime};
 
@@ -180,6 +183,7 @@ async fn start_bare_forward(
 /// haproxy forwarding to `upstream`, listening on a free port; killed on drop.
 struct Haproxy {
     addr: std::net::SocketAddr,
+    pid: u32,
     _child: tokio::process::Child,
     _dir: std::path::PathBuf,
 }
@@ -212,6 +216,7 @@ async fn start_haproxy(upstream: std::net::SocketAddr) -> anyhow::Result<Haproxy
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
             return Ok(Haproxy {
                 addr,
+                pid: child.id().unwrap_or(0),
                 _child: child,
                 _dir: dir,
             });
@@ -251,29 +256,119 @@ fn proxy_headers() -> Vec<(HeaderName, HeaderValue)> {
 }
 
 /// One measured cell, announced on stderr with the time its measurement starts, so a profiler
-/// can be attached to that phase alone.
+/// can be attached to that phase alone; with the CPU each meter spent in the measured window.
 async fn cell(
     label: &str,
     target: &Arc<Target>,
     conns: usize,
     warmup: Duration,
     measure: Duration,
-) -> LoadResult {
+    meters: [Meter; METERS],
+) -> Cell {
     let from = std::time::SystemTime::now() + warmup;
     let at = from
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64();
     eprintln!("{label} at {conns} connections: measured from {at:.1} for {measure:?}");
-    load::closed_loop(target.clone(), conns, warmup, measure).await
+    // Read when the measurement starts, beside the load (which waits out its own warm-up).
+    let before = tokio::spawn(async move {
+        tokio::time::sleep(warmup).await;
+        cpu::read_all(&meters)
+    });
+    let load = load::closed_loop(target.clone(), conns, warmup, measure).await;
+    let before = before.await.unwrap_or_default();
+    let spent = cpu::spent(&meters, &before);
+    Cell { load, spent }
 }
 
-fn mean_rps(runs: &[LoadResult]) -> f64 {
-    runs.iter().map(LoadResult::throughput).sum::<f64>() / runs.len().max(1) as f64
+/// The meters of a cell: the forwarder, the load generator (its runtime and the main thread
+/// that drives it), the upstream, the whole machine.
+const METERS: usize = 4;
+
+fn meters(forwarder: Meter) -> [Meter; METERS] {
+    [
+        forwarder,
+        Meter::Threads(&["loadgen", "mcp-connect-ben"]),
+        Meter::Threads(&["upstream"]),
+        Meter::Machine,
+    ]
 }
 
-fn mean_p50(runs: &[LoadResult]) -> f64 {
-    runs.iter().map(|r| r.ms(0.5)).sum::<f64>() / runs.len().max(1) as f64
+/// The app's threads: its runtime's workers and blocking threads, SQLite's worker.
+const SERVER: Meter = Meter::Threads(&["server", "sqlx-sqlite"]);
+
+struct Cell {
+    load: LoadResult,
+    spent: Vec<Cpu>,
+}
+
+/// One connection count's cells: haproxy, the bare forwarder, the proxy, by name.
+type Forwarders = [(&'static str, Vec<Cell>); 3];
+
+/// Mean µs per request of meter `i` over the cells: (user, kernel).
+fn cpu_us(cells: &[Cell], i: usize) -> (f64, f64) {
+    let n = cells.len().max(1) as f64;
+    cells.iter().fold((0.0, 0.0), |(u, k), c| {
+        let (cu, ck) = c
+            .spent
+            .get(i)
+            .copied()
+            .unwrap_or_default()
+            .per_request_us(c.load.requests);
+        (u + cu / n, k + ck / n)
+    })
+}
+
+fn mean_rps(runs: &[Cell]) -> f64 {
+    runs.iter().map(|c| c.load.throughput()).sum::<f64>() / runs.len().max(1) as f64
+}
+
+fn mean_p50(runs: &[Cell]) -> f64 {
+    runs.iter().map(|c| c.load.ms(0.5)).sum::<f64>() / runs.len().max(1) as f64
+}
+
+/// What a request cost each party in CPU, and what the forwarder may spend per request for the
+/// proxy to reach 0.7 of haproxy's throughput: the machine's CPU time per request at that rate
+/// less what the load generator and the upstream spent per proxied request (at a higher rate
+/// they batch more and spend less per request, so the budget is if anything generous).
+fn print_costs(costs: &[(usize, Forwarders)]) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    println!();
+    println!(
+        "CPU per request in µs, user + kernel, read from `/proc` over each measured window \
+         (means of the rounds); the forwarder is haproxy's process, or the server runtime's \
+         threads for the bare forwarder and the proxy:"
+    );
+    println!();
+    println!(
+        "| conns | forwarder | req/s | forwarder user | forwarder kernel | **forwarder** | load generator | upstream | whole machine |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (c, rows) in costs {
+        for (name, cells) in rows {
+            let (fu, fk) = cpu_us(cells, 0);
+            let l = cpu_us(cells, 1);
+            let u = cpu_us(cells, 2);
+            let m = cpu_us(cells, 3);
+            println!(
+                "| {c} | {name} | {:.0} | {fu:.1} | {fk:.1} | **{:.1}** | {:.1} | {:.1} | {:.1} |",
+                mean_rps(cells),
+                fu + fk,
+                l.0 + l.1,
+                u.0 + u.1,
+                m.0 + m.1
+            );
+        }
+        let [(_, h), _, (_, p)] = rows;
+        let at = 0.7 * mean_rps(h);
+        let (l, u) = (cpu_us(p, 1), cpu_us(p, 2));
+        println!(
+            "| {c} | *proxy's budget at 0.7 × haproxy ({at:.0} req/s)* | | | | **{:.1}** | | | {:.1} |",
+            cores * 1e6 / at - (l.0 + l.1 + u.0 + u.1),
+            cores * 1e6 / at
+        );
+    }
 }
 
 fn rss_kib() -> u64 {
@@ -328,15 +423,18 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         "| conns | direct req/s | p50 ms | haproxy req/s | p50 ms | bare forwarder req/s | proxy req/s | p50 ms | p99 ms | proxy ÷ haproxy | bare ÷ haproxy | proxy ÷ bare | proxy p50 − direct p50 ms |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut costs = Vec::new();
     for &c in &args.conns {
         let d = load::closed_loop(direct.clone(), c, warmup, measure).await;
         let (mut h, mut b, mut p) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.rounds.max(1) {
-            h.push(cell("haproxy", &via_haproxy, c, warmup, measure).await);
-            b.push(cell("bare forwarder", &via_bare, c, warmup, measure).await);
-            p.push(cell("proxy", &via_proxy, c, warmup, measure).await);
+            let m = meters(Meter::Process(haproxy.pid));
+            h.push(cell("haproxy", &via_haproxy, c, warmup, measure, m).await);
+            let m = meters(SERVER);
+            b.push(cell("bare forwarder", &via_bare, c, warmup, measure, m).await);
+            p.push(cell("proxy", &via_proxy, c, warmup, measure, m).await);
         }
-        let p99 = p.iter().map(|r| r.ms(0.99)).sum::<f64>() / p.len().max(1) as f64;
+        let p99 = p.iter().map(|r| r.load.ms(0.99)).sum::<f64>() / p.len().max(1) as f64;
         eprintln!(
             "c={c}: direct {:.0}/s, haproxy {:.0}/s, bare {:.0}/s, proxy {:.0}/s",
             d.throughput(),
@@ -344,22 +442,25 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             mean_rps(&b),
             mean_rps(&p)
         );
+        costs.push((c, [("haproxy", h), ("bare forwarder", b), ("proxy", p)]));
+        let [(_, h), (_, b), (_, p)] = &costs[costs.len() - 1].1;
         println!(
             "| {c} | {:.0} | {:.3} | {:.0} | {:.3} | {:.0} | {:.0} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.3} |",
             d.throughput(),
             d.ms(0.5),
-            mean_rps(&h),
-            mean_p50(&h),
-            mean_rps(&b),
-            mean_rps(&p),
-            mean_p50(&p),
+            mean_rps(h),
+            mean_p50(h),
+            mean_rps(b),
+            mean_rps(p),
+            mean_p50(p),
             p99,
-            mean_rps(&p) / mean_rps(&h),
-            mean_rps(&b) / mean_rps(&h),
-            mean_rps(&p) / mean_rps(&b),
-            mean_p50(&p) - d.ms(0.5)
+            mean_rps(p) / mean_rps(h),
+            mean_rps(b) / mean_rps(h),
+            mean_rps(p) / mean_rps(b),
+            mean_p50(p) - d.ms(0.5)
         );
     }
+    print_costs(&costs);
 
     // What the token path alone answers, beside the proxy, in the same run.
     println!();
@@ -368,8 +469,8 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     for &c in &args.conns {
         let (mut t, mut p) = (Vec::new(), Vec::new());
         for _ in 0..args.rounds.max(1) {
-            t.push(cell("/v1/tokens", &token, c, warmup, measure).await);
-            p.push(cell("proxy", &via_proxy, c, warmup, measure).await);
+            t.push(cell("/v1/tokens", &token, c, warmup, measure, meters(SERVER)).await);
+            p.push(cell("proxy", &via_proxy, c, warmup, measure, meters(SERVER)).await);
         }
         println!(
             "| {c} | {:.0} | {:.3} | {:.0} | {:.2} |",

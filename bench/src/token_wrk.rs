@@ -3,13 +3,16 @@
 //! same `wrk` the fixed-JSON axum handler (same runtime, same request) right before, alternating,
 //! `--rounds` times per engine. The in-process load generator of `token-fetch` is idle here: the
 //! two cores are shared by the server's runtime and wrk only. With `--binary` the token fetch is
-//! served by the release binary as its own process, as a deployment runs it.
+//! served by the release binary as its own process, as a deployment runs it. Each run also
+//! reads what the server, wrk and the whole machine spent in CPU per request (`cpu`), and the
+//! budget the token fetch's server has for the ratio to reach 0.6.
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
+use crate::cpu::{self, Cpu, Meter};
 use crate::setup::{
     self, BinaryProcess, ConfigOpts, Engine, InProcessApp, PeerUrls, ServerRuntime,
 };
@@ -44,6 +47,14 @@ enum Served {
 }
 
 impl Served {
+    /// Whose CPU serves the token fetch.
+    fn meter(&self) -> Meter {
+        match self {
+            Self::InProcess(_) => SERVER,
+            Self::Binary(b) => Meter::Process(b.pid().unwrap_or(0)),
+        }
+    }
+
     fn url(&self) -> &str {
         match self {
             Self::InProcess(a) => &a.url,
@@ -57,6 +68,47 @@ impl Served {
             Self::Binary(b) => b.stop().await,
         }
     }
+}
+
+/// The in-process server's threads (the fixed-JSON handler's, and the app's when in process).
+const SERVER: Meter = Meter::Threads(&["server", "sqlx-sqlite"]);
+
+/// One wrk run, with the CPU the server (`meter`), wrk and the whole machine spent in it.
+async fn measured(
+    script: &Path,
+    url: &str,
+    args: &Args,
+    meter: Meter,
+) -> anyhow::Result<(WrkResult, [Cpu; 3])> {
+    let meters = [meter, Meter::Children, Meter::Machine];
+    let before = cpu::read_all(&meters);
+    let r = wrk(script, url, args.threads, args.conns, args.duration).await?;
+    let spent = cpu::spent(&meters, &before);
+    Ok((r, [spent[0], spent[1], spent[2]]))
+}
+
+/// µs of CPU per request of one of `spent`, user + kernel.
+fn us(r: &WrkResult, c: &Cpu) -> f64 {
+    c.total() * 1e6 / r.requests.max(1) as f64
+}
+
+/// `server + wrk / machine` µs per request, each user + kernel.
+fn costs(r: &WrkResult, spent: &[Cpu; 3]) -> String {
+    format!(
+        "{:.1} + {:.1} / {:.1}",
+        us(r, &spent[0]),
+        us(r, &spent[1]),
+        us(r, &spent[2])
+    )
+}
+
+/// What the token fetch's server may spend per request for the token fetch to reach 0.6 of
+/// the fixed handler's throughput: the machine's CPU time per request at that rate less what
+/// wrk spent per token request (at a higher rate it batches more, so this is if anything
+/// generous).
+fn budget(fixed: &WrkResult, token: &WrkResult, token_cpu: &[Cpu; 3]) -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    cores * 1e6 / (0.6 * fixed.rps()) - us(token, &token_cpu[1])
 }
 
 /// What one wrk run reports (its Lua `done` hook prints these, latencies in µs).
@@ -159,9 +211,9 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     );
     println!(
         "| engine | round | fixed JSON req/s | token req/s | **token ÷ fixed** | fixed p50 / p99 ms | \
-         token p50 / p90 / **p99** / p99.9 ms | non-2xx, socket errors | load |"
+         token p50 / p90 / **p99** / p99.9 ms | non-2xx, socket errors | CPU µs/request: fixed server + wrk / machine | token server + wrk / machine | token server's budget at 0.6× | load |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for &engine in &args.engines {
         let name = match engine {
             Engine::Postgres => "mcpc_bench_pg_1000",
@@ -183,9 +235,9 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
         let mut p99s = Vec::new();
         for round in 1..=args.rounds {
             let load = setup::load_average();
-            let f = wrk(&script, &fixed_url, args.threads, args.conns, args.duration).await?;
+            let (f, f_cpu) = measured(&script, &fixed_url, &args, SERVER).await?;
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let t = wrk(&script, &token_url, args.threads, args.conns, args.duration).await?;
+            let (t, t_cpu) = measured(&script, &token_url, &args, app.meter()).await?;
             tokio::time::sleep(Duration::from_millis(500)).await;
             let ratio = t.rps() / f.rps();
             ratios.push(ratio);
@@ -199,7 +251,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 t.p99_us / 1e3
             );
             println!(
-                "| {} | {round} | {:.0} | {:.0} | **{:.0}%** | {:.2} / {:.2} | {:.2} / {:.2} / **{:.2}** / {:.2} | {}, {} | {load} |",
+                "| {} | {round} | {:.0} | {:.0} | **{:.0}%** | {:.2} / {:.2} | {:.2} / {:.2} / **{:.2}** / {:.2} | {}, {} | {} | {} | {:.1} | {load} |",
                 engine.label(),
                 f.rps(),
                 t.rps(),
@@ -212,6 +264,9 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 t.p999_us / 1e3,
                 t.non_2xx + f.non_2xx,
                 t.socket_errors + f.socket_errors,
+                costs(&f, &f_cpu),
+                costs(&t, &t_cpu),
+                budget(&f, &t, &t_cpu),
             );
         }
         app.stop().await;
@@ -220,7 +275,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             v[v.len() / 2]
         };
         println!(
-            "| {} | median | | | **{:.0}%** | | **{:.2}** ms p99 | | |",
+            "| {} | median | | | **{:.0}%** | | **{:.2}** ms p99 | | | | | |",
             engine.label(),
             median(&mut ratios) * 100.0,
             median(&mut p99s)
