@@ -272,12 +272,13 @@ async fn cell(
         .as_secs_f64();
     eprintln!("{label} at {conns} connections: measured from {at:.1} for {measure:?}");
     // Read when the measurement starts, beside the load (which waits out its own warm-up).
-    let before = tokio::spawn(async move {
-        tokio::time::sleep(warmup).await;
-        cpu::read_all(&meters)
-    });
-    let load = load::closed_loop(target.clone(), conns, warmup, measure).await;
-    let before = before.await.unwrap_or_default();
+    let (load, before) = tokio::join!(
+        load::closed_loop(target.clone(), conns, warmup, measure),
+        async {
+            tokio::time::sleep(warmup).await;
+            cpu::read_all(&meters)
+        }
+    );
     let spent = cpu::spent(&meters, &before);
     Cell { load, spent }
 }

@@ -89,7 +89,8 @@ async fn measured(
 
 /// µs of CPU per request of one of `spent`, user + kernel.
 fn us(r: &WrkResult, c: &Cpu) -> f64 {
-    c.total() * 1e6 / r.requests.max(1) as f64
+    let (user, kernel) = c.per_request_us(r.requests);
+    user + kernel
 }
 
 /// `server + wrk / machine` µs per request, each user + kernel.
