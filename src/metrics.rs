@@ -8,10 +8,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric as _};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -113,6 +114,8 @@ struct Inner {
     state_refusals: Family<StateRefusalLabels, Counter>,
     proxied: Family<ProxyLabels, Counter>,
     proxy_upstream_seconds: Family<ProviderLabels, Histogram, fn() -> Histogram>,
+    /// The token cache's figures as read for the scrape in progress (`render`).
+    cache: Arc<std::sync::Mutex<CacheReading>>,
 }
 
 /// The database pool's gauges, read when the metrics are scraped.
@@ -122,6 +125,102 @@ pub struct PoolReading {
     pub idle: usize,
     /// The most the pool opens.
     pub max: u32,
+}
+
+/// The token cache's counters and size, read when the metrics are scraped. The counters count
+/// from the process's start.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CacheReading {
+    /// Token-path lookups answered from the cache.
+    pub hits: u64,
+    /// Lookups that read the database because the cache had no current row.
+    pub misses: u64,
+    /// Lookups that read the database because the cache was not in use (its change feed not
+    /// current, or the cache turned off).
+    pub bypasses: u64,
+    /// Rows stored after a miss.
+    pub fills: u64,
+    /// Rows dropped because a change to their connection was applied.
+    pub invalidations: u64,
+    /// Times the whole cache was emptied (its change feed started, or came back after a loss).
+    pub flushes: u64,
+    /// Times the change feed (Postgres listener, SQLite change log read) was lost.
+    pub sync_losses: u64,
+    pub entries: u64,
+    pub bytes: u64,
+    /// Whether the cache is in use right now.
+    pub usable: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LookupLabels {
+    result: &'static str,
+}
+
+/// Writes the reading `render` leaves for it: the cache's counters live in the cache (storage
+/// keeps no handle on the metrics), so they are copied here at each scrape.
+#[derive(Debug)]
+struct CacheCollector(Arc<std::sync::Mutex<CacheReading>>);
+
+impl Collector for CacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let r = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lookups = encoder.encode_descriptor(
+            "token_cache_lookups",
+            "Token-path lookups of the token cache, by result (hit; miss: no current row, the database was read; bypass: the cache was not in use)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (result, n) in [("hit", r.hits), ("miss", r.misses), ("bypass", r.bypasses)] {
+            ConstCounter::new(n).encode(lookups.encode_family(&LookupLabels { result })?)?;
+        }
+        for (name, help, n) in [
+            (
+                "token_cache_fills",
+                "Rows stored in the token cache after a miss",
+                r.fills,
+            ),
+            (
+                "token_cache_invalidations",
+                "Token cache rows dropped because their connection changed",
+                r.invalidations,
+            ),
+            (
+                "token_cache_flushes",
+                "Times the token cache was emptied (its change feed started, or came back after a loss)",
+                r.flushes,
+            ),
+            (
+                "token_cache_sync_losses",
+                "Times the token cache's change feed was lost (the cache is bypassed until it is back)",
+                r.sync_losses,
+            ),
+        ] {
+            let c = ConstCounter::new(n);
+            c.encode(encoder.encode_descriptor(name, help, None, c.metric_type())?)?;
+        }
+        for (name, help, v) in [
+            (
+                "token_cache_entries",
+                "Users' rows held in the token cache",
+                r.entries as i64,
+            ),
+            (
+                "token_cache_bytes",
+                "Approximate size of the rows held in the token cache",
+                r.bytes as i64,
+            ),
+            (
+                "token_cache_usable",
+                "1 while the token cache is in use (its change feed is current), else 0",
+                i64::from(r.usable),
+            ),
+        ] {
+            let g = ConstGauge::new(v);
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        Ok(())
+    }
 }
 
 /// The application's metrics. Cheap to clone.
@@ -224,6 +323,8 @@ impl Metrics {
             "Time the provider took to answer a proxied call (until its headers), by provider",
             proxy_upstream_seconds.clone(),
         );
+        let cache = Arc::new(std::sync::Mutex::new(CacheReading::default()));
+        registry.register_collector(Box::new(CacheCollector(cache.clone())));
         Self(Arc::new(Inner {
             registry,
             requests,
@@ -238,6 +339,7 @@ impl Metrics {
             state_refusals,
             proxied,
             proxy_upstream_seconds,
+            cache,
         }))
     }
 
@@ -349,8 +451,9 @@ impl Metrics {
         r
     }
 
-    /// The text exposition, with the pool gauges as read now.
-    pub fn render(&self, pool: PoolReading) -> String {
+    /// The text exposition, with the pool gauges and the token cache's figures as read now.
+    pub fn render(&self, pool: PoolReading, cache: CacheReading) -> String {
+        *self.0.cache.lock().unwrap_or_else(|e| e.into_inner()) = cache;
         let open = i64::from(pool.open);
         let idle = pool.idle as i64;
         for (state, v) in [

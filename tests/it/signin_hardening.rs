@@ -114,11 +114,14 @@ async fn links(app: &TestApp) -> Vec<String> {
 
 fn metric(app: &TestApp, callback: &str, reason: &str) -> u64 {
     let pool = &app.db().pool;
-    let text = app.state.metrics.render(mcp_connect::metrics::PoolReading {
-        open: pool.size(),
-        idle: pool.num_idle(),
-        max: pool.max_connections(),
-    });
+    let text = app.state.metrics.render(
+        mcp_connect::metrics::PoolReading {
+            open: pool.size(),
+            idle: pool.num_idle(),
+            max: pool.max_connections(),
+        },
+        Default::default(),
+    );
     let line = format!(
         "mcp_connect_callback_state_refusals_total{{callback=\"{callback}\",reason=\"{reason}\"}} "
     );

@@ -427,3 +427,60 @@ on_both_databases!(
         a.shutdown().await;
     }
 );
+
+/// One value of the `/metrics` exposition (`name{labels}` exactly as written there).
+fn scraped(body: &str, series: &str) -> u64 {
+    let prefix = format!("{series} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {series} in\n{body}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+on_both_databases!(
+    the_cache_reports_its_lookups_and_size_on_metrics,
+    |kind| async move {
+        let app = TestApp::spawn(kind).await;
+        app.connect("alice").await;
+        // A miss that fills, then a hit.
+        cached_token(&app).await;
+        let s = stats(&app);
+        let body = reqwest::get(format!("{}/metrics", app.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            s.hits >= 1 && s.misses >= 1 && s.fills >= 1 && s.entries == 1,
+            "{s:?}"
+        );
+        for (series, want) in [
+            (
+                "mcp_connect_token_cache_lookups_total{result=\"hit\"}",
+                s.hits,
+            ),
+            (
+                "mcp_connect_token_cache_lookups_total{result=\"miss\"}",
+                s.misses,
+            ),
+            (
+                "mcp_connect_token_cache_lookups_total{result=\"bypass\"}",
+                s.bypasses,
+            ),
+            ("mcp_connect_token_cache_fills_total", s.fills),
+            ("mcp_connect_token_cache_entries", s.entries),
+            ("mcp_connect_token_cache_bytes", s.bytes),
+        ] {
+            assert_eq!(scraped(&body, series), want, "{series}");
+        }
+        assert!(scraped(&body, "mcp_connect_token_cache_usable") <= 1);
+        for counter in ["invalidations", "flushes", "sync_losses"] {
+            scraped(&body, &format!("mcp_connect_token_cache_{counter}_total"));
+        }
+        assert!(!body.contains("alice"), "no subject in the cache's figures");
+        app.shutdown().await;
+    }
+);
