@@ -112,6 +112,28 @@ fn budget(fixed: &WrkResult, token: &WrkResult, token_cpu: &[Cpu; 3]) -> f64 {
     cores * 1e6 / (0.6 * fixed.rps()) - us(token, &token_cpu[1])
 }
 
+/// The service's token cache lookups so far (`mcp_connect_token_cache_lookups_total`, from its
+/// `/metrics`): hits, and all lookups.
+async fn cache_lookups(api: &reqwest::Client, base: &str) -> anyhow::Result<(u64, u64)> {
+    let body = api
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let count = |result: &str| {
+        let series = format!("mcp_connect_token_cache_lookups_total{{result=\"{result}\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let (hit, miss, bypass) = (count("hit"), count("miss"), count("bypass"));
+    match (hit, miss, bypass) {
+        (Some(h), Some(m), Some(b)) => Ok((h, h + m + b)),
+        _ => bail!("no token cache lookups on {base}/metrics"),
+    }
+}
+
 /// What one wrk run reports (its Lua `done` hook prints these, latencies in µs).
 #[derive(Debug, Clone, Copy)]
 struct WrkResult {
@@ -212,9 +234,10 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     );
     println!(
         "| engine | round | fixed JSON req/s | token req/s | **token ÷ fixed** | fixed p50 / p99 ms | \
-         token p50 / p90 / **p99** / p99.9 ms | non-2xx, socket errors | CPU µs/request: fixed server + wrk / machine | token server + wrk / machine | token server's budget at 0.6× | load |"
+         token p50 / p90 / **p99** / p99.9 ms | non-2xx, socket errors | token fetches from the cache | CPU µs/request: fixed server + wrk / machine | token server + wrk / machine | token server's budget at 0.6× | load |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    let api = setup::api_client()?;
     for &engine in &args.engines {
         let name = match engine {
             Engine::Postgres => "mcpc_bench_pg_1000",
@@ -238,7 +261,10 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             let load = setup::load_average();
             let (f, f_cpu) = measured(&script, &fixed_url, &args, SERVER).await?;
             tokio::time::sleep(Duration::from_millis(500)).await;
+            let (hits0, lookups0) = cache_lookups(&api, app.url()).await?;
             let (t, t_cpu) = measured(&script, &token_url, &args, app.meter()).await?;
+            let (hits1, lookups1) = cache_lookups(&api, app.url()).await?;
+            let from_cache = 100.0 * (hits1 - hits0) as f64 / (lookups1 - lookups0).max(1) as f64;
             tokio::time::sleep(Duration::from_millis(500)).await;
             let ratio = t.rps() / f.rps();
             ratios.push(ratio);
@@ -252,7 +278,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
                 t.p99_us / 1e3
             );
             println!(
-                "| {} | {round} | {:.0} | {:.0} | **{:.0}%** | {:.2} / {:.2} | {:.2} / {:.2} / **{:.2}** / {:.2} | {}, {} | {} | {} | {:.1} | {load} |",
+                "| {} | {round} | {:.0} | {:.0} | **{:.0}%** | {:.2} / {:.2} | {:.2} / {:.2} / **{:.2}** / {:.2} | {}, {} | {from_cache:.1}% | {} | {} | {:.1} | {load} |",
                 engine.label(),
                 f.rps(),
                 t.rps(),
@@ -276,7 +302,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
             v[v.len() / 2]
         };
         println!(
-            "| {} | median | | | **{:.0}%** | | **{:.2}** ms p99 | | | | | |",
+            "| {} | median | | | **{:.0}%** | | **{:.2}** ms p99 | | | | | | |",
             engine.label(),
             median(&mut ratios) * 100.0,
             median(&mut p99s)
