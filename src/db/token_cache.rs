@@ -99,20 +99,9 @@ pub enum Lookup {
 #[derive(Debug, Clone, Copy)]
 pub struct Ticket(u64);
 
-/// Counters, for tests, `/metrics` and the benchmark.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct CacheStats {
-    pub hits: u64,
-    pub misses: u64,
-    pub bypasses: u64,
-    pub fills: u64,
-    pub invalidations: u64,
-    pub flushes: u64,
-    /// Times the change feed (listener or log read) was lost.
-    pub sync_losses: u64,
-    pub entries: u64,
-    pub bytes: u64,
-}
+/// The cache's counters and size, for `/metrics`, tests and the benchmark (a foundation type:
+/// the metrics render it without knowing the cache).
+pub use crate::metrics::CacheReading as CacheStats;
 
 #[derive(Default)]
 struct Counters {
@@ -435,6 +424,7 @@ impl TokenCache {
             sync_losses: c.sync_losses.load(Ordering::Relaxed),
             entries,
             bytes,
+            usable: self.is_usable(),
         }
     }
 

@@ -98,25 +98,13 @@ async fn guarded_metrics(State(state): State<AppState>, req: axum::extract::Requ
 
 async fn metrics(State(state): State<AppState>) -> Response {
     let pool = &state.db.pool;
-    let c = state.token_cache.stats();
     let body = state.metrics.render(
         crate::metrics::PoolReading {
             open: pool.size(),
             idle: pool.num_idle(),
             max: pool.max_connections(),
         },
-        crate::metrics::CacheReading {
-            hits: c.hits,
-            misses: c.misses,
-            bypasses: c.bypasses,
-            fills: c.fills,
-            invalidations: c.invalidations,
-            flushes: c.flushes,
-            sync_losses: c.sync_losses,
-            entries: c.entries,
-            bytes: c.bytes,
-            usable: state.token_cache.is_usable(),
-        },
+        state.token_cache.stats(),
     );
     (
         [(

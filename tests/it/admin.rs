@@ -541,12 +541,7 @@ on_both_databases!(
             json!({"subject": "alice", "provider": "acme", "force_refresh": true}),
         )
         .await;
-        let body = reqwest::get(format!("{}/metrics", app.url))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = app.metrics_text().await;
         assert_eq!(
             metric(
                 &body,

@@ -203,6 +203,16 @@ impl TestApp {
         .await
     }
 
+    /// The `/metrics` exposition, as a scraper on loopback gets it.
+    pub async fn metrics_text(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
         reply(
             self.api

@@ -391,12 +391,7 @@ on_both_databases!(
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
 
         // Metrics by provider and status class; one audit row for all of this use.
-        let m = reqwest::get(format!("{}/metrics", app.url))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = app.metrics_text().await;
         assert!(
             m.contains("mcp_connect_proxy_requests_total{provider=\"acme\",class=\"2xx\"}"),
             "{m}"

@@ -447,12 +447,7 @@ on_both_databases!(
         // A miss that fills, then a hit.
         cached_token(&app).await;
         let s = stats(&app);
-        let body = reqwest::get(format!("{}/metrics", app.url))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = app.metrics_text().await;
         assert!(
             s.hits >= 1 && s.misses >= 1 && s.fills >= 1 && s.entries == 1,
             "{s:?}"
