@@ -41,6 +41,18 @@ const verbose = process.env.CONFORMANCE_VERBOSE === '1';
 
 const say = (line) => process.stderr.write(`[driver] ${line}\n`);
 
+// What the driver is doing, for the watchdog's line.
+let stage = 'starting';
+// The suite gives a run 60 s and then stops waiting, but a driver stuck in a step without a
+// bound of its own (a browser that never finishes launching or closing) would keep the suite's
+// pipe open and hang the whole run. Leave before that, saying where: `process.exit` also makes
+// Playwright kill the browser it launched.
+const WATCHDOG_MS = 55_000;
+setTimeout(() => {
+  say(`no end after ${WATCHDOG_MS / 1000} s (stuck ${stage}): giving up`);
+  process.exit(1);
+}, WATCHDOG_MS).unref();
+
 async function startStack() {
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
@@ -277,15 +289,20 @@ async function speakMcp(session) {
 async function main() {
   if (!serverUrl) throw new Error('usage: driver.mjs <serverUrl>');
   say(`${scenario} on the ${wire} wire against ${serverUrl}`);
+  stage = 'launching the browser';
   await launchBrowser();
+  stage = 'starting the peers and mcp-connect';
   const stack = await startStack();
   try {
+    stage = 'getting a token from mcp-connect';
     const session = { stack, grant: await obtainToken(stack) };
+    stage = 'speaking MCP to the scenario\'s server';
     await speakMcp(session);
   } catch (err) {
     say(`--- last mcp-connect log lines ---\n${logTail(stack.service, verbose ? 60 : 15)}`);
     throw err;
   } finally {
+    stage = 'stopping the peers and mcp-connect';
     await stopStack(stack);
   }
 }
@@ -298,6 +315,7 @@ try {
   say(`failed: ${err.message}`);
   code = 1;
 }
+stage = 'closing the browser';
 await closeAll();
 // stderr is a pipe to the suite: let it drain before exiting.
 await new Promise((resolve) => { process.stderr.write('', resolve); });

@@ -34,6 +34,10 @@ const OUT_OF_SCOPE = new Set([
 ]);
 // A scenario's run: the driver starts peers, mcp-connect and Chromium, then walks one or more flows.
 const SCENARIO_TIMEOUT_MS = 60_000;
+// The suite stops waiting for its client after SCENARIO_TIMEOUT_MS but then waits for the
+// client's output to end; a client that never exits would hold it forever. Past this, the run
+// is stopped and counted as hung.
+const RUN_DEADLINE_MS = SCENARIO_TIMEOUT_MS + 30_000;
 
 const args = process.argv.slice(2);
 const opt = (name) => {
@@ -119,13 +123,26 @@ function runOne(run, outDir) {
     let output = '';
     child.stdout.on('data', (d) => { output += d; });
     child.stderr.on('data', (d) => { output += d; });
+    let stopped = false;
+    const deadline = setTimeout(() => {
+      stopped = true;
+      output += `\n(run.mjs: no end after ${RUN_DEADLINE_MS / 1000} s: stopped)\n`;
+      child.kill('SIGKILL');
+      // An orphaned client may still hold the pipes: stop reading them so the run can end.
+      child.stdout.destroy();
+      child.stderr.destroy();
+    }, RUN_DEADLINE_MS);
     child.on('close', (code) => {
+      clearTimeout(deadline);
       // The suite writes <outDir>/<scenario name>-<timestamp>/ (the name holds a slash).
       const checks = fs.existsSync(outDir)
         ? fs.readdirSync(outDir, { recursive: true }).find((f) => path.basename(f) === 'checks.json')
         : undefined;
       const resultDir = checks && path.dirname(path.join(outDir, checks));
-      resolve({ ...run, passed: code === 0, code, output, resultDir, seconds: (Date.now() - started) / 1000 });
+      // A hang: the suite says its client did not end in time, the driver that its watchdog
+      // fired, or this script stopped the run.
+      const hung = stopped || output.includes('Client timed out') || output.includes('[driver] no end after');
+      resolve({ ...run, passed: code === 0 && !stopped, code, hung, output, resultDir, seconds: (Date.now() - started) / 1000 });
     });
   });
 }
@@ -146,9 +163,19 @@ async function main() {
     while (next < runs.length) {
       const run = runs[next++];
       const outDir = path.join(resultsRoot, `${run.name.replace('/', '_')}@${run.wire}`);
-      const result = await runOne(run, outDir);
-      results.push(result);
       const key = `${run.name}@${run.wire}`;
+      let result = await runOne(run, outDir);
+      // A run that hung (the client never ended: a browser that did not launch or close) is
+      // run once more, and says so; a run that ended and failed is not. A hang of mcp-connect's
+      // own would hang again.
+      if (result.hung && !expected.has(key)) {
+        const stderr = result.resultDir && path.join(result.resultDir, 'stderr.txt');
+        const said = stderr && fs.existsSync(stderr) ? fs.readFileSync(stderr, 'utf8').trim().split('\n').slice(-3) : [];
+        console.log(`  HUNG ${key} (${result.seconds.toFixed(1)} s): running it again`);
+        for (const line of said) console.log(`       ${line}`);
+        result = await runOne(run, `${outDir}-again`);
+      }
+      results.push(result);
       const verdict = result.passed ? 'pass' : 'FAIL';
       console.log(`  ${verdict} ${key} (${result.seconds.toFixed(1)} s)${expected.has(key) ? ' [expected to fail]' : ''}`);
       if (!result.passed || verbose) {

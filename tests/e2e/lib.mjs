@@ -55,7 +55,14 @@ export async function launchBrowser() {
 
 /** Closes the browser, runs every cleanup (newest first), kills leftover children. */
 export async function closeAll() {
-  await browser?.close().catch(() => {});
+  // A browser that does not close in 10 s is left to Playwright, which kills it when this
+  // process exits: a hung close must not hang the run.
+  let timer;
+  await Promise.race([
+    browser?.close().catch(() => {}),
+    new Promise((resolve) => { timer = setTimeout(resolve, 10_000); }),
+  ]);
+  clearTimeout(timer);
   for (const cleanup of cleanups.reverse()) {
     try { await cleanup(); } catch { /* best effort */ }
   }
