@@ -409,9 +409,10 @@ impl TokenCache {
     }
 
     pub fn stats(&self) -> CacheStats {
-        let (entries, bytes) = {
+        let (entries, bytes, usable) = {
             let inner = self.lock();
-            (inner.entries as u64, inner.bytes as u64)
+            let usable = self.usable(&inner, Instant::now());
+            (inner.entries as u64, inner.bytes as u64, usable)
         };
         let c = &self.counters;
         CacheStats {
@@ -424,7 +425,7 @@ impl TokenCache {
             sync_losses: c.sync_losses.load(Ordering::Relaxed),
             entries,
             bytes,
-            usable: self.is_usable(),
+            usable,
         }
     }
 

@@ -102,15 +102,6 @@ async fn api(
     (s, retry, r.json().await.unwrap_or(Value::Null))
 }
 
-async fn metrics(url: &str) -> String {
-    reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 fn counter(body: &str, name: &str) -> f64 {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
@@ -391,7 +382,7 @@ async fn long_polls_and_event_streams_are_capped_per_client() {
         .unwrap();
     assert_eq!(other.status(), StatusCode::OK);
 
-    let m = metrics(&app.url).await;
+    let m = scrape_metrics(&app.url).await;
     assert_eq!(
         counter(&m, "mcp_connect_rate_limited_total{limit=\"long_polls\"}"),
         2.0,
@@ -451,7 +442,7 @@ async fn api_requests_are_limited_per_client() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let (s, _, body) = token(API_KEY).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
-    let m = metrics(&app.url).await;
+    let m = scrape_metrics(&app.url).await;
     assert_eq!(
         counter(&m, "mcp_connect_rate_limited_total{limit=\"api_client\"}"),
         1.0,
@@ -559,7 +550,7 @@ async fn failed_api_authentication_is_limited_per_address() {
         let (s, _, _) = get(&neighbour, API_KEY).await;
         assert_eq!(s, StatusCode::OK);
     }
-    let m = metrics(&app.url).await;
+    let m = scrape_metrics(&app.url).await;
     assert_eq!(
         counter(&m, "mcp_connect_rate_limited_total{limit=\"failed_auth\"}"),
         21.0,
@@ -625,7 +616,7 @@ async fn browser_routes_are_limited_per_address_with_a_page() {
     assert_eq!(s, StatusCode::OK, "{body}");
     let r = other.get(format!("{}/", app.url)).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    let m = metrics(&app.url).await;
+    let m = scrape_metrics(&app.url).await;
     assert_eq!(
         counter(&m, "mcp_connect_rate_limited_total{limit=\"browser\"}"),
         1.0,

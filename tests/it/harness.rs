@@ -205,12 +205,7 @@ impl TestApp {
 
     /// The `/metrics` exposition, as a scraper on loopback gets it.
     pub async fn metrics_text(&self) -> String {
-        reqwest::get(format!("{}/metrics", self.url))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        scrape_metrics(&self.url).await
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
@@ -604,4 +599,14 @@ pub async fn migrated_up_to(kind: DbKind, db_url: &str, version: i64) -> mcp_con
         .await
         .unwrap();
     db
+}
+
+/// The `/metrics` exposition of the service at `url`, as a scraper on loopback gets it.
+pub async fn scrape_metrics(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
