@@ -163,7 +163,14 @@ impl KeyRing {
 
 /// Associated data for a token field of a connection.
 pub fn connection_aad(connection_id: &str, field: &str) -> String {
-    format!("mcp-connect/v1/connection/{connection_id}/{field}")
+    // Opened on every token fetch: concatenated rather than `format!`ted.
+    const PREFIX: &str = "mcp-connect/v1/connection/";
+    let mut aad = String::with_capacity(PREFIX.len() + connection_id.len() + 1 + field.len());
+    aad.push_str(PREFIX);
+    aad.push_str(connection_id);
+    aad.push('/');
+    aad.push_str(field);
+    aad
 }
 
 /// Associated data for the sealed client secret an upstream MCP server's authorization server
@@ -310,6 +317,15 @@ mod tests {
             .map(|s| SecretString::from(s.to_string()))
             .collect();
         KeyRing::parse(&e).unwrap()
+    }
+
+    /// Every stored token was sealed with this text: it must never change.
+    #[test]
+    fn a_connections_aad_is_the_stored_text() {
+        assert_eq!(
+            connection_aad("c_01H", "refresh_token"),
+            "mcp-connect/v1/connection/c_01H/refresh_token"
+        );
     }
 
     #[test]

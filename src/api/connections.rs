@@ -1,11 +1,10 @@
 //! `GET /v1/connections?subject=`, `DELETE /v1/connections/{id}`.
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 
-use super::{ApiClient, ApiQuery};
+use super::{ApiClient, ApiJson, ApiQuery};
 use crate::AppState;
 use crate::connect::elicitations::is_valid_id;
 use crate::db::connections::{Connection, ConnectionStatus};
@@ -98,7 +97,7 @@ pub async fn list(
     client: ApiClient,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<ListQuery>,
-) -> Result<Json<ConnectionList>> {
+) -> Result<ApiJson<ConnectionList>> {
     let token = subject_token(&headers)?;
     if q.subject.is_none() && token.is_none() && !client.0.require_subject_token {
         return Err(Error::invalid("the subject query parameter is required"));
@@ -132,7 +131,7 @@ pub async fn list(
             connections.push(v);
         }
     }
-    Ok(Json(ConnectionList { connections }))
+    Ok(ApiJson(ConnectionList { connections }))
 }
 
 #[utoipa::path(delete, path = "/v1/connections/{id}", params(("id" = String, Path, description = "the connection's id"),
@@ -146,7 +145,7 @@ pub async fn revoke(
     client: ApiClient,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Result<Json<RevocationReport>> {
+) -> Result<ApiJson<RevocationReport>> {
     let not_found = || Error::not_found("no such connection");
     if !is_valid_id(&id) {
         return Err(not_found());
@@ -175,5 +174,5 @@ pub async fn revoke(
         .grants
         .disconnect_client(&c, &client.0, rid.as_deref())
         .await?;
-    Ok(Json(report))
+    Ok(ApiJson(report))
 }

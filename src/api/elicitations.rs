@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -119,7 +118,7 @@ pub async fn create(
     rid: RequestId,
     ApiLang(lang): ApiLang,
     ApiJson(body): ApiJson<CreateElicitation>,
-) -> Result<(StatusCode, Json<ElicitationView>)> {
+) -> Result<(StatusCode, ApiJson<ElicitationView>)> {
     validate_scopes(&body.scopes)?;
     let principal = state
         .connect
@@ -161,7 +160,7 @@ pub async fn create(
         .await?;
     Ok((
         StatusCode::CREATED,
-        Json(state.connect.elicitation_view_in(&e, lang)?),
+        ApiJson(state.connect.elicitation_view_in(&e, lang)?),
     ))
 }
 
@@ -185,7 +184,7 @@ pub async fn show(
     ApiLang(lang): ApiLang,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ShowQuery>,
-) -> std::result::Result<Json<ElicitationView>, ApiError> {
+) -> std::result::Result<ApiJson<ElicitationView>, ApiError> {
     let e = state.connect.client_elicitation(&client.0, &id).await?;
     let e = match q.wait {
         Some(w) if w > MAX_WAIT_SECONDS => {
@@ -206,5 +205,5 @@ pub async fn show(
         }
         _ => e,
     };
-    Ok(Json(state.connect.elicitation_view_in(&e, lang)?))
+    Ok(ApiJson(state.connect.elicitation_view_in(&e, lang)?))
 }

@@ -167,9 +167,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequest<S> for ApiJson<T> {
                 .map(|axum::Json(v)| Self(v))
                 .map_err(json_rejection);
         }
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| json_rejection(JsonRejection::BytesRejection(e)))?;
+        let bytes = small_body(req).await?;
         match serde_json::from_slice(&bytes) {
             Ok(v) => Ok(Self(v)),
             Err(_) => axum::Json::<T>::from_bytes(&bytes)
@@ -179,17 +177,86 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// As an answer: the value as a JSON body (`Content-Type: application/json`). Written into one
+/// buffer sized for a token answer, so the common answer grows it at most once (axum's `Json`
+/// starts at 128 bytes and writes through a `BytesMut` writer).
+impl<T: serde::Serialize> axum::response::IntoResponse for ApiJson<T> {
+    fn into_response(self) -> axum::response::Response {
+        let mut buf = Vec::with_capacity(512);
+        match serde_json::to_writer(&mut buf, &self.0) {
+            Ok(()) => {
+                let mut resp = axum::response::Response::new(axum::body::Body::from(buf));
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    axum::http::HeaderValue::from_static("application/json"),
+                );
+                resp
+            }
+            Err(e) => ApiError::from(Error::internal(e)).into_response(),
+        }
+    }
+}
+
+/// A request body of at most `MAX_BODY` bytes, as sent. A body that comes in one piece (the
+/// usual small request, read with its head) is handed on as that piece, without the collecting
+/// buffers of axum's `Bytes` extractor; a declared or actual length over the limit is refused
+/// as that extractor refuses it, before more is read.
+async fn small_body(req: Request) -> Result<axum::body::Bytes, Error> {
+    use http_body_util::BodyExt as _;
+    let mut body = req.into_body();
+    if http_body::Body::size_hint(&body).lower() > MAX_BODY as u64 {
+        return Err(too_large());
+    }
+    let mut first = axum::body::Bytes::new();
+    let mut rest = bytes::BytesMut::new();
+    let mut read = 0;
+    while !http_body::Body::is_end_stream(&body) {
+        let Some(frame) = body.frame().await else {
+            break;
+        };
+        let frame = frame.map_err(|e| {
+            Error::invalid(format!(
+                "invalid JSON body: Failed to buffer the request body: {e}"
+            ))
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        read += data.len();
+        if read > MAX_BODY {
+            return Err(too_large());
+        }
+        if read == data.len() {
+            first = data;
+        } else {
+            if rest.is_empty() {
+                rest.extend_from_slice(&first);
+            }
+            rest.extend_from_slice(&data);
+        }
+    }
+    Ok(if rest.is_empty() {
+        first
+    } else {
+        rest.freeze()
+    })
+}
+
+fn too_large() -> Error {
+    Error::refused(
+        Refusal::TooLarge,
+        "Request too large",
+        format!("the request body is larger than {MAX_BODY} bytes"),
+    )
+}
+
 /// What a JSON body's rejection tells the caller.
 fn json_rejection(e: JsonRejection) -> Error {
     match e {
         JsonRejection::BytesRejection(e)
             if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE =>
         {
-            Error::refused(
-                Refusal::TooLarge,
-                "Request too large",
-                format!("the request body is larger than {MAX_BODY} bytes"),
-            )
+            too_large()
         }
         JsonRejection::MissingJsonContentType(_) => {
             Error::invalid("send the body as JSON with Content-Type: application/json")
@@ -303,6 +370,37 @@ mod tests {
             r#"{"i": 1e300}"#,
         ] {
             assert!(serde_json::from_str::<T>(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn streamed(chunks: Vec<&'static [u8]>) -> Request {
+        let stream = futures_util::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, std::io::Error>(axum::body::Bytes::from_static(c))),
+        );
+        Request::new(axum::body::Body::from_stream(stream))
+    }
+
+    /// The body in one piece, in several, empty; over the limit as declared and as sent.
+    #[tokio::test]
+    async fn a_small_body_is_read_whole_and_a_large_one_refused() {
+        let one = Request::new(axum::body::Body::from(r#"{"a":1}"#));
+        assert_eq!(&small_body(one).await.unwrap()[..], br#"{"a":1}"#);
+        let pieces = streamed(vec![b"", br#"{"a""#, b"", br#":1}"#]);
+        assert_eq!(&small_body(pieces).await.unwrap()[..], br#"{"a":1}"#);
+        let empty = Request::new(axum::body::Body::empty());
+        assert!(small_body(empty).await.unwrap().is_empty());
+
+        let at_limit = Box::leak(vec![b' '; MAX_BODY].into_boxed_slice());
+        let whole = streamed(vec![&at_limit[..10], &at_limit[10..]]);
+        assert_eq!(small_body(whole).await.unwrap().len(), MAX_BODY);
+
+        let declared = Request::new(axum::body::Body::from(vec![b' '; MAX_BODY + 1]));
+        let sent = streamed(vec![&at_limit[..], b" "]);
+        for over in [declared, sent] {
+            let e = small_body(over).await.unwrap_err();
+            assert!(e.to_string().contains("larger than 16384 bytes"), "{e}");
         }
     }
 }

@@ -1,6 +1,5 @@
 //! `POST /v1/tokens`: a valid access token for a user's connection, or what to do instead.
 
-use axum::Json;
 use axum::extract::State;
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
@@ -163,7 +162,7 @@ impl TokenResponse {
     ) -> Self {
         let secret = t.access_token.expose_secret().to_owned();
         let mut r = TokenResponse {
-            access_token: secret.clone(),
+            access_token: String::new(),
             token_type: t.token_type.clone(),
             expires_at: t.expires_at.map(rfc3339),
             scopes: t.scopes,
@@ -194,9 +193,10 @@ impl TokenResponse {
                 r.password = Some(p.to_owned());
             } else {
                 r.credential_type = "api_key";
-                r.api_key = Some(secret);
+                r.api_key = Some(secret.clone());
             }
         }
+        r.access_token = secret;
         r
     }
 }
@@ -229,7 +229,7 @@ pub async fn fetch(
     rid: RequestId,
     ApiLang(lang): ApiLang,
     ApiJson(req): ApiJson<TokenRequest>,
-) -> std::result::Result<Json<TokenResponse>, ApiError> {
+) -> std::result::Result<ApiJson<TokenResponse>, ApiError> {
     super::elicitations::validate_scopes(&req.scopes)?;
     validate_account(req.account.as_deref())?;
     let dpop = req
@@ -275,5 +275,5 @@ pub async fn fetch(
         .connect
         .token_for(ask, || state.limits.long_poll(&client.0.id))
         .await??;
-    Ok(Json(TokenResponse::new(token, &provider)))
+    Ok(ApiJson(TokenResponse::new(token, &provider)))
 }

@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use crate::AppState;
 use crate::error::ErrorCode;
 use crate::i18n::Msg;
+use crate::metrics::RouteRecorder;
 use crate::server::RouteService;
 use crate::server::limits::{self, Limit, Slot};
 use crate::server::rendered::{RenderedError, edge_answer};
@@ -80,6 +81,7 @@ impl<S> tower::Layer<S> for Edge {
             inner,
             edge: self.clone(),
             route: Arc::default(),
+            recorder: Arc::default(),
         }
     }
 }
@@ -92,6 +94,8 @@ pub struct EdgeService<S> {
     /// wraps each route on its own, so it is one pattern (the fallback sees none); a request
     /// with another pattern still gets its own label, only not the shared copy.
     route: Arc<std::sync::OnceLock<Arc<str>>>,
+    /// The metrics of the first answer's method, route and status, which most answers share.
+    recorder: Arc<std::sync::OnceLock<RouteRecorder>>,
 }
 
 impl<S> EdgeService<S> {
@@ -165,6 +169,7 @@ impl<S: RouteService> tower::Service<Request> for EdgeService<S> {
             method,
             route,
             metrics: self.edge.metrics.clone(),
+            recorder: self.recorder.clone(),
         }
     }
 }
@@ -176,6 +181,7 @@ pub struct EdgeFuture<F> {
     method: &'static str,
     route: Option<Arc<str>>,
     metrics: crate::metrics::Metrics,
+    recorder: Arc<std::sync::OnceLock<RouteRecorder>>,
 }
 
 enum Answer<F> {
@@ -231,12 +237,16 @@ where
                 None => UNMATCHED.with(Clone::clone),
             },
         };
-        me.metrics.record_request(
-            me.method,
-            route,
-            resp.status().as_u16(),
-            me.started.elapsed().as_secs_f64(),
-        );
+        let status = resp.status().as_u16();
+        let seconds = me.started.elapsed().as_secs_f64();
+        match me.recorder.get() {
+            Some(r) if r.is_for(me.method, &route, status) => r.record(seconds),
+            _ => {
+                let r = me.metrics.route_recorder(me.method, route, status);
+                r.record(seconds);
+                let _ = me.recorder.set(r);
+            }
+        }
         Poll::Ready(Ok(resp))
     }
 }

@@ -56,27 +56,36 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         self.tat.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes one request from `key`'s allowance, or says how long until it could.
-    pub fn check(&self, key: &K) -> Result<(), Duration> {
+    /// Takes one request from `key`'s allowance, or says how long until it could. A key seen
+    /// before is found with one lookup and not copied; only a new key is made owned.
+    pub fn check<Q>(&self, key: &Q) -> Result<(), Duration>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let now = self.start.elapsed();
         let mut map = self.lock();
-        let tat = map.get(key).copied().unwrap_or(now).max(now);
-        if tat > now + self.tolerance {
-            return Err(tat - now - self.tolerance);
+        if let Some(tat) = map.get_mut(key) {
+            let at = (*tat).max(now);
+            if at > now + self.tolerance {
+                return Err(at - now - self.tolerance);
+            }
+            *tat = at + self.interval;
+            return Ok(());
         }
-        let next = tat + self.interval;
-        if !map.contains_key(key) && map.len() >= self.max_keys {
+        if map.len() >= self.max_keys {
             // Keys whose allowance is whole again carry no information: forget them first.
             map.retain(|_, t| *t > now);
             if map.len() >= self.max_keys {
                 // Still full: an address flood. Forget an arbitrary key (its owner merely gets
                 // a fresh allowance) rather than grow.
                 if let Some(k) = map.keys().next().cloned() {
-                    map.remove(&k);
+                    map.remove::<K>(&k);
                 }
             }
         }
-        map.insert(key.clone(), next);
+        // A new key starts with its whole allowance: `tolerance` is never negative.
+        map.insert(key.to_owned(), now + self.interval);
         Ok(())
     }
 
@@ -314,7 +323,7 @@ impl Limits {
     pub fn check_api(&self, client_id: &str) -> Result<(), TooMany> {
         match &self.api {
             Some(l) => l
-                .check(&client_id.to_owned())
+                .check(client_id)
                 .map_err(|d| self.refuse(Limit::ApiClient, d)),
             None => Ok(()),
         }
@@ -323,9 +332,7 @@ impl Limits {
     /// One proxied request by `client_id` (on top of `check_api`).
     pub fn check_proxy(&self, client_id: &str) -> Result<(), TooMany> {
         match &self.proxy {
-            Some(l) => l
-                .check(&client_id.to_owned())
-                .map_err(|d| self.refuse(Limit::Proxy, d)),
+            Some(l) => l.check(client_id).map_err(|d| self.refuse(Limit::Proxy, d)),
             None => Ok(()),
         }
     }

@@ -141,10 +141,9 @@ impl<S: RouteService> tower::Service<Request> for RequestSpanService<S> {
 
     fn call(&mut self, req: Request) -> Self::Future {
         let span = make_span(&req);
-        let inner = {
-            let _in = span.enter();
-            self.0.call(req)
-        };
+        // Outside the span: routing and the edge's limits, which log nothing. The request's
+        // own work (extractors, handler, rendering) runs when the future is polled, inside it.
+        let inner = self.0.call(req);
         RequestSpanFuture {
             inner,
             span,

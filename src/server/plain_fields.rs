@@ -33,6 +33,28 @@ impl<'w> PlainVisitor<'w> {
     }
 
     fn write_plain(&mut self, name: &str, value: &dyn fmt::Debug) {
+        self.write_with(name, |w| write!(w, "{value:?}"));
+    }
+
+    /// `name=value` for a string: quoted as `{:?}` quotes it. A string that `{:?}` writes
+    /// unchanged between its quotes (printable ASCII without `"` and `\`: request ids, paths,
+    /// provider names) is copied as it is, without escaping it character by character.
+    fn write_plain_str(&mut self, name: &str, value: &str) {
+        let verbatim = value
+            .bytes()
+            .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\');
+        if verbatim {
+            self.write_with(name, |w| {
+                w.write_char('"')?;
+                w.write_str(value)?;
+                w.write_char('"')
+            });
+        } else {
+            self.write_plain(name, &value);
+        }
+    }
+
+    fn write_with(&mut self, name: &str, value: impl FnOnce(&mut Writer<'w>) -> fmt::Result) {
         if self.result.is_err() {
             return;
         }
@@ -46,7 +68,7 @@ impl<'w> PlainVisitor<'w> {
             .writer
             .write_str(name)
             .and_then(|()| self.writer.write_char('='))
-            .and_then(|()| write!(self.writer, "{value:?}"));
+            .and_then(|()| value(&mut self.writer));
     }
 
     /// One field through `DefaultVisitor`, continuing this visitor's spacing.
@@ -67,7 +89,7 @@ impl<'w> PlainVisitor<'w> {
 impl Visit for PlainVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if Self::is_plain(field.name()) {
-            self.write_plain(field.name(), &value);
+            self.write_plain_str(field.name(), value);
         } else {
             self.delegate(field.name(), |v| v.record_str(field, value));
         }
@@ -143,6 +165,12 @@ mod tests {
                 method = %"POST",
                 path = %"/v1/tokens",
                 request_id = "a\"b\\c\u{1b}[31m",
+                // Strings copied as they are, and strings on each side of that rule.
+                verbatim = "req-01H_x9 /v1/tokens?a=b&c=~!#$%'()*+,-.:;<=>@[]^`{|}",
+                tab = "a\tb",
+                accented = "caf\u{e9}",
+                quote = "\"",
+                empty = "",
                 status = tracing::field::Empty,
                 n = 3_u64,
                 r#type = "x",

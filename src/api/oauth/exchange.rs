@@ -2,7 +2,6 @@
 //! token (`subject_token`) for that user's provider token, the standard way to ask what
 //! `POST /v1/tokens` answers. Only the token-exchange grant is served.
 
-use axum::Json;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, header};
@@ -12,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::client::BasicClient;
 use super::error::{OAuthCode, OAuthError};
 use crate::AppState;
-use crate::api::ApiLang;
 use crate::api::tokens::TokenResponse;
+use crate::api::{ApiJson, ApiLang};
 use crate::config::ClientConfig;
 use crate::connect::token_exchange::{ExchangeAsk, Target};
 use crate::grants::tokens::FreshToken;
@@ -136,7 +135,7 @@ pub async fn exchange(
         lang,
     };
     let (token, provider) = state.connect.exchange_token(ask).await?;
-    let mut resp = Json(ExchangeResponse::new(token, &provider)).into_response();
+    let mut resp = ApiJson(ExchangeResponse::new(token, &provider)).into_response();
     let h = resp.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
