@@ -28,11 +28,13 @@ pub struct Args {
     /// wrk's threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
-    /// Seconds measured per cell (each after a 2 s wrk run that is not counted).
-    #[arg(long, default_value_t = 8)]
+    /// Seconds measured per cell. Short cells, many of them: on shared cores every party's CPU
+    /// per request drifts between levels over seconds, and a ratio is fair only when both of
+    /// its halves saw the same level; alternating every 2 s puts them close together in time.
+    #[arg(long, default_value_t = 2)]
     pub duration: u64,
-    /// Alternations of fixed JSON and token fetch per engine.
-    #[arg(long, default_value_t = 3)]
+    /// Alternations of fixed JSON and token fetch per engine (the median ratio is reported).
+    #[arg(long, default_value_t = 15)]
     pub rounds: usize,
     /// Serve the token fetch from the release binary as its own process (`mcp-connect serve`,
     /// `$MCP_CONNECT_BIN` or `target/release/mcp-connect`) instead of in this process.
