@@ -96,9 +96,10 @@ struct PoolLabels {
 }
 
 /// One method, route and status's series of `mcp_connect_http_requests_total` and
-/// `mcp_connect_http_request_duration_seconds`, held as the families' own handles: a route's
-/// edge keeps the one it answers most (`server::edge`) and counts each request with two atomic
-/// updates instead of two hashed lookups under the families' locks.
+/// `mcp_connect_http_request_duration_seconds`, held as the families' own handles (which are
+/// never removed from them): a route's edge keeps the one of its first successful answer, which
+/// most of its answers share (`server::edge`), and counts each of those with two atomic updates
+/// instead of two hashed lookups under the families' locks.
 #[derive(Clone)]
 pub struct RouteRecorder {
     method: &'static str,

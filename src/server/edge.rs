@@ -94,7 +94,8 @@ pub struct EdgeService<S> {
     /// wraps each route on its own, so it is one pattern (the fallback sees none); a request
     /// with another pattern still gets its own label, only not the shared copy.
     route: Arc<std::sync::OnceLock<Arc<str>>>,
-    /// The metrics of the first answer's method, route and status, which most answers share.
+    /// The metrics of the first successful answer's method, route and status, which most
+    /// answers share.
     recorder: Arc<std::sync::OnceLock<RouteRecorder>>,
 }
 
@@ -244,7 +245,11 @@ where
             _ => {
                 let r = me.metrics.route_recorder(me.method, route, status);
                 r.record(seconds);
-                let _ = me.recorder.set(r);
+                // Kept for a success only: a route's first answer may be a refusal (a client
+                // with a wrong key at start-up) that its later answers do not share.
+                if resp.status().is_success() {
+                    let _ = me.recorder.set(r);
+                }
             }
         }
         Poll::Ready(Ok(resp))
@@ -336,5 +341,72 @@ mod tests {
             let r = call(m, p).await.unwrap();
             assert_eq!(r.status(), StatusCode::OK, "{m} {p}");
         }
+    }
+
+    /// Each answer counted under its own method, route and status, whether it is the route's
+    /// kept series (its first success) or not: a refusal first, then successes, another status,
+    /// another method.
+    #[tokio::test]
+    async fn every_answer_is_counted_under_its_own_labels() {
+        async fn answer(axum::extract::Path(code): axum::extract::Path<u16>) -> StatusCode {
+            StatusCode::from_u16(code).unwrap()
+        }
+        let metrics = crate::metrics::Metrics::new();
+        // With its state given, as the service's router is: the routes (and their edges, with
+        // the series they keep) are made once, not for each request.
+        let app = Router::new()
+            .route("/n/{code}", post(answer).get(answer))
+            .layer(Edge::without_limits(
+                metrics.clone(),
+                Duration::from_secs(5),
+            ))
+            .with_state(());
+        for (m, code) in [
+            ("POST", 401),
+            ("POST", 200),
+            ("POST", 200),
+            ("POST", 200),
+            ("POST", 404),
+            ("GET", 200),
+            ("POST", 200),
+        ] {
+            let req = axum::http::Request::builder()
+                .method(m)
+                .uri(format!("/n/{code}"))
+                .body(Body::empty())
+                .unwrap();
+            let r = app.clone().oneshot(req).await.unwrap();
+            assert_eq!(r.status().as_u16(), code);
+        }
+        let text = metrics.render(
+            crate::metrics::PoolReading {
+                open: 0,
+                idle: 0,
+                max: 0,
+            },
+            crate::metrics::CacheReading::default(),
+        );
+        let series = |m: &str, status: u16| {
+            let name = format!(
+                "mcp_connect_http_requests_total{{method=\"{m}\",route=\"/n/{{code}}\",status=\"{status}\"}} "
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(name.as_str()))
+                .map(|v| v.trim().to_owned())
+        };
+        assert_eq!(series("POST", 401).as_deref(), Some("1"), "{text}");
+        assert_eq!(series("POST", 200).as_deref(), Some("4"), "{text}");
+        assert_eq!(series("POST", 404).as_deref(), Some("1"), "{text}");
+        assert_eq!(series("GET", 200).as_deref(), Some("1"), "{text}");
+        let timed = |m: &str| {
+            let name = format!(
+                "mcp_connect_http_request_duration_seconds_count{{method=\"{m}\",route=\"/n/{{code}}\"}} "
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(name.as_str()))
+                .map(|v| v.trim().to_owned())
+        };
+        assert_eq!(timed("POST").as_deref(), Some("6"), "{text}");
+        assert_eq!(timed("GET").as_deref(), Some("1"), "{text}");
     }
 }
