@@ -386,25 +386,25 @@ mod tests {
             },
             crate::metrics::CacheReading::default(),
         );
-        let series = |m: &str, status: u16| {
-            let name = format!(
-                "mcp_connect_http_requests_total{{method=\"{m}\",route=\"/n/{{code}}\",status=\"{status}\"}} "
-            );
+        // The value of one series, named as the exposition writes it.
+        let value = |series: String| {
             text.lines()
-                .find_map(|l| l.strip_prefix(name.as_str()))
+                .find_map(|l| l.strip_prefix(&format!("{series} ")))
                 .map(|v| v.trim().to_owned())
+        };
+        let series = |m: &str, status: u16| {
+            value(format!(
+                "mcp_connect_http_requests_total{{method=\"{m}\",route=\"/n/{{code}}\",status=\"{status}\"}}"
+            ))
         };
         assert_eq!(series("POST", 401).as_deref(), Some("1"), "{text}");
         assert_eq!(series("POST", 200).as_deref(), Some("4"), "{text}");
         assert_eq!(series("POST", 404).as_deref(), Some("1"), "{text}");
         assert_eq!(series("GET", 200).as_deref(), Some("1"), "{text}");
         let timed = |m: &str| {
-            let name = format!(
-                "mcp_connect_http_request_duration_seconds_count{{method=\"{m}\",route=\"/n/{{code}}\"}} "
-            );
-            text.lines()
-                .find_map(|l| l.strip_prefix(name.as_str()))
-                .map(|v| v.trim().to_owned())
+            value(format!(
+                "mcp_connect_http_request_duration_seconds_count{{method=\"{m}\",route=\"/n/{{code}}\"}}"
+            ))
         };
         assert_eq!(timed("POST").as_deref(), Some("6"), "{text}");
         assert_eq!(timed("GET").as_deref(), Some("1"), "{text}");
