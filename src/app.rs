@@ -205,13 +205,10 @@ fn served(
                 "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'",
             )
         });
-    tower::ServiceBuilder::new()
-        .layer(middleware::request_id_layers(
-            &state.config.limits.trusted_proxies,
-        ))
-        .layer(middleware::RequestSpan)
-        .layer(middleware::response_headers(csp, https))
-        .service(routes)
+    tower::Layer::layer(
+        &middleware::Envelope::new(&state.config.limits.trusted_proxies, csp, https),
+        routes,
+    )
 }
 
 /// Deletes expired sessions and flows, expires old elicitations (recording each), deletes audit

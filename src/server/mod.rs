@@ -16,7 +16,7 @@ use std::convert::Infallible;
 use axum::extract::Request;
 use axum::response::Response;
 
-/// What the hand-written layers (`edge::Edge`, `middleware::RequestSpan`) wrap: the routes as a
+/// What the hand-written layers (`edge::Edge`, `middleware::Envelope`) wrap: the routes as a
 /// service that never fails and whose answer is `Unpin`, so the layers' futures poll it in place
 /// instead of boxing it.
 pub trait RouteService:
