@@ -92,19 +92,22 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for RequestId {
 /// and a response map: no extensions, classifier, body wrapper or per-request debug events, and
 /// one future per request instead of four.
 #[derive(Clone)]
-pub struct Envelope {
-    trusted_proxies: std::sync::Arc<[IpNet]>,
+pub struct Envelope(std::sync::Arc<EnvelopeConfig>);
+
+/// What the envelope needs, shared: each request's future holds one reference to it.
+struct EnvelopeConfig {
+    trusted_proxies: Vec<IpNet>,
     csp: HeaderValue,
     https: bool,
 }
 
 impl Envelope {
     pub fn new(trusted_proxies: &[IpNet], csp: HeaderValue, https: bool) -> Self {
-        Self {
-            trusted_proxies: trusted_proxies.into(),
+        Self(std::sync::Arc::new(EnvelopeConfig {
+            trusted_proxies: trusted_proxies.to_vec(),
             csp,
             https,
-        }
+        }))
     }
 }
 
@@ -137,7 +140,7 @@ impl<S: RouteService> tower::Service<Request> for EnvelopeService<S> {
     }
 
     fn call(&mut self, mut req: Request) -> Self::Future {
-        let request_id = settle_request_id(&mut req, &self.envelope.trusted_proxies);
+        let request_id = settle_request_id(&mut req, &self.envelope.0.trusted_proxies);
         let span = make_span(&req);
         // Outside the span: routing and the edge's limits, which log nothing. The request's
         // own work (extractors, handler, rendering) runs when the future is polled, inside it.
@@ -245,14 +248,14 @@ impl Envelope {
     /// `Strict-Transport-Security` when https (once a browser has seen the service over https it
     /// never tries plain http again).
     fn seal(&self, resp: &mut Response) {
-        set_security_headers(resp, &self.csp);
+        set_security_headers(resp, &self.0.csp);
         // A refused request's body is never read, so the connection cannot carry another
         // request: say so, rather than let a keep-alive client find a broken pipe.
         if resp.status() == axum::http::StatusCode::TOO_MANY_REQUESTS {
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        if self.https {
+        if self.0.https {
             resp.headers_mut().insert(
                 header::STRICT_TRANSPORT_SECURITY,
                 HeaderValue::from_static(HSTS),
