@@ -177,6 +177,10 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// The most headers an API answer carries: its content type, the five security headers,
+/// `Strict-Transport-Security`, the request id and a refusal's `Connection: close`.
+const ANSWER_HEADERS: usize = 9;
+
 /// As an answer: the value as a JSON body (`Content-Type: application/json`). Written into one
 /// buffer sized for a token answer, so the common answer grows it at most once (axum's `Json`
 /// starts at 128 bytes and writes through a `BytesMut` writer).
@@ -186,6 +190,9 @@ impl<T: serde::Serialize> axum::response::IntoResponse for ApiJson<T> {
         match serde_json::to_writer(&mut buf, &self.0) {
             Ok(()) => {
                 let mut resp = axum::response::Response::new(axum::body::Body::from(buf));
+                // Room for the headers every answer gets on its way out (`Envelope::seal`),
+                // so the map is allocated once rather than grown and rehashed there.
+                *resp.headers_mut() = axum::http::HeaderMap::with_capacity(ANSWER_HEADERS);
                 resp.headers_mut().insert(
                     header::CONTENT_TYPE,
                     axum::http::HeaderValue::from_static("application/json"),

@@ -161,9 +161,14 @@ impl TokenResponse {
         provider: &crate::providers::Provider,
     ) -> Self {
         let secret = t.access_token.expose_secret().to_owned();
+        let settings = provider
+            .credential
+            .as_ref()
+            .filter(|_| crate::config::AuthKind::is_credential_type(&t.token_type));
+        let basic = t.token_type == "basic";
         let mut r = TokenResponse {
             access_token: String::new(),
-            token_type: t.token_type.clone(),
+            token_type: t.token_type,
             expires_at: t.expires_at.map(rfc3339),
             scopes: t.scopes,
             connection_id: t.connection_id,
@@ -178,15 +183,11 @@ impl TokenResponse {
             header_value: None,
             dpop_proof: t.dpop_proof,
         };
-        let settings = provider
-            .credential
-            .as_ref()
-            .filter(|_| crate::config::AuthKind::is_credential_type(&t.token_type));
         if let Some(s) = settings {
             let (name, value) = s.header_for(&secret);
             r.header_name = Some(name);
             r.header_value = Some(value);
-            if t.token_type == "basic" {
+            if basic {
                 r.credential_type = "basic";
                 let (u, p) = secret.split_once(':').unwrap_or((&secret, ""));
                 r.username = Some(u.to_owned());

@@ -78,12 +78,23 @@ where
 /// did before traces existed (`JsonLogFields` does the same for JSON logs).
 struct LogFields;
 
+/// Room for a request span's fields (`method=POST path=/v1/tokens request_id="..."`).
+const FIELDS_CAPACITY: usize = 128;
+
 impl<'w> FormatFields<'w> for LogFields {
     fn format_fields<R: RecordFields>(&self, writer: Writer<'w>, fields: R) -> fmt::Result {
         if writer.has_ansi_escapes() {
             WithoutOtel::record(DefaultVisitor::new(writer, true), fields)
         } else {
-            WithoutOtel::record(super::plain_fields::PlainVisitor::new(writer, true), fields)
+            // Written into a buffer of a request span's usual size first, then copied once: the
+            // span's own string is empty and would grow (and move) four times on the way.
+            let mut out = String::with_capacity(FIELDS_CAPACITY);
+            WithoutOtel::record(
+                super::plain_fields::PlainVisitor::new(Writer::new(&mut out), true),
+                fields,
+            )?;
+            let mut writer = writer;
+            fmt::Write::write_str(&mut writer, &out)
         }
     }
 
