@@ -523,12 +523,13 @@ impl InProcessApp {
     }
 }
 
-/// The fixed-JSON baseline: an axum handler that only returns a fixed body of the size of a
-/// token response, on the server runtime.
+/// The fixed-JSON baseline: an axum handler that only returns a fixed body of the size of the
+/// token answer the bench's connection gets (the same fields, 290 bytes), on the server
+/// runtime.
 pub async fn start_fixed_json(rt: &ServerRuntime) -> anyhow::Result<SocketAddr> {
     rt.rt
         .spawn(async {
-            let body: &'static str = r#"{"access_token":"at-000000000042-0123456789abcdefghijklmnopqrstuv","token_type":"Bearer","expires_at":"2026-12-31T23:59:59Z","scopes":["openid","offline_access","api"],"connection_id":"bench000000000042"}"#;
+            let body: &'static str = r#"{"access_token":"at-000000000042-0123456789abcdefghijklmnopqrstuv","token_type":"Bearer","expires_at":"2026-12-31T23:59:59Z","scopes":["openid","offline_access","api"],"connection_id":"bench000000000042","account":{"id":"","label":null},"metadata":{},"params":{},"credential_type":"oauth2"}"#;
             let app = axum::Router::new().route(
                 "/v1/tokens",
                 axum::routing::post(move || async move {

@@ -95,10 +95,12 @@ fn us(r: &WrkResult, c: &Cpu) -> f64 {
     user + kernel
 }
 
-/// `server + wrk / machine` µs per request, each user + kernel.
+/// `server (user, kernel) + wrk / machine` µs per request, each user + kernel: the server's
+/// split shows how much of its cost is the kernel's (the answer's write, the wake-ups).
 fn costs(r: &WrkResult, spent: &[Cpu; 3]) -> String {
+    let (user, kernel) = spent[0].per_request_us(r.requests);
     format!(
-        "{:.1} + {:.1} / {:.1}",
+        "{:.1} ({user:.1}, {kernel:.1}) + {:.1} / {:.1}",
         us(r, &spent[0]),
         us(r, &spent[1]),
         us(r, &spent[2])
@@ -236,7 +238,7 @@ pub async fn run(args: Args, server: &ServerRuntime) -> anyhow::Result<()> {
     );
     println!(
         "| engine | round | fixed JSON req/s | token req/s | **token ÷ fixed** | fixed p50 / p99 ms | \
-         token p50 / p90 / **p99** / p99.9 ms | non-2xx, socket errors | token fetches from the cache | CPU µs/request: fixed server + wrk / machine | token server + wrk / machine | token server's budget at 0.6× | load |"
+         token p50 / p90 / **p99** / p99.9 ms | non-2xx, socket errors | token fetches from the cache | CPU µs/request: fixed server (user, kernel) + wrk / machine | token server (user, kernel) + wrk / machine | token server's budget at 0.6× | load |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     let api = setup::api_client()?;
