@@ -82,7 +82,7 @@ struct LogFields;
 const FIELDS_CAPACITY: usize = 128;
 
 impl<'w> FormatFields<'w> for LogFields {
-    fn format_fields<R: RecordFields>(&self, writer: Writer<'w>, fields: R) -> fmt::Result {
+    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
         if writer.has_ansi_escapes() {
             WithoutOtel::record(DefaultVisitor::new(writer, true), fields)
         } else {
@@ -93,7 +93,6 @@ impl<'w> FormatFields<'w> for LogFields {
                 super::plain_fields::PlainVisitor::new(Writer::new(&mut out), true),
                 fields,
             )?;
-            let mut writer = writer;
             fmt::Write::write_str(&mut writer, &out)
         }
     }
