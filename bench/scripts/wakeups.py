@@ -36,8 +36,6 @@ EVENTS = [
 ]
 SHORT = {
     "raw_syscalls:sys_enter": "syscalls",
-    "syscalls:sys_enter_writev": "writev",
-    "syscalls:sys_enter_write": "write",
     "syscalls:sys_enter_epoll_wait": "epoll_wait",
     "sched:sched_wakeup": "wake-ups issued",
     "context-switches": "context switches",
@@ -110,7 +108,7 @@ def main() -> None:
         parts = line.strip().split(",")
         if len(parts) < 5 or line.startswith("#"):
             continue
-        t, thread, value, _unit, event = parts[0], parts[1], parts[2], parts[3], parts[4]
+        t, thread, value, event = parts[0], parts[1], parts[2], parts[4]
         try:
             v = float(value)
         except ValueError:
