@@ -5,6 +5,7 @@
 //! codes and states), configured provider names, and fixed outcome words. No label ever holds a
 //! subject, an id or a token.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -79,6 +80,16 @@ struct ProviderLabels {
     provider: String,
 }
 
+/// The status classes of `proxy_requests`, in the order of [`ProxyHandles::classes`].
+const PROXY_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error"];
+
+/// One provider's proxy series; a class's counter joins its family at its first call, so the
+/// scrape shows only the classes seen.
+struct ProxyHandles {
+    seconds: Histogram,
+    classes: [std::sync::OnceLock<Counter>; 6],
+}
+
 /// Proxied calls are often a few milliseconds: 0.5 ms .. ~16 s.
 fn proxy_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
@@ -142,6 +153,9 @@ struct Inner {
     state_refusals: Family<StateRefusalLabels, Counter>,
     proxied: Family<ProxyLabels, Counter>,
     proxy_upstream_seconds: Family<ProviderLabels, Histogram, fn() -> Histogram>,
+    /// Handles into the two proxy families per provider, so a proxied call is counted without
+    /// building and hashing label sets under the families' locks.
+    proxy_handles: std::sync::RwLock<HashMap<String, ProxyHandles>>,
     /// The token cache's figures as read for the scrape in progress (`render`).
     cache: Arc<std::sync::Mutex<CacheReading>>,
 }
@@ -367,6 +381,7 @@ impl Metrics {
             state_refusals,
             proxied,
             proxy_upstream_seconds,
+            proxy_handles: Default::default(),
             cache,
         }))
     }
@@ -450,26 +465,55 @@ impl Metrics {
     /// took to start.
     pub fn proxied(&self, provider: &str, status: Option<u16>, seconds: f64) {
         let class = match status {
-            Some(100..=199) => "1xx",
-            Some(200..=299) => "2xx",
-            Some(300..=399) => "3xx",
-            Some(400..=499) => "4xx",
-            Some(500..=599) => "5xx",
-            _ => "error",
+            Some(100..=199) => 0,
+            Some(200..=299) => 1,
+            Some(300..=399) => 2,
+            Some(400..=499) => 3,
+            Some(500..=599) => 4,
+            _ => 5,
         };
-        self.0
-            .proxied
-            .get_or_create(&ProxyLabels {
-                provider: provider.to_owned(),
-                class,
-            })
-            .inc();
-        self.0
+        {
+            let known = self.0.proxy_handles.read();
+            let known = known.unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = known.get(provider) {
+                self.count_proxied(h, provider, class, seconds);
+                return;
+            }
+        }
+        let histogram = self
+            .0
             .proxy_upstream_seconds
             .get_or_create(&ProviderLabels {
                 provider: provider.to_owned(),
             })
-            .observe(seconds);
+            .clone();
+        let mut all = self
+            .0
+            .proxy_handles
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let h = all
+            .entry(provider.to_owned())
+            .or_insert_with(|| ProxyHandles {
+                seconds: histogram,
+                classes: Default::default(),
+            });
+        self.count_proxied(h, provider, class, seconds);
+    }
+
+    fn count_proxied(&self, h: &ProxyHandles, provider: &str, class: usize, seconds: f64) {
+        h.classes[class]
+            .get_or_init(|| {
+                self.0
+                    .proxied
+                    .get_or_create(&ProxyLabels {
+                        provider: provider.to_owned(),
+                        class: PROXY_CLASSES[class],
+                    })
+                    .clone()
+            })
+            .inc();
+        h.seconds.observe(seconds);
     }
 
     /// Times one call to a provider endpoint, counting it as an error when it fails.
@@ -518,5 +562,33 @@ impl Metrics {
             tracing::warn!(error = %e, "could not encode metrics");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proxied calls count per provider and status class, a class showing once seen; the
+    /// upstream histogram counts every call, answered or not.
+    #[test]
+    fn proxied_calls_count_by_provider_and_class() {
+        let m = Metrics::new();
+        for (provider, status) in [("acme", Some(200)), ("acme", Some(204)), ("acme", None)] {
+            m.proxied(provider, status, 0.01);
+        }
+        m.proxied("beta", Some(503), 0.02);
+        let (open, idle, max) = (0, 0, 1);
+        let text = m.render(PoolReading { open, idle, max }, CacheReading::default());
+        for line in [
+            r#"mcp_connect_proxy_requests_total{provider="acme",class="2xx"} 2"#,
+            r#"mcp_connect_proxy_requests_total{provider="acme",class="error"} 1"#,
+            r#"mcp_connect_proxy_requests_total{provider="beta",class="5xx"} 1"#,
+            r#"mcp_connect_proxy_upstream_duration_seconds_count{provider="acme"} 3"#,
+            r#"mcp_connect_proxy_upstream_duration_seconds_count{provider="beta"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in {text}");
+        }
+        assert!(!text.contains(r#"provider="acme",class="4xx""#), "{text}");
     }
 }

@@ -5,7 +5,7 @@
 
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
 use super::{ApiClient, ApiLang};
@@ -21,6 +21,12 @@ use crate::server::middleware::RequestId;
 pub const REPLAYABLE_BODY: u64 = 64 * 1024;
 
 const PREFIX: &str = "/v1/proxy/";
+
+// Looked up as names, not text: a text name is parsed on every lookup.
+const SUBJECT_TOKEN: HeaderName =
+    HeaderName::from_static(crate::connect::subject::SUBJECT_TOKEN_HEADER);
+const CONNECT_SUBJECT: HeaderName = HeaderName::from_static("connect-subject");
+const CONNECT_ACCOUNT: HeaderName = HeaderName::from_static("connect-account");
 
 /// On an error answered by mcp-connect itself (not passed on from the provider): its code.
 pub const OWN_ERROR: &str = "mcp-connect-error";
@@ -80,12 +86,9 @@ async fn answer(
     state.limits.check_proxy(&client.0.id)?;
     let (parts, body) = req.into_parts();
     let (provider, path) = split(parts.uri.path())?;
-    let subject_token = header(
-        &parts.headers,
-        crate::connect::subject::SUBJECT_TOKEN_HEADER,
-    )?;
-    let subject = header(&parts.headers, "connect-subject")?;
-    let account = header(&parts.headers, "connect-account")?;
+    let subject_token = header(&parts.headers, &SUBJECT_TOKEN)?;
+    let subject = header(&parts.headers, &CONNECT_SUBJECT)?;
+    let account = header(&parts.headers, &CONNECT_ACCOUNT)?;
     super::tokens::validate_account(account)?;
     let l = &state.config.limits;
     let limits = ProxyLimits {
@@ -142,7 +145,7 @@ fn split(path: &str) -> Result<(&str, &str), Error> {
 }
 
 /// A header as text, if sent; one that is not visible ASCII is a 400 naming it.
-fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Error> {
+fn header<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h str>, Error> {
     headers
         .get(name)
         .map(|v| {

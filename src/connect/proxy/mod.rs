@@ -146,9 +146,9 @@ impl Connect {
             .note(
                 &self.db,
                 usage::Use {
-                    client_id: ask.client.id.clone(),
-                    connection_id: token.connection_id.to_string(),
-                    provider: provider.name.clone(),
+                    client_id: &ask.client.id,
+                    connection_id: token.connection_id.as_str(),
+                    provider: &provider.name,
                 },
                 ask.request_id.as_deref(),
             )

@@ -14,6 +14,7 @@
 //! filtered by the policy, and only those are dialled; https uses rustls with the webpki roots
 //! (as reqwest does); no proxy from the environment.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
@@ -50,7 +51,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// each connection's buffer is memory held while it streams.
 const MAX_READ_BUFFER: usize = 64 * 1024;
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// Where a new connection goes (only worked out when one is opened).
 struct Origin {
     https: bool,
     host: String,
@@ -70,6 +71,19 @@ impl Origin {
                 .to_owned(),
             port: url.port_or_known_default().unwrap_or(80),
         })
+    }
+}
+
+/// The idle map's key for `url`: its scheme, host and port as the url crate serialises them
+/// (the host lower-cased, a default port left out), so one origin has one key. A URL naming a
+/// user (never one the proxy builds, but a configured base could) gets the same key as one
+/// without.
+fn origin_key(url: &url::Url) -> Cow<'_, str> {
+    if url.username().is_empty() && url.password().is_none() {
+        Cow::Borrowed(&url[..url::Position::AfterPort])
+    } else {
+        let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
+        Cow::Owned(format!("{}://{authority}", url.scheme()))
     }
 }
 
@@ -142,6 +156,8 @@ type Driver = http1::Connection<TokioIo<Stream>, OutBody>;
 /// One connection: the handle requests are sent on, and the future that does its I/O (polled
 /// by whoever holds the connection).
 struct Conn {
+    /// The idle list it goes back to ([`origin_key`]).
+    origin: Arc<str>,
     sender: http1::SendRequest<OutBody>,
     driver: Pin<Box<Driver>>,
     /// The driver finished (the connection closed); it must not be polled again.
@@ -176,7 +192,9 @@ impl Conn {
 
 /// The pool, one per application (cheap to share).
 pub struct Pool {
-    idle: Mutex<HashMap<Origin, Vec<Conn>>>,
+    /// Idle connections by [`origin_key`]: looked up by the URL's own text, so a call that
+    /// finds one allocates nothing for it.
+    idle: Mutex<HashMap<Arc<str>, Vec<Conn>>>,
     tls: tokio_rustls::TlsConnector,
     policy: Arc<Policy>,
 }
@@ -215,18 +233,17 @@ impl Pool {
         self.policy
             .check_url(url)
             .map_err(|_| ForwardError::Refused)?;
-        let origin = Origin::of(url)?;
-        let authority = match url.port() {
-            Some(p) => format!("{}:{p}", url.host_str().unwrap_or_default()),
-            None => url.host_str().unwrap_or_default().to_owned(),
-        };
-        let host = header::HeaderValue::from_str(&authority)
+        // The URL's own `host[:port]`, as the url crate serialised it: a bracketed IPv6
+        // address, no default port.
+        let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
+        let host = header::HeaderValue::from_str(authority)
             .map_err(|_| ForwardError::Unreachable("the host is not a header value".into()))?;
         req.headers_mut().insert(header::HOST, host);
+        let key = origin_key(url);
         loop {
-            let (mut conn, pooled) = match self.checkout(&origin) {
+            let (mut conn, pooled) = match self.checkout(&key) {
                 Some(c) => (c, true),
-                None => (self.connect(&origin).await?, false),
+                None => (self.connect(url, &key).await?, false),
             };
             if !conn.ready().await {
                 if pooled {
@@ -250,10 +267,10 @@ impl Pool {
                     // Nothing to read (a HEAD, a 204, `Content-Length: 0`): the connection is
                     // free at once, even if the body is never polled.
                     let conn = if resp.body().is_end_stream() {
-                        self.checkin(origin, conn);
+                        self.checkin(conn);
                         None
                     } else {
-                        Some((conn, origin, self.clone()))
+                        Some((conn, self.clone()))
                     };
                     return Ok(resp.map(|body| Incoming { body, conn }));
                 }
@@ -266,9 +283,9 @@ impl Pool {
         }
     }
 
-    fn checkout(&self, origin: &Origin) -> Option<Conn> {
+    fn checkout(&self, key: &str) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let list = idle.get_mut(origin)?;
+        let list = idle.get_mut(key)?;
         while let Some(c) = list.pop() {
             if c.idle_since.elapsed() < IDLE_TIMEOUT && !c.closed && !c.sender.is_closed() {
                 return Some(c);
@@ -277,14 +294,14 @@ impl Pool {
         None
     }
 
-    fn checkin(&self, origin: Origin, mut conn: Conn) {
+    fn checkin(&self, mut conn: Conn) {
         if conn.closed || conn.sender.is_closed() {
             return;
         }
         let now = Instant::now();
         conn.idle_since = now;
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let list = idle.entry(origin).or_default();
+        let list = idle.entry(conn.origin.clone()).or_default();
         // The oldest go first: they are the likeliest to have been closed by the provider.
         // Each connection joins at the end and `checkout` takes from the end, so the list runs
         // from the longest idle to the shortest and the ones past their time are a prefix.
@@ -314,8 +331,9 @@ impl Pool {
         idle.values().map(Vec::len).sum()
     }
 
-    /// A new connection to `origin`, to an address the policy allows.
-    async fn connect(&self, origin: &Origin) -> Result<Conn, ForwardError> {
+    /// A new connection to `url`'s origin (`key`), to an address the policy allows.
+    async fn connect(&self, url: &url::Url, key: &str) -> Result<Conn, ForwardError> {
+        let origin = &Origin::of(url)?;
         let addrs = super::super::resolve_allowed(&self.policy, &origin.host, origin.port)
             .await
             .map_err(|e| match e {
@@ -344,6 +362,7 @@ impl Pool {
             .await
             .map_err(|e| ForwardError::Unreachable(e.to_string()))?;
         Ok(Conn {
+            origin: Arc::from(key),
             sender,
             driver: Box::pin(driver),
             closed: false,
@@ -368,7 +387,7 @@ async fn dial(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
 /// the connection, and the connection goes back to the pool when the body has ended.
 pub struct Incoming {
     body: hyper::body::Incoming,
-    conn: Option<(Conn, Origin, Arc<Pool>)>,
+    conn: Option<(Conn, Arc<Pool>)>,
 }
 
 impl Body for Incoming {
@@ -380,7 +399,7 @@ impl Body for Incoming {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
-        if let Some((conn, _, _)) = &mut this.conn {
+        if let Some((conn, _)) = &mut this.conn {
             conn.drive(cx);
         }
         let frame = ready!(Pin::new(&mut this.body).poll_frame(cx));
@@ -395,8 +414,8 @@ impl Body for Incoming {
             }
             Some(Ok(_)) => this.body.is_end_stream(),
         };
-        if ended && let Some((conn, origin, pool)) = this.conn.take() {
-            pool.checkin(origin, conn);
+        if ended && let Some((conn, pool)) = this.conn.take() {
+            pool.checkin(conn);
         }
         Poll::Ready(frame)
     }
