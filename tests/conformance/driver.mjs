@@ -22,8 +22,8 @@ import path from 'node:path';
 
 import { startPeers } from '../peers/peers.mjs';
 import {
-  IDENTITY_SECRET, closeAll, freePort, launchBrowser, logTail, newPage, signIn, sleep,
-  startService, stopChild, toml, waitForOrigin, waitReady,
+  IDENTITY_SECRET, closeAll, launchBrowser, logTail, newPage, signIn, sleep,
+  reservePort, startService, stopChild, toml, waitForOrigin, waitReady,
 } from '../e2e/lib.mjs';
 
 const PROVIDER = 'conf';
@@ -54,10 +54,11 @@ setTimeout(() => {
 }, WATCHDOG_MS).unref();
 
 async function startStack() {
-  const port = await freePort();
+  const { port, release } = await reservePort();
   const base = `http://127.0.0.1:${port}`;
   const peerLogs = [];
-  const peers = await startPeers({ connectUrl: base, providerName: PROVIDER, log: (l) => peerLogs.push(l) });
+  const peers = await startPeers({ connectUrl: base, providerName: PROVIDER, log: (l) => peerLogs.push(l) })
+    .finally(release);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcp-connect-conformance-'));
   const apiKey = crypto.randomBytes(32).toString('base64url');
   // Pre-registered credentials (auth/pre-registration) are what an operator would configure.

@@ -71,13 +71,23 @@ export async function closeAll() {
 
 export const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 
-export function freePort() {
+export async function freePort() {
+  const { port, release } = await reservePort();
+  await release();
+  return port;
+}
+
+// A free loopback port, held until `release()`. Whatever starts between choosing a port and
+// binding it (the OAuth peers, their outgoing connections) takes ephemeral ports of its own,
+// and could be handed that very port: mcp-connect then fails to start with "Address already in
+// use". Held, it is only free for the moment mcp-connect takes to start.
+export function reservePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.once('error', reject);
     srv.listen(0, '127.0.0.1', () => {
       const { port } = srv.address();
-      srv.close(() => resolve(port));
+      resolve({ port, release: () => new Promise((done) => srv.close(() => done())) });
     });
   });
 }
@@ -181,7 +191,8 @@ export async function waitReady(base, service, timeoutMs = 60_000) {
 
 // Starts peers + mcp-connect for one database; returns everything a test needs.
 export async function startStack(kind, { extraToml = '' } = {}) {
-  const port = await freePort();
+  const { port, release } = await reservePort();
+  cleanups.push(release);
   const base = `http://127.0.0.1:${port}`;
   const peerLogs = [];
   const peers = await startPeers({
@@ -219,6 +230,7 @@ export async function startStack(kind, { extraToml = '' } = {}) {
   const configFile = writeConfig(dir, {
     port, databaseUrl, ...secrets, identity: peers.identity, upstream: peers.upstream, extraToml,
   });
+  await release();
   const service = startService(configFile, kind);
   // Registered after the database cleanup so they run first (cleanups run in reverse).
   cleanups.push(dropDatabase);

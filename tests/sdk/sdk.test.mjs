@@ -108,11 +108,22 @@ const cleanups = [];
 let browser;
 let stack;
 
-function freePort() {
+async function freePort() {
+  const { port, release } = await reservePort();
+  await release();
+  return port;
+}
+
+// A free loopback port held until `release()`, so that nothing started meanwhile (the OAuth
+// peers) is handed it as an ephemeral port of its own (tests/e2e/lib.mjs says more).
+function reservePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      resolve({ port, release: () => new Promise((done) => srv.close(() => done())) });
+    });
   });
 }
 
@@ -157,7 +168,8 @@ async function waitFor(url, proc, what, ok = (s) => s < 500) {
 }
 
 async function startStack() {
-  const port = await freePort();
+  const { port, release } = await reservePort();
+  cleanups.push(release);
   const base = `http://127.0.0.1:${port}`;
   const peerLogs = [];
   const peers = await startPeers({ connectUrl: base, log: (l) => { peerLogs.push(l); if (VERBOSE) process.stderr.write(`[peers] ${l}\n`); } });
@@ -195,6 +207,7 @@ scopes = ["openid", "offline_access", "api"]
 api_base_url = ${toml(`${peers.upstream}/api`)}
 `, { mode: 0o600 });
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MCP_CONNECT_')));
+  await release();
   const service = run('mcp-connect', BIN, ['serve', '--config', config], { env: { ...env, RUST_LOG: 'info,mcp_connect=debug', NO_COLOR: '1' } });
   cleanups.push(() => stop(service.child));
   await waitFor(`${base}/readyz`, service, 'mcp-connect', (s) => s === 200);
