@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use aes_gcm::aead::{Aead, KeyInit, OsRng, Payload};
+use aes_gcm::aead::{Aead, AeadInPlace, KeyInit, OsRng, Payload};
 use aes_gcm::{AeadCore, Aes256Gcm, Nonce};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
@@ -30,6 +30,10 @@ struct Key {
     id: String,
     cipher: Aes256Gcm,
 }
+
+/// AES-GCM's nonce and tag, in bytes: a sealed value is `nonce || ciphertext || tag`.
+const NONCE_LEN: usize = 12;
+const TAG_LEN: usize = 16;
 
 /// The configured keys: the first seals, all open.
 #[derive(Clone)]
@@ -117,47 +121,112 @@ impl KeyRing {
                 },
             )
             .map_err(|_| CryptoError::Seal)?;
-        let mut out = Vec::with_capacity(12 + ct.len());
+        let mut out = Vec::with_capacity(NONCE_LEN + ct.len());
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&ct);
         Ok(format!("{}.{}", key.id, URL_SAFE_NO_PAD.encode(out)))
     }
 
     pub fn open(&self, sealed: &str, aad: &str) -> Result<Vec<u8>, CryptoError> {
-        let (id, body) = sealed.split_once('.').ok_or(CryptoError::Malformed)?;
+        self.open_sealed(&Sealed::parse(sealed), aad)
+    }
+
+    /// Opens a value parsed before (see [`Sealed`]).
+    pub fn open_sealed(&self, sealed: &Sealed, aad: &str) -> Result<Vec<u8>, CryptoError> {
+        let Sealed::Parsed { key_id, raw } = sealed else {
+            return Err(CryptoError::Malformed);
+        };
         let key = self
             .keys
             .iter()
-            .find(|k| k.id == id)
-            .ok_or_else(|| CryptoError::UnknownKey(id.to_owned()))?;
-        let raw = URL_SAFE_NO_PAD
-            .decode(body)
-            .map_err(|_| CryptoError::Malformed)?;
-        if raw.len() < 12 + 16 {
-            return Err(CryptoError::Malformed);
-        }
-        let (nonce, ct) = raw.split_at(12);
+            .find(|k| *k.id == **key_id)
+            .ok_or_else(|| CryptoError::UnknownKey(key_id.to_string()))?;
+        let (nonce, rest) = raw.split_at(NONCE_LEN);
+        let (ct, tag) = rest.split_at(rest.len() - TAG_LEN);
+        let mut plain = ct.to_vec();
         key.cipher
-            .decrypt(
+            .decrypt_in_place_detached(
                 Nonce::from_slice(nonce),
-                Payload {
-                    msg: ct,
-                    aad: aad.as_bytes(),
-                },
+                aad.as_bytes(),
+                &mut plain,
+                aes_gcm::Tag::from_slice(tag),
             )
-            .map_err(|_| CryptoError::Authentication)
+            .map_err(|_| CryptoError::Authentication)?;
+        Ok(plain)
     }
 
-    pub fn open_string(&self, sealed: &str, aad: &str) -> Result<SecretString, CryptoError> {
-        let bytes = self.open(sealed, aad)?;
+    pub fn open_sealed_string(
+        &self,
+        sealed: &Sealed,
+        aad: &str,
+    ) -> Result<SecretString, CryptoError> {
+        let bytes = self.open_sealed(sealed, aad)?;
         String::from_utf8(bytes)
             .map(SecretString::from)
             .map_err(|_| CryptoError::Malformed)
     }
 
+    pub fn open_string(&self, sealed: &str, aad: &str) -> Result<SecretString, CryptoError> {
+        self.open_sealed_string(&Sealed::parse(sealed), aad)
+    }
+
     /// The key id a sealed value was made with.
     pub fn key_id_of(sealed: &str) -> Option<&str> {
         sealed.split_once('.').map(|(id, _)| id)
+    }
+}
+
+/// A sealed value (`keyid.base64url(nonce || ciphertext || tag)`, as [`KeyRing::seal`] makes
+/// it) parsed into its key id and bytes. Values that are opened again and again (the token
+/// cache's rows, on every fetch) are parsed once, when read. Still sealed: it opens only with
+/// the key and the associated data.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Sealed {
+    Parsed {
+        key_id: Box<str>,
+        raw: Box<[u8]>,
+    },
+    /// Not a sealed value: it never opens (`CryptoError::Malformed`), as it would not have as
+    /// text; whatever holds it can still be read, listed and revoked.
+    Malformed,
+}
+
+impl Sealed {
+    pub fn parse(text: &str) -> Self {
+        let parsed = text.split_once('.').and_then(|(id, body)| {
+            let raw = URL_SAFE_NO_PAD.decode(body).ok()?;
+            (raw.len() >= NONCE_LEN + TAG_LEN).then(|| Self::Parsed {
+                key_id: id.into(),
+                raw: raw.into(),
+            })
+        });
+        parsed.unwrap_or(Self::Malformed)
+    }
+
+    /// The id of the key it was sealed with; `None` when malformed.
+    pub fn key_id(&self) -> Option<&str> {
+        match self {
+            Self::Parsed { key_id, .. } => Some(key_id),
+            Self::Malformed => None,
+        }
+    }
+
+    /// Bytes held.
+    pub fn held_bytes(&self) -> usize {
+        match self {
+            Self::Parsed { key_id, raw } => key_id.len() + raw.len(),
+            Self::Malformed => 0,
+        }
+    }
+}
+
+/// Names the key only: the bytes are of no use to a reader, and lengths say little.
+impl fmt::Debug for Sealed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.key_id() {
+            Some(id) => write!(f, "Sealed({id})"),
+            None => f.write_str("Sealed(malformed)"),
+        }
     }
 }
 
@@ -375,6 +444,41 @@ mod tests {
         assert!(matches!(
             r.open("garbage", "a"),
             Err(CryptoError::Malformed)
+        ));
+    }
+
+    /// A value parsed once opens as its text does, every time, and says no more than its key.
+    #[test]
+    fn a_parsed_value_opens_as_its_text() {
+        let r = ring(&[&generate_key("k1")]);
+        let aad = connection_aad("c1", "access_token");
+        let text = r.seal(b"gho_secret", &aad).unwrap();
+        let parsed = Sealed::parse(&text);
+        assert_eq!(parsed.key_id(), Some("k1"));
+        for _ in 0..2 {
+            assert_eq!(r.open_sealed(&parsed, &aad).unwrap(), b"gho_secret");
+        }
+        assert_eq!(
+            r.open_sealed_string(&parsed, &aad).unwrap().expose_secret(),
+            "gho_secret"
+        );
+        assert!(matches!(
+            r.open_sealed(&parsed, &connection_aad("c2", "access_token")),
+            Err(CryptoError::Authentication)
+        ));
+        assert_eq!(format!("{parsed:?}"), "Sealed(k1)");
+        for bad in ["garbage", "k1.!!!", "k1.AAAA", ""] {
+            let p = Sealed::parse(bad);
+            assert_eq!(p, Sealed::Malformed, "{bad}");
+            assert_eq!(p.key_id(), None);
+            assert!(matches!(
+                r.open_sealed(&p, &aad),
+                Err(CryptoError::Malformed)
+            ));
+        }
+        assert!(matches!(
+            ring(&[&generate_key("k2")]).open_sealed(&parsed, &aad),
+            Err(CryptoError::UnknownKey(id)) if id == "k1"
         ));
     }
 

@@ -8,14 +8,22 @@
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-/// Seconds since the Unix epoch.
+/// Seconds since the Unix epoch. Read on every token fetch: straight from the system clock,
+/// without the calendar date `OffsetDateTime::now_utc` works out as well.
 pub fn now() -> i64 {
-    OffsetDateTime::now_utc().unix_timestamp()
+    since_epoch().as_secs() as i64
 }
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
-    (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
+    since_epoch().as_millis() as i64
+}
+
+/// A clock set before 1970 reads as the epoch itself.
+fn since_epoch() -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 /// Today's date, UTC.

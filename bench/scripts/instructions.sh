@@ -2,9 +2,11 @@
 # User-space instructions per request, counted by valgrind (callgrind) rather than timed: the
 # token fetch (the release binary, as `token-wrk --binary` serves it) and the fixed-JSON axum
 # handler (the bench's own server) in one `token-wrk` run, both processes under callgrind.
-# Counts are collected only inside hyper's connection task (`--toggle-collect` on
-# `Dispatcher::poll_catch`): parsing, the whole service, writing; not start-up, background
-# tasks or the SQLite worker threads. Requests are counted as hyper's request-head parses.
+# Counts are collected only inside the runtime's task polls (`--toggle-collect` on
+# `tokio::runtime::task::raw::poll`): the connection tasks (parsing, the whole service,
+# writing) and the few background tasks; not start-up or the SQLite worker threads. A
+# whole-program build inlines hyper's connection future into that poll, so no narrower
+# function is there to toggle on. Requests are counted by `callgrind-per-request.py`.
 #
 # An instruction count is not a time (the kernel's side, cache misses and stalls are not in it)
 # but it is the same from run to run on a noisy machine, so two builds compare exactly:
@@ -25,7 +27,7 @@ engine=${4:-sqlite}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 rm -f "$out"/callgrind.*
-toggle='hyper::proto::h1::dispatch::Dispatcher*poll_catch*'
+toggle='tokio::runtime::task::raw::poll*'
 wrapper="$out/under-callgrind.sh"
 cat >"$wrapper" <<WRAP
 #!/bin/sh

@@ -1,5 +1,7 @@
 //! `POST /v1/tokens`: a valid access token for a user's connection, or what to do instead.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
@@ -9,7 +11,9 @@ use crate::AppState;
 use crate::api::error::ApiError;
 use crate::connect::token_request::{Awaited, ProofFor, TokenAsk, Whose};
 use crate::error::Error;
+use crate::grants::tokens::FreshToken;
 use crate::ids::{ConnectionId, ProviderName};
+use crate::providers::Provider;
 use crate::server::middleware::RequestId;
 use crate::time::rfc3339;
 
@@ -110,17 +114,19 @@ pub struct DpopRequest {
     pub nonce: Option<String>,
 }
 
+// Borrowed from the token and its connection: nothing is copied to write it. (A plain comment:
+// a doc comment would become the schema's description.)
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct TokenResponse {
+pub struct TokenResponse<'a> {
     /// The OAuth access token; for `api_key` and `basic` credentials, the key or
     /// `username:password` (use `header_name` and `header_value` to present it).
-    pub access_token: String,
-    pub token_type: String,
+    pub access_token: &'a str,
+    pub token_type: &'a str,
     /// RFC 3339; absent when the provider's token does not expire.
     pub expires_at: Option<String>,
-    pub scopes: Vec<String>,
+    pub scopes: &'a [String],
     #[schema(value_type = String)]
-    pub connection_id: ConnectionId,
+    pub connection_id: &'a ConnectionId,
     /// Which of the user's accounts at the provider this token is for.
     pub account: crate::db::connections::AccountRef,
     /// What was learned about the connection when it was made, by the names the provider's
@@ -128,21 +134,21 @@ pub struct TokenResponse {
     /// `team_id`, Atlassian `cloud_id`, ... Empty for providers without any. Upstream MCP
     /// servers (`kind = "mcp"`): `authorization_server`, the one that issued the grant.
     #[schema(value_type = Object)]
-    pub metadata: crate::db::connections::Metadata,
+    pub metadata: &'a crate::db::connections::Metadata,
     /// The connection's per-connection parameters (`tenant`, `subdomain`, `shop`, `region`).
     #[schema(value_type = std::collections::BTreeMap<String, String>)]
-    pub params: crate::db::connections::ConnParams,
+    pub params: &'a crate::db::connections::ConnParams,
     /// `oauth2`, or `api_key` / `basic` for providers whose users type a credential.
     pub credential_type: &'static str,
     /// `api_key` only: the key.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
+    pub api_key: Option<&'a str>,
     /// `basic` only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub username: Option<String>,
+    pub username: Option<&'a str>,
     /// `basic` only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub password: Option<String>,
+    pub password: Option<&'a str>,
     /// `api_key` and `basic`: the header to send the credential in (e.g. `Authorization`,
     /// `X-API-Key`) and its whole value (e.g. `Bearer <key>`, `Basic <base64>`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -152,53 +158,59 @@ pub struct TokenResponse {
     /// DPoP-bound tokens only (`token_type: "DPoP"`): the proof for the request named in `dpop`.
     /// Send `Authorization: DPoP <access_token>` and `DPoP: <dpop_proof>`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub dpop_proof: Option<String>,
+    pub dpop_proof: Option<&'a str>,
 }
 
-impl TokenResponse {
-    pub(crate) fn new(
-        t: crate::grants::tokens::FreshToken,
-        provider: &crate::providers::Provider,
-    ) -> Self {
-        let secret = t.access_token.expose_secret().to_owned();
-        let settings = provider
-            .credential
-            .as_ref()
-            .filter(|_| crate::config::AuthKind::is_credential_type(&t.token_type));
-        let basic = t.token_type == "basic";
+impl<'a> TokenResponse<'a> {
+    pub(crate) fn new(t: &'a FreshToken, provider: &crate::providers::Provider) -> Self {
+        let c = &*t.connection;
+        let secret = t.access_token.expose_secret();
         let mut r = TokenResponse {
-            access_token: String::new(),
-            token_type: t.token_type,
-            expires_at: t.expires_at.map(rfc3339),
-            scopes: t.scopes,
-            connection_id: t.connection_id,
-            account: t.account,
-            metadata: t.metadata,
-            params: t.params,
+            access_token: secret,
+            token_type: &c.token_type,
+            expires_at: c.expires_at.map(rfc3339),
+            scopes: &c.scopes,
+            connection_id: &c.id,
+            account: c.account(),
+            metadata: &c.metadata,
+            params: &c.params,
             credential_type: "oauth2",
             api_key: None,
             username: None,
             password: None,
             header_name: None,
             header_value: None,
-            dpop_proof: t.dpop_proof,
+            dpop_proof: t.dpop_proof.as_deref(),
         };
+        let settings = provider
+            .credential
+            .as_ref()
+            .filter(|_| crate::config::AuthKind::is_credential_type(&c.token_type));
         if let Some(s) = settings {
-            let (name, value) = s.header_for(&secret);
+            let (name, value) = s.header_for(secret);
             r.header_name = Some(name);
             r.header_value = Some(value);
-            if basic {
+            if c.token_type == "basic" {
                 r.credential_type = "basic";
-                let (u, p) = secret.split_once(':').unwrap_or((&secret, ""));
-                r.username = Some(u.to_owned());
-                r.password = Some(p.to_owned());
+                let (u, p) = secret.split_once(':').unwrap_or((secret, ""));
+                r.username = Some(u);
+                r.password = Some(p);
             } else {
                 r.credential_type = "api_key";
-                r.api_key = Some(secret.clone());
+                r.api_key = Some(secret);
             }
         }
-        r.access_token = secret;
         r
+    }
+}
+
+/// What `fetch` answers with: the token and its provider, written as a [`TokenResponse`]
+/// that borrows from them.
+pub struct TokenAnswer(FreshToken, Arc<Provider>);
+
+impl axum::response::IntoResponse for TokenAnswer {
+    fn into_response(self) -> axum::response::Response {
+        ApiJson(TokenResponse::new(&self.0, &self.1)).into_response()
     }
 }
 
@@ -230,7 +242,7 @@ pub async fn fetch(
     rid: RequestId,
     ApiLang(lang): ApiLang,
     ApiJson(req): ApiJson<TokenRequest>,
-) -> std::result::Result<ApiJson<TokenResponse>, ApiError> {
+) -> std::result::Result<TokenAnswer, ApiError> {
     super::elicitations::validate_scopes(&req.scopes)?;
     validate_account(req.account.as_deref())?;
     let dpop = req
@@ -268,7 +280,7 @@ pub async fn fetch(
             (None, None) => None,
         },
         wait_seconds: req.wait_seconds,
-        request_id: rid.0.clone(),
+        request_id: rid.0,
         lang,
         dpop,
     };
@@ -276,5 +288,5 @@ pub async fn fetch(
         .connect
         .token_for(ask, || state.limits.long_poll(&client.0.id))
         .await??;
-    Ok(ApiJson(TokenResponse::new(token, &provider)))
+    Ok(TokenAnswer(token, provider))
 }

@@ -295,8 +295,8 @@ pub(super) fn read(
 #[derive(Debug, Clone, Default)]
 pub struct Clients {
     all: Vec<std::sync::Arc<ClientConfig>>,
-    by_id: std::collections::HashMap<String, usize>,
-    by_key: std::collections::HashMap<[u8; 32], usize>,
+    by_id: foldhash::HashMap<String, usize>,
+    by_key: foldhash::HashMap<[u8; 32], usize>,
 }
 
 impl Clients {

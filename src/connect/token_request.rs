@@ -503,7 +503,7 @@ async fn with_dpop_proof(
     provider: &Provider,
     target: &ProofFor,
 ) -> Result<FreshToken> {
-    if !crate::providers::mcp::is_dpop_bound(&t.token_type) {
+    if !crate::providers::mcp::is_dpop_bound(&t.connection.token_type) {
         return Ok(t);
     }
     let target = match target {
@@ -527,6 +527,7 @@ pub(in crate::connect) async fn dpop_proof(
     target: &ProofTarget,
 ) -> Result<String> {
     let issuer = t
+        .connection
         .metadata
         .get(crate::providers::mcp::AUTHORIZATION_SERVER)
         .and_then(serde_json::Value::as_str);

@@ -121,12 +121,15 @@ struct Entry {
     serial: u64,
 }
 
+/// Subjects come from API callers: a seeded hasher of good quality, and fast on short keys.
+type Hasher = foldhash::quality::RandomState;
+
 /// provider → subject → accounts: looked up with the request's `&str`s, no allocation.
 #[derive(Default)]
 struct Inner {
-    rows: HashMap<Box<str>, HashMap<Box<str>, Entry>>,
+    rows: HashMap<Box<str>, HashMap<Box<str>, Entry, Hasher>, Hasher>,
     /// connection id (each account's) → (provider, subject), for changes, which name the id.
-    by_id: HashMap<Box<str>, (Box<str>, Box<str>)>,
+    by_id: HashMap<Box<str>, (Box<str>, Box<str>), Hasher>,
     /// Insertion order for eviction; entries replaced or removed since are skipped.
     order: VecDeque<(Box<str>, Box<str>, u64)>,
     entries: usize,

@@ -16,7 +16,6 @@ use crate::db::connections::{
 use crate::db::refresh_lock::RefreshLock;
 use crate::error::{Error, Result};
 use crate::grants::Grants;
-use crate::ids::ConnectionId;
 use crate::providers::{Provider, TokenError};
 use crate::signals::events::EventType;
 use crate::time::now;
@@ -29,15 +28,10 @@ const REFRESH_ATTEMPTS: u32 = 3;
 /// A token ready to hand to an MCP server.
 pub struct FreshToken {
     pub access_token: SecretString,
-    pub token_type: String,
-    pub expires_at: Option<i64>,
-    pub scopes: Vec<String>,
-    pub connection_id: ConnectionId,
-    /// Which of the user's accounts at the provider the token is for.
-    pub account: crate::db::connections::AccountRef,
-    /// The connection's parameters and what was learned at its callback (never a token).
-    pub params: crate::db::connections::ConnParams,
-    pub metadata: crate::db::connections::Metadata,
+    /// The connection the token is for, as stored with this token: its type, expiry, scopes,
+    /// account, parameters and metadata. Shared with the token cache rather than copied, so a
+    /// fetch from the cache copies nothing but the token it opens.
+    pub connection: Arc<Connection>,
     /// For a DPoP-bound token: the proof to present it with, for the request the caller named.
     pub dpop_proof: Option<String>,
 }
@@ -121,7 +115,7 @@ impl Grants {
         if (!force && !expires_within(&c, min_ttl))
             || crate::config::AuthKind::is_credential_type(&c.token_type)
         {
-            return self.token_of(&c);
+            return self.token_of(c);
         }
         // An upstream MCP server refused the token: it may have moved to another authorization
         // server behind the same metadata URL, which only its discovery says. Read it again
@@ -156,7 +150,7 @@ impl Grants {
                     if latest.status == ConnectionStatus::Active
                         && no_refresh_needed(&latest, c.token_version, min_ttl, force)
                     {
-                        return state.token_of(&latest);
+                        return state.token_of(Arc::new(latest));
                     }
                 }
             }
@@ -173,7 +167,7 @@ impl Grants {
                 tokio::time::timeout(LOCK_WAIT, state.refresh.permits.acquire()).await
             else {
                 if !force && !is_expired(&c) {
-                    return state.token_of(&c);
+                    return state.token_of(c);
                 }
                 return Err(Error::Unavailable(anyhow::anyhow!(
                     "too many refreshes at once; try again shortly"
@@ -230,7 +224,7 @@ impl Grants {
             }
         }
         if no_refresh_needed(&c, seen_version, min_ttl, force) {
-            return self.token_of(&c);
+            return self.token_of(Arc::new(c));
         }
         if force && provider.mcp.is_some() {
             // Before anything else, with or without a refresh token: the caller was refused
@@ -261,7 +255,7 @@ impl Grants {
                 // be refused again, and nothing here can get another without the user.
                 return Err(reauth(provider));
             }
-            return self.token_of(&c);
+            return self.token_of(Arc::new(c));
         };
         let endpoints = provider
             .endpoints(&self.http)
@@ -322,17 +316,11 @@ impl Grants {
                         .get_connection(&c.id)
                         .await?
                         .ok_or_else(|| Error::not_found("the connection was removed"))?;
-                    return self.token_of(&latest);
+                    return self.token_of(Arc::new(latest));
                 }
                 Ok(FreshToken {
                     access_token: t.access_token,
-                    token_type: t.token_type,
-                    expires_at,
-                    scopes,
-                    account: c.account(),
-                    connection_id: c.id,
-                    params: c.params,
-                    metadata: c.metadata,
+                    connection: Arc::new(c.refreshed(t.token_type, expires_at, scopes)),
                     dpop_proof: None,
                 })
             }
@@ -344,7 +332,7 @@ impl Grants {
                 if latest.token_version != c.token_version
                     && latest.status == ConnectionStatus::Active
                 {
-                    return self.token_of(&latest);
+                    return self.token_of(Arc::new(latest));
                 }
                 let summary = e.summary();
                 self.mark_needs_reauth(lock, &c, &summary, &summary, request_id)
@@ -368,7 +356,7 @@ impl Grants {
                 }
                 if !is_expired(&c) {
                     // The current token still works; hand it out rather than fail.
-                    return self.token_of(&c);
+                    return self.token_of(Arc::new(c));
                 }
                 Err(Error::Upstream(anyhow::anyhow!(summary)))
             }
@@ -506,14 +494,14 @@ impl Grants {
         Ok(())
     }
 
-    fn token_of(&self, c: &Connection) -> Result<FreshToken> {
+    fn token_of(&self, c: Arc<Connection>) -> Result<FreshToken> {
         let access_token =
             c.access_token(&self.config.keys)?
                 .ok_or_else(|| Error::NotConnected {
                     subject: c.subject.clone(),
                     provider: c.provider.clone(),
                 })?;
-        if is_expired(c) {
+        if is_expired(&c) {
             return Err(Error::ReauthorizationRequired {
                 provider: c.provider.clone(),
                 elicitation: None,
@@ -521,13 +509,7 @@ impl Grants {
         }
         Ok(FreshToken {
             access_token,
-            token_type: c.token_type.clone(),
-            expires_at: c.expires_at,
-            scopes: c.scopes.clone(),
-            connection_id: c.id.clone(),
-            account: c.account(),
-            params: c.params.clone(),
-            metadata: c.metadata.clone(),
+            connection: c,
             dpop_proof: None,
         })
     }

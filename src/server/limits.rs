@@ -33,7 +33,7 @@ pub struct RateLimiter<K> {
     max_keys: usize,
     start: Instant,
     /// Per key, the theoretical arrival time of its next request, as an offset from `start`.
-    tat: Mutex<HashMap<K, Duration>>,
+    tat: Mutex<HashMap<K, Duration, foldhash::quality::RandomState>>,
 }
 
 impl<K: Hash + Eq + Clone> RateLimiter<K> {
@@ -48,11 +48,13 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             tolerance: interval * u32::try_from(burst.saturating_sub(1)).unwrap_or(u32::MAX),
             max_keys: max_keys.max(1),
             start: Instant::now(),
-            tat: Mutex::new(HashMap::new()),
+            tat: Mutex::new(HashMap::default()),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, Duration>> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<K, Duration, foldhash::quality::RandomState>> {
         self.tat.lock().unwrap_or_else(|p| p.into_inner())
     }
 

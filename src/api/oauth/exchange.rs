@@ -220,19 +220,20 @@ impl ExchangeForm {
 impl ExchangeResponse {
     fn new(token: FreshToken, provider: &Provider) -> Self {
         let expires_in = token
+            .connection
             .expires_at
             .map(|at| u64::try_from(at - crate::time::now()).unwrap_or(0));
-        let t = TokenResponse::new(token, provider);
+        let t = TokenResponse::new(&token, provider);
         let token_type = if t.credential_type != "oauth2" {
             // RFC 8693 §2.2.1: not usable as an OAuth access token.
             "N_A".into()
         } else if t.token_type.eq_ignore_ascii_case("bearer") {
             "Bearer".into()
         } else {
-            t.token_type
+            t.token_type.to_owned()
         };
         Self {
-            access_token: t.access_token,
+            access_token: t.access_token.to_owned(),
             issued_token_type: ACCESS_TOKEN_TYPE,
             token_type,
             expires_in,

@@ -91,8 +91,8 @@ impl Connect {
                 per_connection = target::api_base(
                     template,
                     provider.entry,
-                    &token.params,
-                    &token.metadata,
+                    &token.connection.params,
+                    &token.connection.metadata,
                     &provider.client_id,
                 )
                 .map_err(|m| Error::Gateway(GatewayFailure::NoBase(m)))?;
@@ -119,7 +119,7 @@ impl Connect {
         }
         let mut token_refreshed = false;
         if resp.status() == StatusCode::UNAUTHORIZED
-            && !AuthKind::is_credential_type(&token.token_type)
+            && !AuthKind::is_credential_type(&token.connection.token_type)
         {
             match self.proxy_token(&ask, true).await {
                 Ok(t) => {
@@ -147,7 +147,7 @@ impl Connect {
                 &self.db,
                 usage::Use {
                     client_id: &ask.client.id,
-                    connection_id: token.connection_id.as_str(),
+                    connection_id: token.connection.id.as_str(),
                     provider: &provider.name,
                 },
                 ask.request_id.as_deref(),
@@ -213,7 +213,7 @@ impl Connect {
         let mut headers = call.headers.clone();
         let (name, value) = credential(call.provider, token)?;
         headers.insert(name, value);
-        if crate::providers::mcp::is_dpop_bound(&token.token_type) {
+        if crate::providers::mcp::is_dpop_bound(&token.connection.token_type) {
             let target = ProofTarget::parse(call.method.as_str(), call.url.as_str(), nonce)
                 .map_err(Error::invalid)?;
             let proof = dpop_proof(token, call.provider, &target).await?;
@@ -277,11 +277,11 @@ fn credential(
     let (name, value) = match provider
         .credential
         .as_ref()
-        .filter(|_| AuthKind::is_credential_type(&token.token_type))
+        .filter(|_| AuthKind::is_credential_type(&token.connection.token_type))
     {
         Some(s) => s.header_for(secret),
         // The proof goes beside it (`forward`).
-        None if crate::providers::mcp::is_dpop_bound(&token.token_type) => {
+        None if crate::providers::mcp::is_dpop_bound(&token.connection.token_type) => {
             ("authorization".to_owned(), format!("DPoP {secret}"))
         }
         None => ("authorization".to_owned(), format!("Bearer {secret}")),
@@ -298,7 +298,7 @@ fn credential(
 /// `WWW-Authenticate: DPoP error="use_dpop_nonce"` and `DPoP-Nonce`), for a DPoP-bound token.
 fn dpop_nonce_asked(token: &FreshToken, status: StatusCode, headers: &HeaderMap) -> Option<String> {
     if status != StatusCode::UNAUTHORIZED
-        || !crate::providers::mcp::is_dpop_bound(&token.token_type)
+        || !crate::providers::mcp::is_dpop_bound(&token.connection.token_type)
     {
         return None;
     }

@@ -5,7 +5,7 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::{AnyConnection, FromRow};
 
 use super::{Db, Error, Result, Table, now};
-use crate::crypto::{CryptoError, KeyRing, connection_aad, random_token};
+use crate::crypto::{CryptoError, KeyRing, Sealed, connection_aad, random_token};
 use crate::ids::ConnectionId;
 use crate::names::named_enum;
 
@@ -79,8 +79,8 @@ pub struct Connection {
     pub status: ConnectionStatus,
     pub scopes: Vec<String>,
     pub token_type: String,
-    sealed_access_token: Option<String>,
-    sealed_refresh_token: Option<String>,
+    sealed_access_token: Option<Sealed>,
+    sealed_refresh_token: Option<Sealed>,
     pub expires_at: Option<i64>,
     pub account_label: Option<String>,
     pub created_at: i64,
@@ -129,8 +129,8 @@ impl TryFrom<Row> for Connection {
             status,
             scopes: crate::db::elicitations::split_scopes(&r.scopes),
             token_type: r.token_type,
-            sealed_access_token: r.access_token,
-            sealed_refresh_token: r.refresh_token,
+            sealed_access_token: r.access_token.as_deref().map(Sealed::parse),
+            sealed_refresh_token: r.refresh_token.as_deref().map(Sealed::parse),
             expires_at: r.expires_at,
             account_label: r.account_label,
             created_at: r.created_at,
@@ -162,6 +162,32 @@ pub struct AccountRef {
 }
 
 impl Connection {
+    /// This connection as it stands once a refresh that returned `token_type`, `expires_at` and
+    /// `scopes` is stored. Its sealed token columns are left empty rather than stale: whoever
+    /// holds the refreshed connection holds the new token itself.
+    /// (`save_refreshed_tokens` writes the same columns.)
+    pub fn refreshed(
+        self,
+        token_type: String,
+        expires_at: Option<i64>,
+        scopes: Vec<String>,
+    ) -> Self {
+        let now = now();
+        Self {
+            status: ConnectionStatus::Active,
+            token_type,
+            expires_at,
+            scopes,
+            sealed_access_token: None,
+            sealed_refresh_token: None,
+            updated_at: now,
+            last_refresh_at: Some(now),
+            last_error: None,
+            token_version: self.token_version + 1,
+            ..self
+        }
+    }
+
     /// Which account this is.
     pub fn account(&self) -> AccountRef {
         AccountRef {
@@ -180,25 +206,25 @@ impl Connection {
         &self,
         keys: &KeyRing,
     ) -> std::result::Result<Option<SecretString>, CryptoError> {
-        self.open(keys, self.sealed_access_token.as_deref(), "access_token")
+        self.open(keys, self.sealed_access_token.as_ref(), "access_token")
     }
 
     pub fn refresh_token(
         &self,
         keys: &KeyRing,
     ) -> std::result::Result<Option<SecretString>, CryptoError> {
-        self.open(keys, self.sealed_refresh_token.as_deref(), "refresh_token")
+        self.open(keys, self.sealed_refresh_token.as_ref(), "refresh_token")
     }
 
     /// Opens the sealed column `field` of this row (its associated data names both).
     fn open(
         &self,
         keys: &KeyRing,
-        sealed: Option<&str>,
+        sealed: Option<&Sealed>,
         field: &str,
     ) -> std::result::Result<Option<SecretString>, CryptoError> {
         sealed
-            .map(|s| keys.open_string(s, &connection_aad(&self.id, field)))
+            .map(|s| keys.open_sealed_string(s, &connection_aad(&self.id, field)))
             .transpose()
     }
 
@@ -212,8 +238,13 @@ impl Connection {
 
     /// Bytes of the sealed token fields (for the cache's size bound).
     pub fn sealed_len(&self) -> usize {
-        self.sealed_access_token.as_ref().map_or(0, String::len)
-            + self.sealed_refresh_token.as_ref().map_or(0, String::len)
+        self.sealed_access_token
+            .as_ref()
+            .map_or(0, Sealed::held_bytes)
+            + self
+                .sealed_refresh_token
+                .as_ref()
+                .map_or(0, Sealed::held_bytes)
     }
 
     /// The ids of the keys that sealed this row's values.
@@ -221,7 +252,7 @@ impl Connection {
         let mut ids: Vec<&str> = [&self.sealed_access_token, &self.sealed_refresh_token]
             .into_iter()
             .flatten()
-            .filter_map(|s| KeyRing::key_id_of(s))
+            .filter_map(Sealed::key_id)
             .collect();
         ids.dedup();
         ids
@@ -465,7 +496,7 @@ impl Connection {
             status: ConnectionStatus::Active,
             scopes: vec!["read".into()],
             token_type: "Bearer".into(),
-            sealed_access_token: Some(sealed.into()),
+            sealed_access_token: Some(Sealed::parse(sealed)),
             sealed_refresh_token: None,
             expires_at: Some(now() + 3600),
             account_label: None,
