@@ -15,6 +15,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request};
+use axum::handler::Handler as _;
 use axum::http::header;
 use axum::http::request::Parts;
 use axum::routing::{any, delete, get, post};
@@ -30,50 +31,58 @@ use crate::server::edge::Edge;
 /// API request bodies are small; anything bigger is refused before parsing.
 const MAX_BODY: usize = 16 * 1024;
 
-/// The API's routes, each group behind the edge with its deadline: the request timeout, the
-/// longest wait on top of it for the routes that may long-poll, none for the event stream (it
-/// ends with the service).
+/// The API's routes, each handler behind its own edge with its deadline: the request timeout,
+/// the longest wait on top of it for the routes that may long-poll, none for the event stream
+/// (it ends with the service). The edge goes on the handler (`Handler::layer`) rather than on
+/// the router: the route then boxes one service and one future per request instead of two. A
+/// method a route does not have is answered 405 by axum before any edge.
 pub fn router(state: AppState) -> Router {
-    // The body limit goes in with each group's edge: one layer per route, not two.
-    let edge = |edge: Edge| {
-        tower::ServiceBuilder::new()
-            .layer(DefaultBodyLimit::max(MAX_BODY))
-            .layer(edge)
-    };
     let base = Duration::from_secs(state.config.limits.request_timeout_seconds);
     let long_poll = base + Duration::from_secs(elicitations::MAX_WAIT_SECONDS);
+    let proxy_deadline = Duration::from_secs(state.config.limits.proxy_timeout_seconds) + base;
+    let edge = |deadline: Option<Duration>| Edge::new(&state).deadline(deadline).for_handler();
+    // The body limit goes in with the edge: one layer per handler, not two.
+    let limited = |deadline: Option<Duration>| {
+        tower::ServiceBuilder::new()
+            .layer(DefaultBodyLimit::max(MAX_BODY))
+            .layer(edge(deadline))
+    };
+    let at = Some(base);
     Router::new()
-        .route("/v1/elicitations", post(elicitations::create))
-        .route("/v1/connections", get(connections::list))
-        .route("/v1/connections/{id}", delete(connections::revoke))
-        .route("/openapi.json", get(openapi::document))
-        .route("/oauth2/token", post(oauth::exchange::exchange))
+        .route(
+            "/v1/elicitations",
+            post(elicitations::create.layer(limited(at))),
+        )
+        .route("/v1/connections", get(connections::list.layer(limited(at))))
+        .route(
+            "/v1/connections/{id}",
+            delete(connections::revoke.layer(limited(at))),
+        )
+        .route("/openapi.json", get(openapi::document.layer(limited(at))))
+        .route(
+            "/oauth2/token",
+            post(oauth::exchange::exchange.layer(limited(at))),
+        )
         .route(
             "/.well-known/oauth-authorization-server",
-            get(oauth::metadata::document),
+            get(oauth::metadata::document.layer(limited(at))),
         )
-        .layer(edge(Edge::new(&state)))
-        .merge(
-            Router::new()
-                .route("/v1/elicitations/{id}", get(elicitations::show))
-                .route("/v1/tokens", post(tokens::fetch))
-                .layer(edge(Edge::new(&state).deadline(Some(long_poll)))),
+        .route(
+            "/v1/elicitations/{id}",
+            get(elicitations::show.layer(limited(Some(long_poll)))),
         )
-        .merge(
-            // No body limit: the proxy streams bodies within its own (`[limits] proxy_*`).
-            // Its deadline covers the provider's answer starting (a refresh first, perhaps);
-            // the body streams after it, bounded by `proxy_timeout_seconds`.
-            Router::new()
-                .route("/v1/proxy/{provider}/{*path}", any(proxy::forward))
-                .layer(Edge::new(&state).deadline(Some(
-                    Duration::from_secs(state.config.limits.proxy_timeout_seconds) + base,
-                ))),
+        .route(
+            "/v1/tokens",
+            post(tokens::fetch.layer(limited(Some(long_poll)))),
         )
-        .merge(
-            Router::new()
-                .route("/v1/events", get(events::stream))
-                .layer(edge(Edge::new(&state).deadline(None))),
+        // No body limit: the proxy streams bodies within its own (`[limits] proxy_*`). Its
+        // deadline covers the provider's answer starting (a refresh first, perhaps); the body
+        // streams after it, bounded by `proxy_timeout_seconds`.
+        .route(
+            "/v1/proxy/{provider}/{*path}",
+            any(proxy::forward.layer(edge(Some(proxy_deadline)))),
         )
+        .route("/v1/events", get(events::stream.layer(limited(None))))
         .with_state(state)
 }
 

@@ -74,7 +74,7 @@ fn expires_within(c: &Connection, seconds: i64) -> bool {
     let just_refreshed = c
         .last_refresh_at
         .is_some_and(|t| now - t < JUST_REFRESHED_SECONDS)
-        && !is_expired(c);
+        && !expired_at(c, now);
     !just_refreshed && c.expires_at.is_some_and(|e| e - now <= seconds)
 }
 
@@ -87,7 +87,11 @@ fn no_refresh_needed(c: &Connection, seen_version: i64, min_ttl: i64, force: boo
 }
 
 fn is_expired(c: &Connection) -> bool {
-    c.expires_at.is_some_and(|e| e <= now())
+    expired_at(c, now())
+}
+
+fn expired_at(c: &Connection, now: i64) -> bool {
+    c.expires_at.is_some_and(|e| e <= now)
 }
 
 impl Grants {

@@ -1,6 +1,6 @@
 //! The per-route edge layer: counts and times every request by its matched route, applies the
 //! per-address limits (the browser rate limit, the in-flight cap per client behind a trusted
-//! proxy) and the route's deadline. Each router adds it with the bound its routes need
+//! proxy) and the route's deadline. Each route gets it with the bound it needs
 //! (`Edge::deadline`): ordinary routes the configured request timeout, long polls their
 //! longest wait on top, the event stream none.
 //!
@@ -26,8 +26,10 @@ use crate::server::RouteService;
 use crate::server::limits::{self, Limit, Slot};
 use crate::server::rendered::{RenderedError, edge_answer};
 
-/// The edge of one group of routes. Added with `Router::layer`, it runs after routing, so the
-/// request carries its `MatchedPath`.
+/// The edge of a route or a group of routes. It runs after routing, so the request carries its
+/// `MatchedPath`: added to a group with `Router::layer`, which wraps each route once, or to
+/// one handler (`for_handler`) with `Handler::layer`, which saves the API's hot routes a boxed
+/// service and future per request.
 #[derive(Clone)]
 pub struct Edge {
     metrics: crate::metrics::Metrics,
@@ -35,6 +37,21 @@ pub struct Edge {
     state: Option<AppState>,
     deadline: Option<Duration>,
     browser: bool,
+    /// For one handler: `Handler::layer` builds the service again for every request, so what
+    /// it learns of its route is kept here instead of in the service.
+    learned: Option<Arc<Learned>>,
+}
+
+/// What an `EdgeService` learns from its route's first answers.
+#[derive(Default)]
+struct Learned {
+    /// The route pattern, kept from the first request. `Router::layer` wraps each route on its
+    /// own, so it is one pattern (the fallback sees none); a request with another pattern still
+    /// gets its own label, only not the shared copy.
+    route: std::sync::OnceLock<Arc<str>>,
+    /// The metrics of the first successful answer's method, route and status, which most
+    /// answers share.
+    recorder: std::sync::OnceLock<RouteRecorder>,
 }
 
 impl Edge {
@@ -47,6 +64,7 @@ impl Edge {
             )),
             state: Some(state.clone()),
             browser: false,
+            learned: None,
         }
     }
 
@@ -57,6 +75,7 @@ impl Edge {
             state: None,
             deadline: Some(deadline),
             browser: false,
+            learned: None,
         }
     }
 
@@ -72,6 +91,13 @@ impl Edge {
         self.browser = true;
         self
     }
+
+    /// This edge for one handler only (`Handler::layer`): one route, whose label and metrics
+    /// are learned once, not once per request.
+    pub fn for_handler(mut self) -> Self {
+        self.learned = Some(Arc::default());
+        self
+    }
 }
 
 impl<S> tower::Layer<S> for Edge {
@@ -79,9 +105,8 @@ impl<S> tower::Layer<S> for Edge {
     fn layer(&self, inner: S) -> EdgeService<S> {
         EdgeService {
             inner,
+            learned: self.learned.clone().unwrap_or_default(),
             edge: self.clone(),
-            route: Arc::default(),
-            recorder: Arc::default(),
         }
     }
 }
@@ -90,18 +115,12 @@ impl<S> tower::Layer<S> for Edge {
 pub struct EdgeService<S> {
     inner: S,
     edge: Edge,
-    /// The route pattern this service answers, kept from its first request. `Router::layer`
-    /// wraps each route on its own, so it is one pattern (the fallback sees none); a request
-    /// with another pattern still gets its own label, only not the shared copy.
-    route: Arc<std::sync::OnceLock<Arc<str>>>,
-    /// The metrics of the first successful answer's method, route and status, which most
-    /// answers share.
-    recorder: Arc<std::sync::OnceLock<RouteRecorder>>,
+    learned: Arc<Learned>,
 }
 
 impl<S> EdgeService<S> {
     fn route_label(&self, m: &MatchedPath) -> Arc<str> {
-        let shared = self.route.get_or_init(|| Arc::from(m.as_str()));
+        let shared = self.learned.route.get_or_init(|| Arc::from(m.as_str()));
         if &**shared == m.as_str() {
             shared.clone()
         } else {
@@ -170,7 +189,7 @@ impl<S: RouteService> tower::Service<Request> for EdgeService<S> {
             method,
             route,
             metrics: self.edge.metrics.clone(),
-            recorder: self.recorder.clone(),
+            learned: self.learned.clone(),
         }
     }
 }
@@ -182,7 +201,7 @@ pub struct EdgeFuture<F> {
     method: &'static str,
     route: Option<Arc<str>>,
     metrics: crate::metrics::Metrics,
-    recorder: Arc<std::sync::OnceLock<RouteRecorder>>,
+    learned: Arc<Learned>,
 }
 
 enum Answer<F> {
@@ -240,7 +259,7 @@ where
         };
         let status = resp.status().as_u16();
         let seconds = me.started.elapsed().as_secs_f64();
-        match me.recorder.get() {
+        match me.learned.recorder.get() {
             Some(r) if r.is_for(me.method, &route, status) => r.record(seconds),
             _ => {
                 let r = me.metrics.route_recorder(me.method, route, status);
@@ -248,7 +267,7 @@ where
                 // Kept for a success only: a route's first answer may be a refusal (a client
                 // with a wrong key at start-up) that its later answers do not share.
                 if resp.status().is_success() {
-                    let _ = me.recorder.set(r);
+                    let _ = me.learned.recorder.set(r);
                 }
             }
         }

@@ -101,8 +101,11 @@ on_both_databases!(
         let dump = b.state.token_cache.dump();
         assert_eq!(dump.len(), 1);
         assert!(!dump[0].contains(&t1), "the cache holds a token in clear");
+        // Sealed with k1, as stored (the row's column names its key before the '.').
+        let key_id = sealed_at.as_deref().unwrap().split_once('.').unwrap().0;
+        assert_eq!(key_id, "k1");
         assert!(
-            dump[0].contains(sealed_at.as_deref().unwrap()),
+            dump[0].contains("sealed_access_token: Some(Sealed(k1))"),
             "{}",
             dump[0]
         );
@@ -148,7 +151,13 @@ on_both_databases!(
         );
         assert_eq!(cached_token(&b).await, t3);
         let (resealed, _) = a.db().raw_connection_secrets(&id).await.unwrap();
-        assert!(b.state.token_cache.dump()[0].contains(resealed.as_deref().unwrap()));
+        assert!(resealed.as_deref().unwrap().starts_with("k2."));
+        let dump = b.state.token_cache.dump();
+        assert!(
+            dump[0].contains("sealed_access_token: Some(Sealed(k2))"),
+            "{}",
+            dump[0]
+        );
 
         // Status change on A: the grant died at the provider, A finds out on a refresh.
         let c = a.db().get_connection(&id).await.unwrap().unwrap();
