@@ -133,14 +133,22 @@ impl KeyRing {
 
     /// Opens a value parsed before (see [`Sealed`]).
     pub fn open_sealed(&self, sealed: &Sealed, aad: &str) -> Result<Vec<u8>, CryptoError> {
-        let Sealed::Parsed { key_id, raw } = sealed else {
-            return Err(CryptoError::Malformed);
+        let key_named = |id: &str| {
+            self.keys
+                .iter()
+                .find(|k| *k.id == *id)
+                .ok_or_else(|| CryptoError::UnknownKey(id.to_owned()))
         };
-        let key = self
-            .keys
-            .iter()
-            .find(|k| *k.id == **key_id)
-            .ok_or_else(|| CryptoError::UnknownKey(key_id.to_string()))?;
+        // Checked in the order the text is read: the key its id names, then the bytes.
+        let (key, raw) = match sealed {
+            Sealed::Parsed { key_id, raw } => (key_named(key_id)?, raw),
+            Sealed::Malformed { key_id } => {
+                if let Some(id) = key_id {
+                    key_named(id)?;
+                }
+                return Err(CryptoError::Malformed);
+            }
+        };
         let (nonce, rest) = raw.split_at(NONCE_LEN);
         let (ct, tag) = rest.split_at(rest.len() - TAG_LEN);
         let mut plain = ct.to_vec();
@@ -187,27 +195,34 @@ pub enum Sealed {
         raw: Box<[u8]>,
     },
     /// Not a sealed value: it never opens (`CryptoError::Malformed`), as it would not have as
-    /// text; whatever holds it can still be read, listed and revoked.
-    Malformed,
+    /// text; whatever holds it can still be read, listed and revoked. `key_id`: the key the
+    /// text names before its `.`, if it has one, for listings that show what sealed a row.
+    Malformed {
+        key_id: Option<Box<str>>,
+    },
 }
 
 impl Sealed {
     pub fn parse(text: &str) -> Self {
-        let parsed = text.split_once('.').and_then(|(id, body)| {
-            let raw = URL_SAFE_NO_PAD.decode(body).ok()?;
-            (raw.len() >= NONCE_LEN + TAG_LEN).then(|| Self::Parsed {
+        let Some((id, body)) = text.split_once('.') else {
+            return Self::Malformed { key_id: None };
+        };
+        match URL_SAFE_NO_PAD.decode(body) {
+            Ok(raw) if raw.len() >= NONCE_LEN + TAG_LEN => Self::Parsed {
                 key_id: id.into(),
                 raw: raw.into(),
-            })
-        });
-        parsed.unwrap_or(Self::Malformed)
+            },
+            _ => Self::Malformed {
+                key_id: Some(id.into()),
+            },
+        }
     }
 
-    /// The id of the key it was sealed with; `None` when malformed.
+    /// The id of the key it was sealed with (or, malformed, the one its text names).
     pub fn key_id(&self) -> Option<&str> {
         match self {
             Self::Parsed { key_id, .. } => Some(key_id),
-            Self::Malformed => None,
+            Self::Malformed { key_id } => key_id.as_deref(),
         }
     }
 
@@ -215,7 +230,7 @@ impl Sealed {
     pub fn held_bytes(&self) -> usize {
         match self {
             Self::Parsed { key_id, raw } => key_id.len() + raw.len(),
-            Self::Malformed => 0,
+            Self::Malformed { .. } => 0,
         }
     }
 }
@@ -223,9 +238,9 @@ impl Sealed {
 /// Names the key only: the bytes are of no use to a reader, and lengths say little.
 impl fmt::Debug for Sealed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.key_id() {
-            Some(id) => write!(f, "Sealed({id})"),
-            None => f.write_str("Sealed(malformed)"),
+        match self {
+            Self::Parsed { key_id, .. } => write!(f, "Sealed({key_id})"),
+            Self::Malformed { .. } => f.write_str("Sealed(malformed)"),
         }
     }
 }
@@ -467,15 +482,26 @@ mod tests {
             Err(CryptoError::Authentication)
         ));
         assert_eq!(format!("{parsed:?}"), "Sealed(k1)");
-        for bad in ["garbage", "k1.!!!", "k1.AAAA", ""] {
+        for (bad, named) in [
+            ("garbage", None),
+            ("", None),
+            ("k1.!!!", Some("k1")),
+            ("k1.AAAA", Some("k1")),
+        ] {
             let p = Sealed::parse(bad);
-            assert_eq!(p, Sealed::Malformed, "{bad}");
-            assert_eq!(p.key_id(), None);
+            assert!(matches!(p, Sealed::Malformed { .. }), "{bad}");
+            assert_eq!(p.key_id(), named, "{bad}");
+            assert_eq!(format!("{p:?}"), "Sealed(malformed)");
             assert!(matches!(
                 r.open_sealed(&p, &aad),
                 Err(CryptoError::Malformed)
             ));
         }
+        // As the text: a key the ring lacks is named before the bytes are looked at.
+        assert!(matches!(
+            r.open_sealed(&Sealed::parse("k9.!!!"), &aad),
+            Err(CryptoError::UnknownKey(id)) if id == "k9"
+        ));
         assert!(matches!(
             ring(&[&generate_key("k2")]).open_sealed(&parsed, &aad),
             Err(CryptoError::UnknownKey(id)) if id == "k1"
